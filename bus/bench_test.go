@@ -1,0 +1,257 @@
+package bus_test
+
+// Benchmarks of the bus side by side with raw nats.go on the same embedded
+// server, file storage, 1 KiB payloads. Run:
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./bus
+//
+// and compare each bus/raw pair; docs/performance.md records the ratios.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+var payload = make([]byte, 1024)
+
+// benchEnv is one server with the bus stream and a raw stream configured
+// alike (file storage, same duplicate window), and a connection for each
+// side.
+type benchEnv struct {
+	srv     *embedded.Server
+	bus     *bus.Bus
+	raw     jetstream.JetStream
+	rawConn *nats.Conn
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	s := embeddedtest.RunServer(b)
+	ctx := context.Background()
+	nc := embeddedtest.Connect(b, s)
+	info, err := bus.Provision(ctx, nc, bus.StreamConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawConn := embeddedtest.Connect(b, s)
+	raw, err := jetstream.New(rawConn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.Name, cfg.Subjects, cfg.Description = "RAW", []string{"raw.>"}, ""
+	if _, err := raw.CreateStream(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	bb, err := bus.New(embeddedtest.Connect(b, s), "bench-sender")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bb.Close() })
+	return &benchEnv{srv: s, bus: bb, raw: raw, rawConn: rawConn}
+}
+
+func BenchmarkPublishAsync(b *testing.B) {
+	env := newBenchEnv(b)
+	b.Run("bus", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(payload)))
+		for b.Loop() {
+			if _, err := env.bus.PublishAsync(bus.Message{To: "bench-receiver", Type: "BENCH", Data: payload}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-env.bus.PublishAsyncComplete()
+	})
+	b.Run("raw", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(payload)))
+		for b.Loop() {
+			if _, err := env.raw.PublishAsync("raw.bench", payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-env.raw.PublishAsyncComplete()
+	})
+}
+
+func BenchmarkPublishSync(b *testing.B) {
+	env := newBenchEnv(b)
+	ctx := context.Background()
+	b.Run("bus", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := env.bus.Publish(ctx, bus.Message{To: "bench-receiver", Type: "BENCH", Data: payload}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := env.raw.Publish(ctx, "raw.bench", payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkConsume measures subscribe+ack throughput of a backlog of b.N
+// messages: the bus with a prefetch of 500 against a raw Consume with its
+// default 500-message pull and explicit acks.
+func BenchmarkConsume(b *testing.B) {
+	env := newBenchEnv(b)
+	ctx := context.Background()
+	b.Run("bus", func(b *testing.B) {
+		agent := fmt.Sprintf("consumer-%d", b.N)
+		for range b.N {
+			if _, err := env.bus.PublishAsync(bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-env.bus.PublishAsyncComplete()
+		rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rb.Close()
+		var n atomic.Int64
+		done := make(chan struct{})
+		b.ReportAllocs()
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		sub, err := rb.Subscribe(ctx, func(context.Context, *bus.Delivery) error {
+			if n.Add(1) == int64(b.N) {
+				close(done)
+			}
+			return nil
+		}, bus.WithPrefetch(500))
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-done
+		b.StopTimer()
+		sub.Stop()
+		<-sub.Done()
+	})
+	b.Run("raw", func(b *testing.B) {
+		subject := fmt.Sprintf("raw.consume.%d", b.N)
+		for range b.N {
+			if _, err := env.raw.PublishAsync(subject, payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-env.raw.PublishAsyncComplete()
+		rc := embeddedtest.Connect(b, env.srv)
+		js, _ := jetstream.New(rc)
+		cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{
+			Durable: fmt.Sprintf("raw-%d", b.N), FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n atomic.Int64
+		done := make(chan struct{})
+		b.ReportAllocs()
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			m.Ack()
+			if n.Add(1) == int64(b.N) {
+				close(done)
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-done
+		b.StopTimer()
+		cc.Stop()
+	})
+}
+
+// BenchmarkSetupAgents measures creating the five consumers and starting the
+// subscription of many agents on one connection; run with -benchtime 1x.
+// It reports setup time per agent and the heap growth per agent (client and
+// in-process server together).
+func BenchmarkSetupAgents(b *testing.B) {
+	const agents = 1000
+	s := embeddedtest.RunServer(b)
+	nc := embeddedtest.Connect(b, s)
+	if _, err := bus.Provision(context.Background(), nc, bus.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		start := time.Now()
+		var subs []*bus.Subscription
+		for i := range agents {
+			ab, err := bus.New(nc, fmt.Sprintf("agent-%d-%d", b.N, i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sub, err := ab.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error { return nil })
+			if err != nil {
+				b.Fatal(err)
+			}
+			subs = append(subs, sub)
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(elapsed.Microseconds())/agents, "µs/agent")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/agents/1024, "KiB/agent")
+		b.ReportMetric(float64(runtime.NumGoroutine())/agents, "goroutines/agent")
+		var wg sync.WaitGroup
+		for _, sub := range subs {
+			wg.Go(func() { sub.Stop(); <-sub.Done() })
+		}
+		wg.Wait()
+		b.StartTimer()
+	}
+}
+
+// BenchmarkIdleSubscriber reports the CPU time the whole process (client
+// and in-process server) spends in 10 s while one agent's subscription
+// waits on empty queues; run with -benchtime 1x.
+func BenchmarkIdleSubscriber(b *testing.B) {
+	s := embeddedtest.RunServer(b)
+	nc := embeddedtest.Connect(b, s)
+	if _, err := bus.Provision(context.Background(), nc, bus.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	ab, err := bus.New(nc, "idle")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ab.Close()
+	if _, err := ab.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error { return nil }); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		var before, after syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+		time.Sleep(10 * time.Second)
+		syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+		cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+		b.ReportMetric(float64(cpu.Milliseconds()), "cpu-ms/10s")
+	}
+}

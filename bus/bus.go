@@ -1,0 +1,222 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// Message is the one message type of the bus; see package codec for its
+// fields and their CloudEvents mapping.
+type Message = codec.Message
+
+// Broadcast is the To of a message for every agent.
+const Broadcast = subjects.Broadcast
+
+// Policy chooses between priority levels when a subscription has messages
+// at several: Strict or Weighted.
+type Policy = consumers.Policy
+
+// The priority policies.
+const (
+	Strict   = consumers.Strict
+	Weighted = consumers.Weighted
+)
+
+// Permanent marks a handler error as permanent: the message is terminated
+// at once instead of redelivered. Permanent(nil) is nil.
+func Permanent(err error) error { return consumers.Permanent(err) }
+
+// Bus is one agent's connection to the message bus. It is safe for
+// concurrent use. Create one with New or Connect and release it with Close.
+type Bus struct {
+	agent string
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	opts  options
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[*Subscription]struct{}
+}
+
+// New returns the bus of agent on an existing connection. It does not take
+// ownership of nc: Close leaves it open. agent is the identity the bus
+// publishes as and consumes for; it is checked against the rules in
+// docs/subjects.md (ErrInvalidAgentID). New returns ErrUnsupportedServer if
+// the server is older than nats-server 2.11 (per-message TTL). With
+// WithProvision it also provisions the stream and returns Provision's errors.
+func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
+	}
+	if err := subjects.ValidateID(agent); err != nil {
+		return nil, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkServer(nc); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("new bus: %w", err)
+	}
+	if o.provision != nil {
+		cfg := *o.provision
+		if cfg.Root == "" {
+			cfg.Root = o.scheme.Root()
+		} else if s, err := subjects.New(cfg.Root); err != nil || s.Root() != o.scheme.Root() {
+			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, cfg.Root, o.scheme.Root())
+		}
+		if _, err := Provision(context.Background(), nc, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Bus{agent: agent, nc: nc, js: js, opts: o, subs: make(map[*Subscription]struct{})}, nil
+}
+
+// Connect dials url (comma-separated for a cluster) and returns the bus of
+// agent on the new connection, which Close closes. The connection reconnects
+// without limit; WithNATSOptions adds or overrides nats.Connect options.
+func Connect(url, agent string, opts ...Option) (*Bus, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	natsOpts := append([]nats.Option{
+		nats.Name("agentbus " + agent),
+		nats.MaxReconnects(-1),
+		// nats.go prints asynchronous errors to stderr unless told otherwise;
+		// the library never prints.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			o.onError(fmt.Errorf("connection: %w", err))
+		}),
+	}, o.natsOptions...)
+	nc, err := nats.Connect(url, natsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	b, err := New(nc, agent, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	b.opts.ownsConn = true
+	return b, nil
+}
+
+// Agent returns the agent this bus publishes as and consumes for.
+func (b *Bus) Agent() string { return b.agent }
+
+// Subjects returns the subject scheme of the bus.
+func (b *Bus) Subjects() subjects.Scheme { return b.opts.scheme }
+
+// Conn returns the underlying connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// Close stops every subscription, cancelling running handlers' contexts and
+// waiting for them to return, and closes the connection if Connect opened
+// it. Close is idempotent; other methods return ErrClosed after it.
+func (b *Bus) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	subs := b.subs
+	b.subs = nil
+	b.mu.Unlock()
+	for s := range subs {
+		s.Stop()
+	}
+	for s := range subs {
+		<-s.Done()
+	}
+	if b.opts.ownsConn {
+		b.nc.Close()
+	}
+	return nil
+}
+
+func (b *Bus) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// minServer is the oldest nats-server with per-message TTL (Nats-TTL).
+var minServer = [3]int{2, 11, 0}
+
+// checkServer reports ErrUnsupportedServer if the connected server is
+// older than minServer.
+func checkServer(nc *nats.Conn) error {
+	v := nc.ConnectedServerVersion()
+	if v == "" {
+		return fmt.Errorf("%w: not connected, server version unknown", ErrUnsupportedServer)
+	}
+	got, ok := parseVersion(v)
+	if !ok {
+		return fmt.Errorf("%w: cannot parse server version %q", ErrUnsupportedServer, v)
+	}
+	for i := range got {
+		if got[i] != minServer[i] {
+			if got[i] < minServer[i] {
+				return fmt.Errorf("%w: found nats-server %s, need %d.%d.%d or later for per-message TTL", ErrUnsupportedServer, v, minServer[0], minServer[1], minServer[2])
+			}
+			break
+		}
+	}
+	return nil
+}
+
+func parseVersion(v string) ([3]int, bool) {
+	var out [3]int
+	v = strings.TrimPrefix(v, "v")
+	if i := strings.IndexAny(v, "-+"); i >= 0 {
+		v = v[:i]
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return out, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// notProvisioned turns the server's "no such stream" answers into
+// ErrNotProvisioned.
+func (b *Bus) notProvisioned(err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w: stream %s: %w", ErrNotProvisioned, b.opts.scheme.Stream(), err)
+	}
+	return err
+}

@@ -1,0 +1,802 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+func TestPublishSubscribeRoundTrip(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "build orchestrator")
+	worker := newBus(t, s, "@worker-1")
+
+	sent := bus.Message{
+		To:          "@worker-1",
+		Type:        "TASK_ASSIGNMENT",
+		Priority:    2,
+		ContentType: "application/json",
+		DataSchema:  "https://example.com/task.json",
+		Data:        []byte(`{"task":"build"}`),
+		Extensions:  map[string]string{"tenant": "acme"},
+	}
+	ack := publish(t, orch, sent)
+	if ack.ID == "" || ack.Sequence == 0 || ack.Duplicate {
+		t.Fatalf("ack = %+v, want an ID, a sequence and no duplicate", ack)
+	}
+
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	d := r.waitCount(t, 1)[0]
+
+	if d.ID != ack.ID || d.From != "build orchestrator" || d.To != "@worker-1" || d.Type != "TASK_ASSIGNMENT" ||
+		d.Priority != 2 || d.CorrelationID != ack.ID || d.ContentType != "application/json" ||
+		d.DataSchema != sent.DataSchema || string(d.Data) != string(sent.Data) || d.Extensions["tenant"] != "acme" {
+		t.Errorf("delivered %+v, want the published message", d.Message)
+	}
+	if d.Sequence != ack.Sequence || d.NumDelivered != 1 || d.Subject != ack.Subject {
+		t.Errorf("delivery info seq=%d delivered=%d subject=%q, want seq=%d delivered=1 subject=%q",
+			d.Sequence, d.NumDelivered, d.Subject, ack.Sequence, ack.Subject)
+	}
+	if want := "agentbus.agent.%40worker-1.p2.build%20orchestrator.TASK_ASSIGNMENT"; ack.Subject != want {
+		t.Errorf("subject = %q, want %q", ack.Subject, want)
+	}
+}
+
+// TestStrictPriorityMixedBacklog: with a backlog at every level and
+// concurrency 1, messages are handled by priority, FIFO within a level.
+func TestStrictPriorityMixedBacklog(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+
+	var want []string
+	byPriority := map[int][]string{}
+	for i := range 30 {
+		p := []int{5, 3, 1, 4, 2}[i%5]
+		typ := fmt.Sprintf("p%d-%02d", p, i)
+		publish(t, sender, bus.Message{To: "agent", Type: typ, Priority: p})
+		byPriority[p] = append(byPriority[p], typ)
+	}
+	for p := 1; p <= 5; p++ {
+		want = append(want, byPriority[p]...)
+	}
+
+	for _, prefetch := range []int{1, 4} {
+		t.Run(fmt.Sprintf("prefetch=%d", prefetch), func(t *testing.T) {
+			r := newRecorder()
+			if prefetch == 4 { // the first run acked the backlog: queue it again
+				for _, typ := range slices.Clone(want) {
+					p := int(typ[1] - '0')
+					publish(t, sender, bus.Message{To: "agent", Type: typ, Priority: p})
+				}
+			}
+			sub := subscribe(t, agent, r.handle, bus.WithPrefetch(prefetch))
+			got := r.waitCount(t, len(want))
+			sub.Stop()
+			<-sub.Done()
+			var types []string
+			for _, d := range got {
+				types = append(types, d.Type)
+			}
+			if !slices.Equal(types, want) {
+				t.Errorf("handled in order\n%v\nwant\n%v", types, want)
+			}
+		})
+	}
+}
+
+// TestHighPriorityPreempts: a p1 message that arrives while p5 work runs is
+// the next to start, ahead of the queued p5 backlog.
+func TestHighPriorityPreempts(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	for i := range 5 {
+		publish(t, sender, bus.Message{To: "agent", Type: fmt.Sprintf("low-%d", i), Priority: 5})
+	}
+
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	var order []string
+	var mu sync.Mutex
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		order = append(order, d.Type)
+		mu.Unlock()
+		started <- d.Type
+		if d.Type == "low-0" {
+			<-release
+		}
+		return nil
+	}, bus.WithPrefetch(4))
+
+	if got := <-started; got != "low-0" {
+		t.Fatalf("first started %q, want low-0", got)
+	}
+	publish(t, sender, bus.Message{To: "agent", Type: "urgent", Priority: 1})
+	// The p1 message must reach this process before low-0 finishes; poll the
+	// consumer until it is delivered (ack pending), then release.
+	waitFor(t, "urgent delivered", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p1")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 1, fmt.Sprintf("%+v", info.Delivered)
+	})
+	close(release)
+	if got := <-started; got != "urgent" {
+		t.Fatalf("after low-0 started %q, want urgent", got)
+	}
+	for range 4 {
+		<-started
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"low-0", "urgent", "low-1", "low-2", "low-3", "low-4"}
+	if !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+}
+
+func consumerInfo(t *testing.T, b *bus.Bus, name string) (*jetstream.ConsumerInfo, error) {
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		return nil, err
+	}
+	c, err := js.Consumer(testContext(t), b.Subjects().Stream(), name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(testContext(t))
+}
+
+func TestWeightedPolicyServesLowLevels(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	for i := range 20 {
+		publish(t, sender, bus.Message{To: "agent", Type: fmt.Sprintf("high-%d", i), Priority: 1})
+	}
+	for i := range 5 {
+		publish(t, sender, bus.Message{To: "agent", Type: fmt.Sprintf("low-%d", i), Priority: 5})
+	}
+	r := newRecorder()
+	gate := make(chan struct{})
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		<-gate
+		return r.handle(ctx, d)
+	}, bus.WithPolicy(bus.Weighted, 2, 1, 1, 1, 1), bus.WithPrefetch(20))
+	// Hold the first handler until the low messages are in memory too, so
+	// the policy chooses between both levels from the start.
+	waitFor(t, "low messages prefetched", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p5")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 5, fmt.Sprint(info.NumAckPending)
+	})
+	close(gate)
+	got := r.waitCount(t, 25)
+	// Strict order would handle the five low messages last (positions
+	// 20-24). With weights 2:1 they interleave, one low per two highs; the
+	// first message was picked before the lows arrived.
+	lastLow := slices.IndexFunc(got, func(d *bus.Delivery) bool { return d.Type == "low-4" })
+	if lastLow < 0 || lastLow > 16 {
+		t.Errorf("low-4 at position %d of %v, want at most 16", lastLow, r.types())
+	}
+}
+
+func TestDuplicateIDStoredOnce(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+
+	m := bus.Message{ID: "fixed-id-1", To: "agent", Type: "T", Data: []byte("once")}
+	first := publish(t, sender, m)
+	second := publish(t, sender, m)
+	if first.Duplicate || !second.Duplicate || second.Sequence != first.Sequence {
+		t.Fatalf("acks %+v then %+v, want the second a duplicate of the first", first, second)
+	}
+	publish(t, sender, bus.Message{To: "agent", Type: "after"})
+
+	r := newRecorder()
+	subscribe(t, agent, r.handle)
+	r.waitCount(t, 2)
+	if got := r.types(); !slices.Equal(got, []string{"T", "after"}) {
+		t.Errorf("handled %v, want [T after]", got)
+	}
+}
+
+func TestBroadcastReachesEveryAgentButSender(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "planner")
+	recs := map[string]*recorder{}
+	for _, name := range []string{"worker-a", "worker-b", "reviewer"} {
+		recs[name] = newRecorder()
+		subscribe(t, newBus(t, s, name), recs[name].handle)
+	}
+	own := newRecorder()
+	subscribe(t, sender, own.handle)
+
+	publish(t, sender, bus.Message{To: bus.Broadcast, Type: "PLAN_UPDATED", Priority: 2})
+	publish(t, sender, bus.Message{To: "planner", Type: "NOTE_TO_SELF"})
+	for name, r := range recs {
+		d := r.waitCount(t, 1)[0]
+		if d.Type != "PLAN_UPDATED" || d.To != bus.Broadcast || d.From != "planner" {
+			t.Errorf("%s got %+v", name, d.Message)
+		}
+	}
+	// The sender handles its direct message, never its own broadcast.
+	own.waitCount(t, 1)
+	if got := own.types(); !slices.Equal(got, []string{"NOTE_TO_SELF"}) {
+		t.Errorf("sender handled %v, want only NOTE_TO_SELF", got)
+	}
+}
+
+func TestOwnBroadcastsOnRequest(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "solo")
+	r := newRecorder()
+	subscribe(t, b, r.handle, bus.WithOwnBroadcasts())
+	publish(t, b, bus.Message{To: bus.Broadcast, Type: "HELLO"})
+	if d := r.waitCount(t, 1)[0]; d.Type != "HELLO" {
+		t.Errorf("got %q, want HELLO", d.Type)
+	}
+}
+
+func TestTwoInstancesSplitWork(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	var mu sync.Mutex
+	seen := map[string]int{}
+	perInstance := [2]int{}
+	gate := make(chan struct{})
+	for i := range 2 {
+		b := newBus(t, s, "worker")
+		subscribe(t, b, func(ctx context.Context, d *bus.Delivery) error {
+			<-gate // both instances start before work flows
+			mu.Lock()
+			seen[d.ID]++
+			perInstance[i]++
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond) // simulated work, so both get a share
+			return nil
+		})
+	}
+	const n = 60
+	for i := range n {
+		publish(t, sender, bus.Message{To: "worker", Type: fmt.Sprintf("job-%d", i)})
+	}
+	close(gate)
+	waitFor(t, "all jobs", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == n, fmt.Sprintf("%d distinct, per instance %v", len(seen), perInstance)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("message %s handled %d times", id, c)
+		}
+	}
+	if perInstance[0] == 0 || perInstance[1] == 0 {
+		t.Errorf("work per instance %v, want both to take a share", perInstance)
+	}
+}
+
+func TestHandlerErrorRedeliversThenTerminates(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	publish(t, sender, bus.Message{To: "agent", Type: "poison", Priority: 1})
+	publish(t, sender, bus.Message{To: "agent", Type: "flaky", Priority: 1})
+	publish(t, sender, bus.Message{To: "agent", Type: "fine", Priority: 1})
+
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		attempts[d.Type] = append(attempts[d.Type], d.NumDelivered)
+		mu.Unlock()
+		switch {
+		case d.Type == "poison":
+			return errors.New("cannot handle")
+		case d.Type == "flaky" && d.NumDelivered < 2:
+			return errors.New("try again")
+		}
+		return nil
+	}, bus.WithMaxDeliver(3), bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond }))
+
+	waitFor(t, "poison given up and others done", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts["poison"]) == 3 && len(attempts["flaky"]) == 2 && len(attempts["fine"]) == 1, fmt.Sprint(attempts)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(attempts["poison"], []int{1, 2, 3}) {
+		t.Errorf("poison deliveries %v, want [1 2 3]", attempts["poison"])
+	}
+	// Terminated, not left pending: nothing is waiting for an ack.
+	waitFor(t, "no ack pending", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p1")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 0 && info.NumRedelivered == 0, fmt.Sprintf("pending=%d redelivered=%d", info.NumAckPending, info.NumRedelivered)
+	})
+}
+
+func TestPermanentErrorTerminatesAtOnce(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	publish(t, sender, bus.Message{To: "agent", Type: "bad"})
+	var calls atomic.Int32
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		calls.Add(1)
+		return bus.Permanent(errors.New("never valid"))
+	})
+	waitFor(t, "terminated", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.AckFloor.Stream == 1 && info.NumAckPending == 0, fmt.Sprintf("%+v", info.AckFloor)
+	})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times, want 1", n)
+	}
+}
+
+func TestHandlerPanicIsAFailure(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	var bgErrs []error
+	var mu sync.Mutex
+	agent := newBus(t, s, "agent", bus.WithErrorHandler(func(err error) {
+		mu.Lock()
+		bgErrs = append(bgErrs, err)
+		mu.Unlock()
+	}))
+	publish(t, sender, bus.Message{To: "agent", Type: "boom"})
+	var calls atomic.Int32
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		if calls.Add(1) == 1 {
+			panic("handler bug")
+		}
+		return nil
+	}, bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond }))
+	waitFor(t, "redelivered after panic", func() (bool, string) {
+		return calls.Load() == 2, fmt.Sprint(calls.Load())
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bgErrs) == 0 || !errors.Is(bgErrs[0], bus.ErrHandlerPanic) {
+		t.Errorf("background errors %v, want one wrapping ErrHandlerPanic", bgErrs)
+	}
+}
+
+// TestLongHandlerIsKeptAlive: a handler that runs for several AckWaits is
+// not redelivered, and neither is a message waiting in the prefetch buffer.
+func TestLongHandlerIsKeptAlive(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	publish(t, sender, bus.Message{To: "agent", Type: "slow"})
+	publish(t, sender, bus.Message{To: "agent", Type: "waiting"})
+	var deliveries []int
+	var mu sync.Mutex
+	done := make(chan struct{})
+	ackWait := 500 * time.Millisecond
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		mu.Lock()
+		deliveries = append(deliveries, d.NumDelivered)
+		n := len(deliveries)
+		mu.Unlock()
+		if d.Type == "slow" {
+			// Stay busy for four AckWaits, watching the server's view.
+			deadline := time.Now().Add(4 * ackWait)
+			for time.Now().Before(deadline) {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		if n == 2 {
+			close(done)
+		}
+		return nil
+	}, bus.WithAckWait(ackWait), bus.WithPrefetch(2))
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("timed out")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(deliveries, []int{1, 1}) {
+		t.Errorf("delivery counts %v, want [1 1]: nothing redelivered", deliveries)
+	}
+	info, err := consumerInfo(t, agent, "agent_p3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 {
+		t.Errorf("server redelivered %d messages", info.NumRedelivered)
+	}
+}
+
+// TestRedeliveryAfterConnectionClosedMidHandler: a subscriber whose
+// connection dies mid-handler loses nothing; the next instance gets the
+// message after AckWait.
+func TestRedeliveryAfterConnectionClosedMidHandler(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	publish(t, sender, bus.Message{To: "agent", Type: "job", Data: []byte("payload")})
+
+	nc1 := embeddedtest.Connect(t, s)
+	first, err := bus.New(nc1, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	sub1, err := first.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		<-ctx.Done() // never finishes on its own
+		return ctx.Err()
+	}, bus.WithAckWait(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	nc1.Close() // the process "crashes": no ack, no nak
+	sub1.Stop()
+	<-sub1.Done()
+	first.Close()
+
+	second := newBus(t, s, "agent")
+	r := newRecorder()
+	subscribe(t, second, r.handle, bus.WithAckWait(300*time.Millisecond))
+	d := r.waitCount(t, 1)[0]
+	if d.Type != "job" || string(d.Data) != "payload" || d.NumDelivered != 2 {
+		t.Errorf("redelivered %q %q delivery %d, want job payload delivery 2", d.Type, d.Data, d.NumDelivered)
+	}
+}
+
+// TestExpiredForOfflineAgent: a message whose TTL passes while its receiver
+// is offline is never handled; the others are.
+func TestExpiredForOfflineAgent(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	short := publish(t, sender, bus.Message{To: "offline", Type: "short-lived", TTL: time.Second})
+	publish(t, sender, bus.Message{To: "offline", Type: "durable"})
+
+	// The server removes the message once its TTL passes.
+	js, err := jetstream.New(sender.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(testContext(t), sender.Subjects().Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "server to remove the expired message", func() (bool, string) {
+		_, err := stream.GetMsg(testContext(t), short.Sequence)
+		return errors.Is(err, jetstream.ErrMsgNotFound), fmt.Sprint(err)
+	})
+
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "offline"), r.handle)
+	r.waitCount(t, 1)
+	if got := r.types(); !slices.Equal(got, []string{"durable"}) {
+		t.Errorf("handled %v, want only durable", got)
+	}
+}
+
+// TestExpiredBeforeDeliveryNotHandled: a message still in the stream whose
+// expirytime has passed (a publisher that set no Nats-TTL) is terminated,
+// not handled.
+func TestExpiredBeforeDeliveryNotHandled(t *testing.T) {
+	s := newServer(t)
+	nc := embeddedtest.Connect(t, s)
+	m := &codec.Message{From: "raw", To: "agent", Type: "stale", TTL: time.Second}
+	m.SetDefaults(time.Now().Add(-time.Minute))
+	h, data, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishMsg(&nats.Msg{Subject: "agentbus.agent.agent.p3.raw.stale", Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sender := newBus(t, s, "sender")
+	publish(t, sender, bus.Message{To: "agent", Type: "fresh"})
+
+	agent := newBus(t, s, "agent")
+	r := newRecorder()
+	subscribe(t, agent, r.handle)
+	r.waitCount(t, 1)
+	waitFor(t, "stale terminated", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 0 && info.AckFloor.Stream == 2, fmt.Sprintf("%+v", info.AckFloor)
+	})
+	if got := r.types(); !slices.Equal(got, []string{"fresh"}) {
+		t.Errorf("handled %v, want only fresh", got)
+	}
+}
+
+// TestRawNonCloudEventIsTerminated: garbage published straight onto an
+// agent's subject never reaches the handler and never blocks the queue.
+func TestRawNonCloudEventIsTerminated(t *testing.T) {
+	s := newServer(t)
+	nc := embeddedtest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(testContext(t), "agentbus.agent.agent.p1.raw.junk", []byte("not a cloudevent")); err != nil {
+		t.Fatal(err)
+	}
+	sender := newBus(t, s, "sender")
+	publish(t, sender, bus.Message{To: "agent", Type: "good", Priority: 1})
+
+	var bgErrs atomic.Int32
+	agent := newBus(t, s, "agent", bus.WithErrorHandler(func(err error) {
+		if errors.Is(err, codec.ErrMalformed) {
+			bgErrs.Add(1)
+		}
+	}))
+	r := newRecorder()
+	subscribe(t, agent, r.handle)
+	r.waitCount(t, 1)
+	if got := r.types(); !slices.Equal(got, []string{"good"}) {
+		t.Errorf("handled %v, want [good]", got)
+	}
+	if bgErrs.Load() != 1 {
+		t.Errorf("%d decode errors reported, want 1", bgErrs.Load())
+	}
+}
+
+// TestServerRestartLosesNothing: the server restarts on the same store
+// while a subscriber is connected; messages published before and after are
+// all delivered and the subscription resumes on its own.
+func TestServerRestartLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := newServer(t, func(o *embedded.Options) { o.StoreDir = dir })
+	url := s.ClientURL()
+	sender := dialBus(t, url, "sender")
+	agent := dialBus(t, url, "agent")
+	r := newRecorder()
+	subscribe(t, agent, r.handle, bus.WithAckWait(time.Second))
+
+	publish(t, sender, bus.Message{To: "agent", Type: "before"})
+	r.waitCount(t, 1)
+	publish(t, newBus(t, s, "queuer"), bus.Message{To: "offline", Type: "queued"})
+
+	opts := s.Options()
+	s.Shutdown()
+	s2, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	t.Cleanup(s2.Shutdown)
+
+	waitFor(t, "sender reconnected", func() (bool, string) {
+		return sender.Conn().IsConnected(), sender.Conn().Status().String()
+	})
+	publish(t, sender, bus.Message{To: "agent", Type: "after"})
+	r.waitCount(t, 2)
+	if got := r.types(); !slices.Equal(got, []string{"before", "after"}) {
+		t.Errorf("handled %v, want [before after]", got)
+	}
+
+	offline := newBus(t, s2, "offline")
+	r2 := newRecorder()
+	subscribe(t, offline, r2.handle)
+	if d := r2.waitCount(t, 1)[0]; d.Type != "queued" {
+		t.Errorf("offline agent got %q, want queued", d.Type)
+	}
+}
+
+func TestIdleSubscriberDoesNotPoll(t *testing.T) {
+	s := newServer(t)
+	agent := newBus(t, s, "idle")
+	spy := embeddedtest.Connect(t, s)
+	var requests atomic.Int32
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT.>", func(*nats.Msg) { requests.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, agent, func(context.Context, *bus.Delivery) error { return nil })
+	// Observe a fixed window: an idle subscription sends one no-wait and one
+	// waiting request per level, then nothing until the 30s expiry.
+	time.Sleep(2 * time.Second)
+	if n := requests.Load(); n > 10 {
+		t.Errorf("%d pull requests in 2s while idle, want at most 10 (2 per level)", n)
+	}
+}
+
+func TestPublishErrors(t *testing.T) {
+	s := newServer(t, func(o *embedded.Options) { o.MaxPayload = 64 * 1024 })
+	b := newBus(t, s, "sender")
+	ctx := testContext(t)
+	tests := []struct {
+		name    string
+		msg     bus.Message
+		wantErr error
+	}{
+		{"empty to", bus.Message{Type: "T"}, bus.ErrInvalidMessage},
+		{"empty type", bus.Message{To: "x"}, bus.ErrInvalidMessage},
+		{"bad priority", bus.Message{To: "x", Type: "T", Priority: 9}, bus.ErrInvalidMessage},
+		{"invalid UTF-8 agent", bus.Message{To: "\xff", Type: "T"}, bus.ErrInvalidAgentID},
+		{"control character in type", bus.Message{To: "x", Type: "a\r\nb"}, bus.ErrInvalidMessage},
+		{"over-long agent", bus.Message{To: strings.Repeat("é", 100), Type: "T"}, bus.ErrInvalidAgentID},
+		{"impersonation", bus.Message{From: "someone-else", To: "x", Type: "T"}, bus.ErrInvalidMessage},
+		{"oversize payload", bus.Message{To: "x", Type: "T", Data: make([]byte, 70*1024)}, bus.ErrPayloadTooLarge},
+		{"negative TTL", bus.Message{To: "x", Type: "T", TTL: -time.Second}, bus.ErrInvalidMessage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := b.Publish(ctx, tt.msg)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Publish error = %v, want %v", err, tt.wantErr)
+			}
+			if _, err := b.PublishAsync(tt.msg); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("PublishAsync error = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+	var fe *codec.FieldError
+	if _, err := b.Publish(ctx, bus.Message{To: "x", Type: "T", Priority: 9}); !errors.As(err, &fe) || fe.Field == "" {
+		t.Errorf("bad priority error %v, want a *codec.FieldError naming the field", err)
+	}
+}
+
+func TestNotProvisioned(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	b := newBus(t, s, "agent")
+	if _, err := b.Publish(testContext(t), bus.Message{To: "x", Type: "T"}); !errors.Is(err, bus.ErrNotProvisioned) {
+		t.Errorf("Publish error = %v, want ErrNotProvisioned", err)
+	}
+	if _, err := b.Subscribe(testContext(t), newRecorder().handle); !errors.Is(err, bus.ErrNotProvisioned) {
+		t.Errorf("Subscribe error = %v, want ErrNotProvisioned", err)
+	}
+}
+
+func TestClosedBus(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "agent")
+	sub := subscribe(t, b, newRecorder().handle)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.Done():
+	default:
+		t.Error("subscription still running after Close")
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	if _, err := b.Publish(testContext(t), bus.Message{To: "x", Type: "T"}); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("Publish after Close = %v, want ErrClosed", err)
+	}
+	if _, err := b.Subscribe(testContext(t), newRecorder().handle); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("Subscribe after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	s := newServer(t)
+	nc := embeddedtest.Connect(t, s)
+	tests := []struct {
+		name    string
+		agent   string
+		opts    []bus.Option
+		wantErr error
+	}{
+		{"empty agent", "", nil, bus.ErrInvalidAgentID},
+		{"broadcast agent", "*", nil, bus.ErrInvalidAgentID},
+		{"bad root", "a", []bus.Option{bus.WithRoot("a b")}, bus.ErrInvalidOption},
+		{"nil codec", "a", []bus.Option{bus.WithCodec(nil)}, bus.ErrInvalidOption},
+		{"zero async pending", "a", []bus.Option{bus.WithMaxAsyncPending(0)}, bus.ErrInvalidOption},
+		{"provision root mismatch", "a", []bus.Option{bus.WithRoot("one"), bus.WithProvision(bus.StreamConfig{Root: "two"})}, bus.ErrInvalidOption},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := bus.New(nc, tt.agent, tt.opts...); !errors.Is(err, tt.wantErr) {
+				t.Errorf("New error = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+	b := newBus(t, s, "a")
+	for _, opt := range []bus.SubscribeOption{bus.WithConcurrency(0), bus.WithPrefetch(-1), bus.WithAckWait(time.Millisecond),
+		bus.WithMaxDeliver(0), bus.WithPolicy(bus.Weighted, 1, 2), bus.WithBackoff(nil)} {
+		if _, err := b.Subscribe(testContext(t), newRecorder().handle, opt); !errors.Is(err, bus.ErrInvalidOption) {
+			t.Errorf("Subscribe with a bad option = %v, want ErrInvalidOption", err)
+		}
+	}
+}
+
+func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	info, err := bus.Provision(ctx, nc, bus.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := info.Config
+	if c.Name != "AGENTBUS" || c.MaxAge != 30*24*time.Hour || c.Duplicates != time.Hour || !c.AllowMsgTTL ||
+		c.MaxConsumers != bus.DefaultMaxConsumers || c.Storage != jetstream.FileStorage || c.Replicas != 1 {
+		t.Errorf("provisioned config %+v", c)
+	}
+	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{}); err != nil {
+		t.Fatalf("second provision: %v", err)
+	}
+	info, err = bus.Provision(ctx, nc, bus.StreamConfig{MaxAge: 48 * time.Hour, DuplicateWindow: 2 * time.Minute})
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	if info.Config.MaxAge != 48*time.Hour || info.Config.Duplicates != 2*time.Minute {
+		t.Errorf("updated config max age %v dedup %v", info.Config.MaxAge, info.Config.Duplicates)
+	}
+	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("dedup window over max age: %v, want ErrInvalidOption", err)
+	}
+}
+
+func TestAsyncPublish(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	var futures []*bus.PublishFuture
+	for i := range 100 {
+		f, err := sender.PublishAsync(bus.Message{To: "agent", Type: "bulk", Data: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	select {
+	case <-sender.PublishAsyncComplete():
+	case <-time.After(testTimeout):
+		t.Fatal("async publishes not complete")
+	}
+	for i, f := range futures {
+		ack, err := f.Wait(testContext(t))
+		if err != nil || ack.Sequence != uint64(i+1) || ack.ID != f.ID() {
+			t.Fatalf("future %d: ack %+v err %v", i, ack, err)
+		}
+	}
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "agent"), r.handle, bus.WithPrefetch(32), bus.WithConcurrency(4))
+	r.waitCount(t, 100)
+}

@@ -1,0 +1,40 @@
+package bus
+
+import (
+	"errors"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// Errors a caller can act on. Test for them with errors.Is; each is wrapped
+// with the detail of what went wrong.
+var (
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("bus: closed")
+	// ErrInvalidOption is wrapped by errors from options with bad values.
+	ErrInvalidOption = errors.New("bus: invalid option")
+	// ErrUnsupportedServer means the server lacks a feature agentbus needs,
+	// such as per-message TTL (nats-server 2.11 or later) or JetStream.
+	ErrUnsupportedServer = errors.New("bus: unsupported server")
+	// ErrNotProvisioned means the bus's stream does not exist on the server:
+	// run Provision or `agentbus provision`.
+	ErrNotProvisioned = errors.New("bus: stream not provisioned")
+	// ErrPayloadTooLarge means the encoded message exceeds the server's
+	// maximum payload.
+	ErrPayloadTooLarge = errors.New("bus: message too large")
+	// ErrExpired is the reason a message whose expiry passed before delivery
+	// is terminated instead of handed to the handler.
+	ErrExpired = errors.New("bus: message expired")
+	// ErrHandlerPanic is wrapped by the error that stands for a panic in a
+	// handler; the message is settled as if the handler failed.
+	ErrHandlerPanic = consumers.ErrHandlerPanic
+
+	// ErrInvalidMessage is wrapped by errors for messages that cannot be
+	// sent; errors.As to *codec.FieldError tells which field.
+	ErrInvalidMessage = codec.ErrInvalidMessage
+	// ErrInvalidAgentID is wrapped by errors for agent IDs that cannot be
+	// used; see docs/subjects.md for the rules.
+	ErrInvalidAgentID = subjects.ErrInvalidAgentID
+)

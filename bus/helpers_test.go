@@ -1,0 +1,150 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds every wait in these tests; generous for -race on a
+// loaded 2-core machine.
+const testTimeout = 20 * time.Second
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newServer starts an embedded server and provisions the bus stream on it.
+func newServer(t *testing.T, opts ...func(*embedded.Options)) *embedded.Server {
+	t.Helper()
+	s := embeddedtest.RunServer(t, opts...)
+	nc := embeddedtest.Connect(t, s)
+	if _, err := bus.Provision(testContext(t), nc, bus.StreamConfig{}); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	return s
+}
+
+// newBus connects agent to s on a connection of its own.
+func newBus(t *testing.T, s *embedded.Server, agent string, opts ...bus.Option) *bus.Bus {
+	t.Helper()
+	nc := embeddedtest.Connect(t, s)
+	b, err := bus.New(nc, agent, opts...)
+	if err != nil {
+		t.Fatalf("bus.New(%q): %v", agent, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// dialBus is newBus over TCP with reconnects, for tests that restart the
+// server or close connections.
+func dialBus(t *testing.T, url, agent string, opts ...bus.Option) *bus.Bus {
+	t.Helper()
+	opts = append(opts, bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+	b, err := bus.Connect(url, agent, opts...)
+	if err != nil {
+		t.Fatalf("bus.Connect(%q): %v", agent, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func publish(t *testing.T, b *bus.Bus, m bus.Message) bus.PubAck {
+	t.Helper()
+	ack, err := b.Publish(testContext(t), m)
+	if err != nil {
+		t.Fatalf("publish %+v: %v", m, err)
+	}
+	return ack
+}
+
+// recorder is a handler that records what it was given.
+type recorder struct {
+	mu   sync.Mutex
+	got  []*bus.Delivery
+	more chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{more: make(chan struct{}, 1)} }
+
+func (r *recorder) handle(_ context.Context, d *bus.Delivery) error {
+	r.mu.Lock()
+	r.got = append(r.got, d)
+	r.mu.Unlock()
+	select {
+	case r.more <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (r *recorder) deliveries() []*bus.Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*bus.Delivery(nil), r.got...)
+}
+
+func (r *recorder) types() []string {
+	var out []string
+	for _, d := range r.deliveries() {
+		out = append(out, d.Type)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes, then fails with
+// the last state cond described.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitCount waits until r has recorded n deliveries.
+func (r *recorder) waitCount(t *testing.T, n int) []*bus.Delivery {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d deliveries", n), func() (bool, string) {
+		got := r.deliveries()
+		return len(got) >= n, fmt.Sprintf("%d deliveries: %v", len(got), r.types())
+	})
+	return r.deliveries()
+}
+
+func subscribe(t *testing.T, b *bus.Bus, h bus.Handler, opts ...bus.SubscribeOption) *bus.Subscription {
+	t.Helper()
+	s, err := b.Subscribe(testContext(t), h, opts...)
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		<-s.Done()
+	})
+	return s
+}

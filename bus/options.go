@@ -1,0 +1,237 @@
+package bus
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// DefaultMaxAsyncPending bounds the asynchronous publishes awaiting an ack.
+const DefaultMaxAsyncPending = 4000
+
+// Option configures a Bus. Options that can be invalid return an error
+// wrapping ErrInvalidOption from New.
+type Option func(*options) error
+
+type options struct {
+	scheme          subjects.Scheme
+	codec           codec.Codec
+	logger          *slog.Logger
+	onError         func(error)
+	provision       *StreamConfig
+	maxAsyncPending int
+	natsOptions     []nats.Option
+	ownsConn        bool
+}
+
+func defaultOptions() options {
+	return options{
+		scheme:          subjects.Default(),
+		codec:           codec.Binary{},
+		logger:          slog.New(slog.DiscardHandler),
+		onError:         func(error) {},
+		maxAsyncPending: DefaultMaxAsyncPending,
+	}
+}
+
+// WithRoot sets the subject root (default "agentbus"); every process of one
+// bus must use the same root.
+func WithRoot(root string) Option {
+	return func(o *options) error {
+		s, err := subjects.New(root)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		o.scheme = s
+		return nil
+	}
+}
+
+// WithCodec sets how messages are written: codec.Binary{} (the default,
+// attributes in ce- headers) or codec.Structured{} (one JSON document).
+// Both are always accepted when reading.
+func WithCodec(c codec.Codec) Option {
+	return func(o *options) error {
+		if c == nil {
+			return fmt.Errorf("%w: nil codec", ErrInvalidOption)
+		}
+		o.codec = c
+		return nil
+	}
+}
+
+// WithLogger sets the logger for debug records. The default discards them;
+// the library never prints.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithErrorHandler receives errors that happen in the background and have no
+// caller to return to: failed pulls, failed acks, messages that cannot be
+// decoded, handler panics.
+func WithErrorHandler(f func(error)) Option {
+	return func(o *options) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil error handler", ErrInvalidOption)
+		}
+		o.onError = f
+		return nil
+	}
+}
+
+// WithProvision makes New provision the stream (see Provision) before it
+// returns. cfg.Root must be empty or equal to the bus's root.
+func WithProvision(cfg StreamConfig) Option {
+	return func(o *options) error {
+		o.provision = &cfg
+		return nil
+	}
+}
+
+// WithMaxAsyncPending bounds the asynchronous publishes awaiting an ack;
+// PublishAsync blocks briefly, then fails, when the bound is reached.
+func WithMaxAsyncPending(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max async pending %d must be > 0", ErrInvalidOption, n)
+		}
+		o.maxAsyncPending = n
+		return nil
+	}
+}
+
+// WithNATSOptions passes options to nats.Connect when Connect dials, such as
+// credentials (nats.UserCredentials) or TLS (nats.RootCAs). New ignores them.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) error {
+		o.natsOptions = append(o.natsOptions, opts...)
+		return nil
+	}
+}
+
+// SubscribeOption configures one subscription.
+type SubscribeOption func(*subscribeOptions) error
+
+type subscribeOptions struct {
+	concurrency   int
+	prefetch      int
+	policy        Policy
+	weights       []int
+	ackWait       time.Duration
+	maxDeliver    int
+	maxAckPending int
+	backoff       func(delivery int) time.Duration
+	ownBroadcasts bool
+}
+
+// WithConcurrency sets how many handlers run at once (default 1).
+func WithConcurrency(n int) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: concurrency %d must be > 0", ErrInvalidOption, n)
+		}
+		o.concurrency = n
+		return nil
+	}
+}
+
+// WithPrefetch sets how many messages per priority level this process holds
+// in memory ahead of its handlers (default: the concurrency). More prefetch
+// raises throughput for fast handlers; less spreads work more evenly between
+// the processes of one agent. Held messages are kept alive, so waiting in
+// memory never causes a redelivery.
+func WithPrefetch(n int) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: prefetch %d must be > 0", ErrInvalidOption, n)
+		}
+		o.prefetch = n
+		return nil
+	}
+}
+
+// WithPolicy chooses between priority levels: Strict (the default) or
+// Weighted. For Weighted, weights gives each level's share, highest
+// priority first (default 16, 8, 4, 2, 1).
+func WithPolicy(p Policy, weights ...int) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if p != Strict && p != Weighted {
+			return fmt.Errorf("%w: unknown policy %v", ErrInvalidOption, p)
+		}
+		if len(weights) > 0 && len(weights) != subjects.LowestPriority {
+			return fmt.Errorf("%w: %d weights, want %d", ErrInvalidOption, len(weights), subjects.LowestPriority)
+		}
+		o.policy, o.weights = p, weights
+		return nil
+	}
+}
+
+// WithAckWait sets how long the server waits for an ack before it
+// redelivers (default 30s): the time to notice a crashed subscriber. Running
+// handlers are kept alive, so it does not limit how long a handler may run.
+func WithAckWait(d time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if d < 100*time.Millisecond {
+			return fmt.Errorf("%w: ack wait %v must be >= 100ms", ErrInvalidOption, d)
+		}
+		o.ackWait = d
+		return nil
+	}
+}
+
+// WithMaxDeliver sets how many deliveries a message gets before a failing
+// one is terminated (default 5).
+func WithMaxDeliver(n int) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max deliver %d must be > 0", ErrInvalidOption, n)
+		}
+		o.maxDeliver = n
+		return nil
+	}
+}
+
+// WithMaxAckPending bounds the messages delivered and not yet acked per
+// priority level, across all processes of the agent (default 1000).
+func WithMaxAckPending(n int) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: max ack pending %d must be > 0", ErrInvalidOption, n)
+		}
+		o.maxAckPending = n
+		return nil
+	}
+}
+
+// WithBackoff sets the delay before redelivering a message whose handler
+// failed on its delivery-th delivery (default exponential: 1s, 2s, 4s, ...
+// up to 1m).
+func WithBackoff(f func(delivery int) time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil backoff", ErrInvalidOption)
+		}
+		o.backoff = f
+		return nil
+	}
+}
+
+// WithOwnBroadcasts delivers the agent's own broadcasts to it too; by
+// default they are acknowledged and skipped.
+func WithOwnBroadcasts() SubscribeOption {
+	return func(o *subscribeOptions) error {
+		o.ownBroadcasts = true
+		return nil
+	}
+}

@@ -1,0 +1,151 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// Defaults for StreamConfig.
+const (
+	DefaultMaxAge          = 30 * 24 * time.Hour
+	DefaultDuplicateWindow = time.Hour
+	// DefaultMaxConsumers allows 10,000 agents at five priority levels. The
+	// server's own default, 1,000 per stream, would stop at 200 agents, and
+	// an unlimited stream falls back to that default.
+	DefaultMaxConsumers = 50_000
+)
+
+// StreamConfig declares the JetStream stream that carries the bus's
+// messages. Provision makes the server match it.
+type StreamConfig struct {
+	// Root is the first subject token(s) of every bus subject. Empty means
+	// subjects.DefaultRoot ("agentbus"); the stream is named after it.
+	Root string
+	// Replicas is the number of copies in a cluster. Zero means 1.
+	Replicas int
+	// MaxAge is how long a message is kept. Zero means DefaultMaxAge.
+	MaxAge time.Duration
+	// DuplicateWindow is how long a message ID is remembered to drop
+	// republished copies. Zero means DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+	// MaxConsumers bounds the stream's consumers (five per agent). Zero
+	// means DefaultMaxConsumers.
+	MaxConsumers int
+	// MaxBytes bounds the stream's size; the oldest messages are removed
+	// first. Zero means no limit.
+	MaxBytes int64
+	// MaxMsgSize bounds one message. Zero means the server's max payload.
+	MaxMsgSize int32
+	// Memory stores messages in memory instead of files. The zero value,
+	// file storage, is what survives restarts.
+	Memory bool
+}
+
+// Validate reports whether c is a config the server can accept.
+func (c StreamConfig) Validate() error {
+	if _, err := subjects.New(c.Root); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	switch {
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("%w: replicas %d not in 0..5", ErrInvalidOption, c.Replicas)
+	case c.MaxAge < 0:
+		return fmt.Errorf("%w: max age %v is negative", ErrInvalidOption, c.MaxAge)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("%w: duplicate window %v is negative", ErrInvalidOption, c.DuplicateWindow)
+	case c.MaxConsumers < 0:
+		return fmt.Errorf("%w: max consumers %d is negative", ErrInvalidOption, c.MaxConsumers)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("%w: max bytes %d is negative", ErrInvalidOption, c.MaxBytes)
+	case c.MaxMsgSize < 0:
+		return fmt.Errorf("%w: max message size %d is negative", ErrInvalidOption, c.MaxMsgSize)
+	}
+	maxAge := orDefault(c.MaxAge, DefaultMaxAge)
+	if dw := orDefault(c.DuplicateWindow, DefaultDuplicateWindow); dw > maxAge {
+		return fmt.Errorf("%w: duplicate window %v exceeds max age %v", ErrInvalidOption, dw, maxAge)
+	}
+	return nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// JetStream returns the stream configuration c stands for.
+func (c StreamConfig) JetStream() (jetstream.StreamConfig, error) {
+	if err := c.Validate(); err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	s, _ := subjects.New(c.Root)
+	storage := jetstream.FileStorage
+	if c.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	return jetstream.StreamConfig{
+		Name:         s.Stream(),
+		Description:  "agentbus messages under " + s.Root(),
+		Subjects:     s.StreamSubjects(),
+		Retention:    jetstream.LimitsPolicy,
+		Discard:      jetstream.DiscardOld,
+		Storage:      storage,
+		Replicas:     orDefault(c.Replicas, 1),
+		MaxAge:       orDefault(c.MaxAge, DefaultMaxAge),
+		Duplicates:   orDefault(c.DuplicateWindow, DefaultDuplicateWindow),
+		MaxConsumers: orDefault(c.MaxConsumers, DefaultMaxConsumers),
+		MaxBytes:     orDefault(c.MaxBytes, -1),
+		MaxMsgSize:   orDefault(c.MaxMsgSize, -1),
+		MaxMsgs:      -1,
+		AllowMsgTTL:  true,
+	}, nil
+}
+
+// Provision creates the stream c declares, or updates it in place to match.
+// It is idempotent and safe to run from several processes. It returns
+// ErrUnsupportedServer if the server cannot carry the bus, and the server's
+// error (a *jetstream.APIError) if it refuses the update, for example a
+// change of storage type.
+func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.StreamInfo, error) {
+	if err := checkServer(nc); err != nil {
+		return nil, err
+	}
+	cfg, err := c.JetStream()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return nil, fmt.Errorf("%w: %w", ErrUnsupportedServer, err)
+		}
+		return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+	}
+	return s.CachedInfo(), nil
+}
+
+// defaultTimeout bounds calls to the server when the caller's context has
+// no deadline.
+const defaultTimeout = 10 * time.Second
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultTimeout)
+}

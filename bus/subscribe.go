@@ -1,0 +1,178 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// Delivery is one message handed to a Handler, with where it came from.
+type Delivery struct {
+	// Message is the decoded message.
+	Message
+	// Subject is the subject the message was published on.
+	Subject string
+	// Stream and Consumer name the stream and durable consumer it came from.
+	Stream, Consumer string
+	// Sequence is the message's stream sequence.
+	Sequence uint64
+	// NumDelivered counts deliveries of this message, 1 for the first.
+	NumDelivered int
+}
+
+// Handler handles one delivery. Returning nil acknowledges the message.
+// Returning an error makes the server redeliver it after a backoff, until
+// its last allowed delivery, when it is terminated; Permanent(err)
+// terminates it at once. ctx is cancelled when the subscription stops.
+type Handler func(ctx context.Context, d *Delivery) error
+
+// Subscription consumes the agent's inbox: its direct messages and the
+// broadcasts, at all five priority levels.
+type Subscription struct {
+	b *Bus
+	d *consumers.Dispatcher
+}
+
+// Stop stops consuming at once: messages held in memory are given back for
+// redelivery and running handlers' contexts are cancelled. It does not wait;
+// Done is closed when the last handler returned. Stop is idempotent.
+func (s *Subscription) Stop() { s.d.Stop(); s.forget() }
+
+// Drain stops fetching, gives back the messages held in memory and waits for
+// running handlers to finish and their messages to be settled. If ctx ends
+// first it stops like Stop and returns ctx's error.
+func (s *Subscription) Drain(ctx context.Context) error {
+	err := s.d.Drain(ctx)
+	s.forget()
+	return err
+}
+
+// Done is closed when the subscription has stopped and every message it
+// received is settled or given back.
+func (s *Subscription) Done() <-chan struct{} { return s.d.Done() }
+
+func (s *Subscription) forget() {
+	s.b.mu.Lock()
+	delete(s.b.subs, s)
+	s.b.mu.Unlock()
+}
+
+// Subscribe starts consuming the agent's inbox. It creates the agent's five
+// durable consumers (one per priority, see docs/subjects.md), or updates them
+// in place, then runs h on each message in priority order: with the default
+// Strict policy the highest-priority message waiting always starts next, and
+// messages of one level start in the order they were published.
+//
+// Several processes of one agent may subscribe at once; they share the
+// consumers and so split the work. Messages that expired before delivery,
+// that cannot be decoded, and the agent's own broadcasts never reach h.
+//
+// Errors: ErrInvalidOption, ErrNotProvisioned, ErrClosed, or the server's.
+func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption) (*Subscription, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
+	}
+	o := subscribeOptions{concurrency: 1}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if b.isClosed() {
+		return nil, ErrClosed
+	}
+	settings := consumers.Settings{AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending}
+	levels, err := b.levels()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	stream := b.opts.scheme.Stream()
+	cons, err := consumers.Ensure(ctx, b.js, stream, levels, settings)
+	if err != nil {
+		return nil, b.notProvisioned(err)
+	}
+	dopts := consumers.Options{
+		Concurrency: o.concurrency,
+		Prefetch:    o.prefetch,
+		Policy:      o.policy,
+		Weights:     o.weights,
+		AckWait:     o.ackWait,
+		MaxDeliver:  o.maxDeliver,
+		Backoff:     o.backoff,
+		OnError:     b.opts.onError,
+		Logger:      b.opts.logger,
+	}
+	d, err := consumers.Start(cons, b.handler(h, o), dopts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	s := &Subscription{b: b, d: d}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		d.Stop()
+		<-d.Done()
+		return nil, ErrClosed
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+	return s, nil
+}
+
+// levels describes the agent's five consumers, highest priority first.
+func (b *Bus) levels() ([]consumers.Level, error) {
+	sc := b.opts.scheme
+	out := make([]consumers.Level, 0, subjects.LowestPriority)
+	for p := subjects.HighestPriority; p <= subjects.LowestPriority; p++ {
+		name, err := sc.ConsumerName(b.agent, p)
+		if err != nil {
+			return nil, err
+		}
+		filters, err := sc.ConsumerFilters(b.agent, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, consumers.Level{
+			Priority:       p,
+			Name:           name,
+			FilterSubjects: filters,
+			Description:    fmt.Sprintf("agentbus inbox of %q at priority %d", b.agent, p),
+			Metadata:       map[string]string{"agentbus_agent": b.agent, "agentbus_priority": strconv.Itoa(p)},
+		})
+	}
+	return out, nil
+}
+
+// handler adapts h to the dispatcher: it decodes each message and filters
+// out what must not reach h.
+func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
+	return func(ctx context.Context, jm jetstream.Msg) error {
+		m, err := codec.Decode(jm.Headers(), jm.Data())
+		if err != nil {
+			err = fmt.Errorf("decode message on %s: %w", jm.Subject(), err)
+			b.opts.onError(err)
+			return consumers.Permanent(err)
+		}
+		if m.Expired(time.Now()) {
+			return consumers.Permanent(fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano)))
+		}
+		if m.Broadcast() && m.From == b.agent && !o.ownBroadcasts {
+			return nil
+		}
+		d := &Delivery{Message: *m, Subject: jm.Subject()}
+		if md, err := jm.Metadata(); err == nil {
+			d.Stream, d.Consumer = md.Stream, md.Consumer
+			d.Sequence, d.NumDelivered = md.Sequence.Stream, int(md.NumDelivered)
+		}
+		return h(ctx, d)
+	}
+}

@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/codec"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds every command a test runs; generous for -race on a
+// loaded machine. A subscribe that never gets its messages returns when it
+// passes, and the test fails on the missing output.
+const testTimeout = 30 * time.Second
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// result is what one run of Main produced.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runIn runs the command line args with stdin in-process.
+func runIn(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Main(testContext(t), args, strings.NewReader(stdin), &stdout, &stderr)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// mustRun runs args, fails the test unless it exits 0, and returns stdout.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	r := runIn(t, "", args...)
+	if r.code != 0 {
+		t.Fatalf("agentbus %s: exit %d, stderr %q", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// newServer starts an embedded server, provisions the bus on it with the
+// provision command and returns its URL.
+func newServer(t *testing.T) string {
+	t.Helper()
+	url := runServerShim(t).ClientURL()
+	mustRun(t, "--server", url, "provision")
+	return url
+}
+
+// publish publishes with the publish command and returns the message ID.
+func publish(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	out := mustRun(t, append([]string{"--server", url, "publish"}, args...)...)
+	var id string
+	var seq uint64
+	if _, err := fmt.Sscanf(out, "id=%s seq=%d\n", &id, &seq); err != nil {
+		t.Fatalf("publish printed %q: %v", out, err)
+	}
+	return id
+}
+
+// event is one line of subscribe --json output, parsed twice: as generic
+// JSON to check the members and with codec.UnmarshalJSON for the data.
+type event struct {
+	members map[string]any
+	msg     *codec.Message
+}
+
+// events parses subscribe --json output, failing the test unless every
+// line is one CloudEvent.
+func events(t *testing.T, out string) []event {
+	t.Helper()
+	if out == "" {
+		return nil
+	}
+	if !strings.HasSuffix(out, "\n") {
+		t.Fatalf("output does not end in a newline: %q", out)
+	}
+	var evs []event
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var ev event
+		if err := json.Unmarshal([]byte(line), &ev.members); err != nil {
+			t.Fatalf("line %q is not a JSON object: %v", line, err)
+		}
+		m, err := codec.UnmarshalJSON([]byte(line))
+		if err != nil {
+			t.Fatalf("line %q is not a CloudEvent: %v", line, err)
+		}
+		ev.msg = m
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// checkOneErrorLine checks the contract for failures: a non-zero exit and
+// exactly one line on stderr, starting "agentbus: ".
+func checkOneErrorLine(t *testing.T, r result) {
+	t.Helper()
+	if r.code == 0 {
+		t.Errorf("exit 0, want non-zero (stdout %q)", r.stdout)
+	}
+	if !strings.HasPrefix(r.stderr, "agentbus: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("stderr %q, want one line starting %q", r.stderr, "agentbus: ")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)
+
+// waitFor polls cond until it holds or the deadline passes, then fails
+// with what last returned.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last state: %s", what, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// jsonString renders v as JSON, to compare decoded JSON values.
+func jsonString(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

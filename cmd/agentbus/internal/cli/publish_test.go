@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPublishSubscribeJSON(t *testing.T) {
+	url := newServer(t)
+	file := filepath.Join(t.TempDir(), "payload")
+	if err := os.WriteFile(file, []byte("from a file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		stdin    string
+		wantData string
+		wantJSON any // the "data" member, when the data is embedded as JSON
+	}{
+		{name: "data flag", args: []string{"--data", "hello"}, wantData: "hello"},
+		{name: "data file", args: []string{"--data-file", file}, wantData: "from a file\n"},
+		{name: "stdin", stdin: "from stdin", wantData: "from stdin"},
+		{name: "empty stdin", wantData: ""},
+		{
+			name:     "json data",
+			args:     []string{"--data", `{"task":"build"}`, "--content-type", "application/json"},
+			wantData: `{"task":"build"}`,
+			wantJSON: map[string]any{"task": "build"},
+		},
+		{
+			name:     "text data",
+			args:     []string{"--data", "plain text", "--content-type", "text/plain; charset=utf-8"},
+			wantData: "plain text",
+			wantJSON: "plain text",
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			to := "bob-" + string(rune('a'+i))
+			args := append([]string{"--server", url, "publish", "--from", "alice", "--to", to, "--type", "GREETING", "--priority", "2"}, tt.args...)
+			r := runIn(t, tt.stdin, args...)
+			if r.code != 0 {
+				t.Fatalf("publish: exit %d, stderr %q", r.code, r.stderr)
+			}
+			var id string
+			var seq uint64
+			if _, err := fmt.Sscanf(r.stdout, "id=%s seq=%d\n", &id, &seq); err != nil {
+				t.Fatalf("publish printed %q, want id=<ID> seq=<N>", r.stdout)
+			}
+
+			r = runIn(t, "", "--server", url, "subscribe", "--agent", to, "--count", "1", "--json")
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("subscribe: exit %d, stderr %q", r.code, r.stderr)
+			}
+			if strings.Count(r.stdout, "\n") != 1 {
+				t.Fatalf("subscribe printed %q, want exactly one line", r.stdout)
+			}
+			ev := events(t, r.stdout)[0]
+			want := map[string]any{
+				"specversion": "1.0",
+				"id":          id,
+				"source":      "/agents/alice",
+				"type":        "GREETING",
+				"to":          to,
+				"priority":    float64(2),
+			}
+			for k, v := range want {
+				if got := ev.members[k]; got != v {
+					t.Errorf("member %s = %#v, want %#v", k, got, v)
+				}
+			}
+			if got := string(ev.msg.Data); got != tt.wantData {
+				t.Errorf("data = %q, want %q", got, tt.wantData)
+			}
+			if tt.wantJSON != nil {
+				if got, want := jsonString(t, ev.members["data"]), jsonString(t, tt.wantJSON); got != want {
+					t.Errorf(`"data" = %s, want %s`, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPublishDuplicate(t *testing.T) {
+	url := newServer(t)
+	args := []string{"--server", url, "publish", "--from", "alice", "--to", "bob", "--type", "T", "--id", "msg-1", "--data", "x"}
+	first := mustRun(t, args...)
+	if first != "id=msg-1 seq=1\n" {
+		t.Errorf("first publish printed %q, want %q", first, "id=msg-1 seq=1\n")
+	}
+	second := mustRun(t, args...)
+	if second != "id=msg-1 seq=1 duplicate\n" {
+		t.Errorf("second publish printed %q, want %q", second, "id=msg-1 seq=1 duplicate\n")
+	}
+}
+
+func TestPublishBroadcast(t *testing.T) {
+	url := newServer(t)
+	id := publish(t, url, "--from", "lead", "--to", "*", "--type", "ANNOUNCE", "--data", "all hands")
+	for _, agent := range []string{"w1", "w2"} {
+		evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", agent, "--count", "1", "--json"))
+		if len(evs) != 1 || evs[0].msg.ID != id || evs[0].msg.To != "*" {
+			t.Errorf("%s got %+v, want the broadcast %s", agent, evs, id)
+		}
+	}
+	// The sender does not get its own broadcast.
+	if out := mustRun(t, "--server", url, "subscribe", "--agent", "lead", "--json", "--timeout", "300ms"); out != "" {
+		t.Errorf("sender got its own broadcast: %q", out)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	url := newServer(t)
+	file := filepath.Join(t.TempDir(), "payload")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pub := func(args ...string) []string {
+		return append([]string{"--server", url, "publish"}, args...)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string // a part of the error line
+	}{
+		{name: "missing to", args: pub("--from", "a", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: `"to"`},
+		{name: "priority 9", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "9", "--data", "x"), wantCode: exitUsage, wantErr: "--priority"},
+		{name: "priority 0", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "0", "--data", "x"), wantCode: exitUsage, wantErr: "--priority"},
+		{name: "priority not a number", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "high", "--data", "x"), wantCode: exitUsage, wantErr: "priority"},
+		{name: "invalid from", args: pub("--from", "*", "--to", "b", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--from"},
+		{name: "invalid to", args: pub("--from", "a", "--to", "b\nc", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--to"},
+		{name: "too long agent ID", args: pub("--from", strings.Repeat("a", 200), "--to", "b", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--from"},
+		{name: "bad ttl", args: pub("--from", "a", "--to", "b", "--type", "T", "--ttl", "soon", "--data", "x"), wantCode: exitUsage, wantErr: "ttl"},
+		{name: "data and data file", args: pub("--from", "a", "--to", "b", "--type", "T", "--data", "x", "--data-file", file), wantCode: exitUsage, wantErr: "data"},
+		{name: "missing data file", args: pub("--from", "a", "--to", "b", "--type", "T", "--data-file", file+".missing"), wantCode: exitError, wantErr: "--data-file"},
+		{name: "unknown flag", args: pub("--from", "a", "--to", "b", "--type", "T", "--colour", "red"), wantCode: exitUsage, wantErr: "--colour"},
+		{name: "unknown command", args: []string{"pubish"}, wantCode: exitUsage, wantErr: "pubish"},
+		{name: "positional argument", args: pub("--from", "a", "--to", "b", "--type", "T", "hello"), wantCode: exitUsage, wantErr: "hello"},
+		{name: "publish unreachable", args: []string{"--server", "nats://127.0.0.1:1", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitError, wantErr: "127.0.0.1:1"},
+		{name: "subscribe unreachable", args: []string{"--server", "nats://127.0.0.1:1", "subscribe", "--agent", "b"}, wantCode: exitError, wantErr: "127.0.0.1:1"},
+		{name: "provision unreachable", args: []string{"--server", "nats://127.0.0.1:1", "provision"}, wantCode: exitError, wantErr: "127.0.0.1:1"},
+		{name: "subscribe invalid agent", args: []string{"--server", url, "subscribe", "--agent", "*"}, wantCode: exitUsage, wantErr: "--agent"},
+		{name: "subscribe missing agent", args: []string{"--server", url, "subscribe"}, wantCode: exitUsage, wantErr: `"agent"`},
+		{name: "subscribe json and exec", args: []string{"--server", url, "subscribe", "--agent", "b", "--json", "--exec", "true"}, wantCode: exitUsage, wantErr: "exec"},
+		{name: "subscribe bad concurrency", args: []string{"--server", url, "subscribe", "--agent", "b", "--concurrency", "0"}, wantCode: exitUsage, wantErr: "--concurrency"},
+		{name: "subscribe bad ack wait", args: []string{"--server", url, "subscribe", "--agent", "b", "--ack-wait", "1ms"}, wantCode: exitUsage, wantErr: "ack wait"},
+		{name: "subscribe bad root", args: []string{"--server", url, "--root", "a b", "subscribe", "--agent", "b"}, wantCode: exitUsage, wantErr: "root"},
+		{name: "not provisioned", args: []string{"--server", url, "--root", "other", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitError, wantErr: "not provisioned"},
+		{name: "provision bad max age", args: []string{"--server", url, "provision", "--max-age", "-1h"}, wantCode: exitUsage, wantErr: "max age"},
+		{name: "serve bad listen", args: []string{"serve", "--listen", "nonsense", "--store", t.TempDir()}, wantCode: exitUsage, wantErr: "--listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runIn(t, "", tt.args...)
+			checkOneErrorLine(t, r)
+			if r.code != tt.wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", r.code, tt.wantCode, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tt.wantErr) {
+				t.Errorf("stderr %q does not mention %q", r.stderr, tt.wantErr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+		})
+	}
+}

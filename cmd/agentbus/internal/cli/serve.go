@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbus/agentbus/embedded"
+)
+
+// defaultListen is the address serve listens on without --listen.
+const defaultListen = "127.0.0.1:4222"
+
+func (a *app) serveCommand() *cobra.Command {
+	var (
+		store  string
+		listen string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a NATS server with JetStream and the bus's stream",
+		Long: `Serve runs a NATS server with JetStream in this process, provisions the bus's
+stream on it (the defaults of 'agentbus provision'), and serves until it
+receives SIGINT or SIGTERM, when it shuts down cleanly and exits 0.
+
+Messages are kept in --store, so they survive restarts. The default store is
+$XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus.
+
+--listen takes HOST:PORT; port 0 picks a free port, and an empty host
+(":4222") listens on every interface. The server has no authentication:
+keep it on loopback unless the network is trusted.
+
+Once the server is ready, serve prints its client URL on stdout as one line
+and nothing else, so that a script can read it:
+
+  nats://127.0.0.1:4222
+
+and a human-readable line on stderr. Server warnings and errors are logged
+on stderr.`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			ctx := cmd.Context()
+			host, port, err := parseListen(listen)
+			if err != nil {
+				return usageError{err}
+			}
+			if store == "" {
+				if store, err = defaultStore(); err != nil {
+					return err
+				}
+			}
+			if store, err = filepath.Abs(store); err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			if err := os.MkdirAll(store, 0o700); err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			// The server's log is held until it started: a failure to start
+			// is reported once, as the command's error.
+			log := &heldWriter{w: a.stderr}
+			logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			s, err := embedded.Start(embedded.Options{
+				Host:     host,
+				Port:     port,
+				StoreDir: store,
+				Logger:   embedded.SlogLogger(logger),
+			})
+			if err != nil {
+				return err
+			}
+			defer s.Shutdown()
+			if err := log.release(); err != nil {
+				return err
+			}
+
+			nc, err := s.Connect()
+			if err != nil {
+				return err
+			}
+			info, err := provision(ctx, nc, a.root)
+			nc.Close()
+			if err != nil {
+				return err
+			}
+
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				s.NATS().WaitForShutdown()
+			}()
+			defer func() {
+				s.Shutdown() // ends the goroutine
+				<-stopped
+			}()
+
+			url := s.ClientURL()
+			if _, err := fmt.Fprintln(a.stdout, url); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stderr, "agentbus serving on %s (store %s, stream %s, %d messages)\n", url, store, info.Config.Name, info.State.Msgs)
+
+			select {
+			case <-ctx.Done():
+				s.Shutdown()
+				fmt.Fprintln(a.stderr, "agentbus server stopped")
+				return nil
+			case <-stopped:
+				return errors.New("server stopped unexpectedly")
+			}
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "directory for the server's data (default $XDG_DATA_HOME/agentbus or ~/.local/share/agentbus)")
+	f.StringVar(&listen, "listen", defaultListen, "HOST:PORT for clients; port 0 picks a free port")
+	return cmd
+}
+
+// parseListen splits a --listen address. An empty host means every
+// interface, as for net.Listen.
+func parseListen(listen string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("--listen %q: port must be a number 0..65535", listen)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+// defaultStore is $XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus when
+// XDG_DATA_HOME is unset or not absolute (as the XDG spec asks).
+func defaultStore() (string, error) {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "agentbus"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no --store given and %w", err)
+	}
+	return filepath.Join(home, ".local", "share", "agentbus"), nil
+}
+
+// heldWriter holds what is written to it until release, then passes it
+// on.
+type heldWriter struct {
+	mu       sync.Mutex
+	w        io.Writer
+	held     bytes.Buffer
+	released bool
+}
+
+func (h *heldWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return h.w.Write(p)
+	}
+	return h.held.Write(p)
+}
+
+// release writes what was held and lets later writes through.
+func (h *heldWriter) release() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released = true
+	_, err := h.held.WriteTo(h.w)
+	return err
+}

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// serving is a serve command running in the background.
+type serving struct {
+	url    string
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	code   chan int
+}
+
+// startServe runs serve on store and waits for it to print its URL.
+func startServe(t *testing.T, store string) *serving {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testContext(t))
+	stdout, stderr := new(syncBuffer), new(syncBuffer)
+	s := &serving{stderr: stderr, cancel: cancel, code: make(chan int, 1)}
+	go func() {
+		s.code <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--store", store}, strings.NewReader(""), stdout, stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-s.code // after stop has taken it, the channel is empty
+	})
+	urlLine := regexp.MustCompile(`^(nats://127\.0\.0\.1:\d+)\n$`)
+	waitFor(t, "serve to print its URL", func() (bool, string) {
+		out := stdout.String()
+		if m := urlLine.FindStringSubmatch(out); m != nil {
+			s.url = m[1]
+			return true, ""
+		}
+		select {
+		case code := <-s.code:
+			s.code <- code
+			t.Fatalf("serve exited %d early; stdout %q, stderr %q", code, out, stderr.String())
+		default:
+		}
+		return false, "stdout " + out
+	})
+	return s
+}
+
+// stop cancels serve and returns its exit code.
+func (s *serving) stop(t *testing.T) int {
+	t.Helper()
+	s.cancel()
+	code := <-s.code
+	s.code <- code // for the cleanup
+	return code
+}
+
+func TestServe(t *testing.T) {
+	store := t.TempDir()
+	s := startServe(t, store)
+	if !strings.Contains(s.stderr.String(), "agentbus serving on "+s.url) {
+		t.Errorf("stderr %q, want the serving line", s.stderr.String())
+	}
+	id := publish(t, s.url, "--from", "lead", "--to", "*", "--type", "NOTE", "--data", "kept")
+	evs := events(t, mustRun(t, "--server", s.url, "subscribe", "--agent", "w1", "--count", "1", "--json"))
+	if len(evs) != 1 || evs[0].msg.ID != id {
+		t.Fatalf("w1 got %+v, want message %s", evs, id)
+	}
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("serve exited %d after cancel; stderr %q", code, s.stderr.String())
+	}
+
+	// Restarted on the same store, the message is still there for an agent
+	// that has not consumed it.
+	s = startServe(t, store)
+	evs = events(t, mustRun(t, "--server", s.url, "subscribe", "--agent", "w2", "--count", "1", "--json"))
+	if len(evs) != 1 || evs[0].msg.ID != id || string(evs[0].msg.Data) != "kept" {
+		t.Fatalf("after restart w2 got %+v, want message %s", evs, id)
+	}
+	// And w1, which acked it, does not get it again.
+	if out := mustRun(t, "--server", s.url, "subscribe", "--agent", "w1", "--json", "--timeout", "300ms"); out != "" {
+		t.Errorf("after restart w1 got %q again", out)
+	}
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("serve exited %d after cancel; stderr %q", code, s.stderr.String())
+	}
+}
+
+func TestProvision(t *testing.T) {
+	url := newServer(t) // provisions with the defaults once
+	out := mustRun(t, "--server", url, "provision")
+	want := "stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=50000 messages=0\n"
+	if out != want {
+		t.Errorf("provision printed %q, want %q", out, want)
+	}
+	// A short max age alone shortens the dedup window with it.
+	out = mustRun(t, "--server", url, "provision", "--max-age", "10m")
+	if !strings.Contains(out, " max-age=10m dedup-window=10m ") {
+		t.Errorf("provision printed %q, want max-age=10m dedup-window=10m", out)
+	}
+	for range 2 {
+		out = mustRun(t, "--server", url, "provision", "--max-age", "48h", "--dedup-window", "10m", "--max-consumers", "100")
+		if !strings.Contains(out, " max-age=48h ") || !strings.Contains(out, " dedup-window=10m ") || !strings.Contains(out, " max-consumers=100 ") {
+			t.Errorf("provision printed %q, want max-age=48h dedup-window=10m max-consumers=100", out)
+		}
+	}
+}
+
+func TestProvisionRoot(t *testing.T) {
+	url := newServer(t)
+	out := mustRun(t, "--server", url, "--root", "team.a", "provision")
+	if !strings.HasPrefix(out, "stream ") || !strings.Contains(out, "subjects=team.a.agent.>,team.a.all.>") {
+		t.Errorf("provision printed %q, want a stream on team.a.agent.> and team.a.all.>", out)
+	}
+	id := publish(t, url, "--root", "team.a", "--from", "a", "--to", "b", "--type", "T", "--data", "x")
+	evs := events(t, mustRun(t, "--server", url, "--root", "team.a", "subscribe", "--agent", "b", "--count", "1", "--json"))
+	if len(evs) != 1 || evs[0].msg.ID != id {
+		t.Errorf("got %+v, want message %s", evs, id)
+	}
+}

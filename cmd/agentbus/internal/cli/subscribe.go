@@ -1,0 +1,370 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+)
+
+// drainTimeout bounds how long subscribe waits for running handlers when it
+// stops; past it their contexts are cancelled.
+const drainTimeout = 30 * time.Second
+
+// subscribeFlags are the flags of the subscribe command.
+type subscribeFlags struct {
+	agent       string
+	count       int
+	timeout     time.Duration
+	concurrency int
+	json        bool
+	ackWait     time.Duration
+	maxDeliver  int
+	exec        string
+}
+
+func (a *app) subscribeCommand() *cobra.Command {
+	var f subscribeFlags
+	cmd := &cobra.Command{
+		Use:   "subscribe --agent AGENT [flags]",
+		Short: "Consume an agent's inbox in priority order",
+		Long: `Subscribe consumes the inbox of --agent: the messages sent to it and the
+broadcasts, highest priority first and in publish order within a priority.
+The inbox is durable: a message is removed from it only once it has been
+handled, and several subscribers of one agent share the work.
+
+Output, one line per message on stdout:
+
+  default  a human-readable line:
+           <time> p<priority> <from> -> <to> <type> id=<id> [delivery=<n>] data=<preview>
+  --json   the message as one line of CloudEvents JSON (extensions at the
+           top level) and nothing else on stdout
+  --exec   nothing of its own: CMD's output goes to stdout and stderr
+
+Warnings, such as a failed --exec, go to stderr as lines starting with
+"agentbus: warning: ".
+
+--exec CMD runs "sh -c CMD" for each message, with the data on stdin and the
+attributes in the environment:
+
+  AGENTBUS_ID AGENTBUS_FROM AGENTBUS_TO AGENTBUS_TYPE AGENTBUS_PRIORITY
+  AGENTBUS_CORRELATION_ID AGENTBUS_REPLY_TO AGENTBUS_CONTENT_TYPE
+  AGENTBUS_TIME (RFC 3339, nanoseconds)
+  AGENTBUS_SUBJECT (the NATS subject it was published on)
+  AGENTBUS_SEQUENCE (its stream sequence)
+  AGENTBUS_DELIVERY (1 on the first delivery, 2 on the first retry, ...)
+
+Exit status 0 acknowledges the message. Any other makes the bus redeliver it
+after a backoff (1s, 2s, 4s, ... up to 1m) until --max-deliver deliveries,
+when it is dropped. CMD runs in a process group of its own, which is
+terminated when subscribe is interrupted. --exec and --json cannot be
+combined.
+
+Subscribe stops, waits for running handlers and exits 0 after --count
+messages were handled successfully, after --timeout without a message, or on
+SIGINT or SIGTERM.`,
+		Example: `  agentbus subscribe --agent bob
+  agentbus subscribe --agent bob --json --count 1 --timeout 10s
+  agentbus subscribe --agent bob --concurrency 4 --exec 'jq .task >> tasks.log'`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.subscribe(cmd.Context(), f)
+		}),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.agent, "agent", "", "agent whose inbox to consume (required)")
+	fl.IntVar(&f.count, "count", 0, "stop after this many messages were handled successfully (0: no limit)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "stop after this long without a message, e.g. 500ms or 5m (0: wait forever)")
+	fl.IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
+	fl.BoolVar(&f.json, "json", false, "print each message as one line of CloudEvents JSON")
+	fl.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long the server waits for a crashed subscriber before it redelivers (>= 100ms)")
+	fl.IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries of a failing message before it is dropped")
+	fl.StringVar(&f.exec, "exec", "", "run `CMD` with sh -c for each message; exit 0 acknowledges")
+	_ = cmd.MarkFlagRequired("agent") // the flag exists
+	return cmd
+}
+
+func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
+	switch {
+	case f.json && f.exec != "":
+		return usagef("--json and --exec cannot be used together")
+	case f.count < 0:
+		return usagef("--count %d: must be >= 0", f.count)
+	case f.timeout < 0:
+		return usagef("--timeout %v: must be >= 0", f.timeout)
+	case f.concurrency < 1:
+		return usagef("--concurrency %d: must be >= 1", f.concurrency)
+	case f.maxDeliver < 1:
+		return usagef("--max-deliver %d: must be >= 1", f.maxDeliver)
+	}
+	b, err := bus.Connect(a.server, f.agent,
+		bus.WithRoot(a.root),
+		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }),
+	)
+	if err != nil {
+		switch {
+		case errors.Is(err, bus.ErrInvalidAgentID):
+			return usageError{fmt.Errorf("--agent: %w", err)}
+		case errors.Is(err, bus.ErrInvalidOption):
+			return usageError{err}
+		}
+		return err
+	}
+	defer b.Close()
+
+	concurrency := f.concurrency
+	if f.count > 0 {
+		// More handlers than messages wanted would only claim surplus
+		// messages to give back.
+		concurrency = min(concurrency, f.count)
+	}
+	s := newSession(ctx, a, f)
+	sub, err := b.Subscribe(ctx, s.handle,
+		bus.WithConcurrency(concurrency),
+		bus.WithAckWait(f.ackWait),
+		bus.WithMaxDeliver(f.maxDeliver),
+	)
+	if err != nil {
+		if errors.Is(err, bus.ErrInvalidOption) {
+			return usageError{err}
+		}
+		return err
+	}
+	err = s.wait(ctx, sub)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+	defer cancel()
+	if derr := sub.Drain(dctx); derr != nil && err == nil {
+		err = fmt.Errorf("drain subscription: %w", derr)
+	}
+	return err
+}
+
+// errSurplus is what a handler returns for a message beyond --count, so
+// that the bus gives it back for redelivery.
+var errSurplus = errors.New("message beyond --count, given back")
+
+// session is one run of subscribe: it handles messages, counts them and
+// tells wait when to stop.
+type session struct {
+	a       *app
+	f       subscribeFlags
+	mainCtx context.Context // cancelled on SIGINT/SIGTERM
+
+	mu       sync.Mutex
+	inflight int       // handlers that claimed a slot and are running
+	handled  int       // messages handled successfully
+	last     time.Time // when a handler last started or finished
+	err      error     // the failure that stopped the session, if any
+
+	activity chan struct{} // a handler started or finished; capacity 1
+	finished chan struct{} // closed once handled reaches --count or on a failure
+	finish   sync.Once
+}
+
+func newSession(ctx context.Context, a *app, f subscribeFlags) *session {
+	return &session{
+		a:        a,
+		f:        f,
+		mainCtx:  ctx,
+		last:     time.Now(),
+		activity: make(chan struct{}, 1),
+		finished: make(chan struct{}),
+	}
+}
+
+// handle is the bus handler.
+func (s *session) handle(ctx context.Context, d *bus.Delivery) error {
+	if !s.claim() {
+		return errSurplus
+	}
+	err := s.process(ctx, d)
+	s.release(err == nil)
+	return err
+}
+
+// claim reserves one of the --count slots for a message about to be
+// handled, or reports that every slot is taken or the session is over.
+func (s *session) claim() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.finished:
+		return false
+	default:
+	}
+	if s.f.count > 0 && s.handled+s.inflight >= s.f.count {
+		return false
+	}
+	s.inflight++
+	s.last = time.Now()
+	s.signal()
+	return true
+}
+
+// release returns a slot; a message handled successfully keeps it.
+func (s *session) release(ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	s.last = time.Now()
+	if ok {
+		s.handled++
+		if s.f.count > 0 && s.handled >= s.f.count {
+			s.finish.Do(func() { close(s.finished) })
+		}
+	}
+	s.signal()
+}
+
+// signal tells wait that the handlers changed; s.mu is held.
+func (s *session) signal() {
+	select {
+	case s.activity <- struct{}{}:
+	default:
+	}
+}
+
+// fail stops the session with err, such as a failed write to stdout.
+func (s *session) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.finish.Do(func() { close(s.finished) })
+}
+
+// idle reports how long no handler has been running, and whether one is.
+func (s *session) idle() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.last), s.inflight > 0
+}
+
+// failure returns the failure that stopped the session, if any.
+func (s *session) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// wait returns when the session should stop: --count reached, --timeout
+// passed without a message, ctx cancelled, or a failure (returned).
+func (s *session) wait(ctx context.Context, sub *bus.Subscription) error {
+	var (
+		timer   *time.Timer
+		expired <-chan time.Time
+	)
+	if s.f.timeout > 0 {
+		timer = time.NewTimer(s.f.timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.finished:
+			return s.failure()
+		case <-sub.Done():
+			return errors.New("subscription stopped")
+		case <-s.activity:
+			if timer == nil {
+				continue
+			}
+			// While a handler runs the timer is off; its end restarts it.
+			timer.Stop()
+			if idle, running := s.idle(); !running {
+				timer.Reset(max(s.f.timeout-idle, 0))
+			}
+		case <-expired:
+			idle, running := s.idle()
+			switch {
+			case running:
+				// Its end restarts the timer.
+			case idle >= s.f.timeout:
+				return nil
+			default:
+				timer.Reset(s.f.timeout - idle)
+			}
+		}
+	}
+}
+
+// process handles one message the way the flags say.
+func (s *session) process(ctx context.Context, d *bus.Delivery) error {
+	if s.f.exec != "" {
+		return s.exec(ctx, d)
+	}
+	var line []byte
+	if s.f.json {
+		j, err := codec.MarshalJSON(&d.Message)
+		if err != nil {
+			// A message the codec read but cannot write, such as one from
+			// another producer without a "to" attribute: retrying will not
+			// help.
+			s.a.warnf("message %s dropped: %v", d.ID, err)
+			return bus.Permanent(err)
+		}
+		line = append(compactJSON(j), '\n')
+	} else {
+		line = []byte(humanLine(d) + "\n")
+	}
+	if _, err := s.a.stdout.Write(line); err != nil {
+		err = fmt.Errorf("write stdout: %w", err)
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
+// compactJSON removes insignificant white space, so that an event is
+// always one line.
+func compactJSON(j []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, j); err != nil {
+		return j
+	}
+	return buf.Bytes()
+}
+
+// previewLen bounds the data shown in a human-readable line, in runes.
+const previewLen = 64
+
+// humanLine renders d for a person: time, priority, from -> to, type, ID,
+// delivery count past the first, and a preview of the data.
+func humanLine(d *bus.Delivery) string {
+	line := fmt.Sprintf("%s p%d %s -> %s %s id=%s",
+		d.Time.UTC().Format("2006-01-02T15:04:05.000Z"), d.Priority, d.From, d.To, d.Type, d.ID)
+	if d.NumDelivered > 1 {
+		line += " delivery=" + strconv.Itoa(d.NumDelivered)
+	}
+	return line + " data=" + preview(d.Data)
+}
+
+// preview quotes the start of data, or describes it if it is not text.
+func preview(data []byte) string {
+	if !utf8.Valid(data) {
+		return fmt.Sprintf("<%d bytes>", len(data))
+	}
+	if utf8.RuneCount(data) <= previewLen {
+		return strconv.Quote(string(data))
+	}
+	cut, n := 0, 0
+	for cut < len(data) && n < previewLen {
+		_, size := utf8.DecodeRune(data[cut:])
+		cut += size
+		n++
+	}
+	return fmt.Sprintf("%s...(%d bytes)", strconv.Quote(string(data[:cut])), len(data))
+}

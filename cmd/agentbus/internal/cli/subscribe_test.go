@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestSubscribePriorityOrder(t *testing.T) {
+	url := newServer(t)
+	for _, p := range []string{"5", "1", "3"} {
+		publish(t, url, "--from", "alice", "--to", "bob", "--type", "T", "--priority", p, "--data", "p"+p)
+	}
+	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "3", "--json"))
+	var got []string
+	for _, ev := range evs {
+		got = append(got, strconv.Itoa(ev.msg.Priority)+":"+string(ev.msg.Data))
+	}
+	if want := "1:p1 3:p3 5:p5"; strings.Join(got, " ") != want {
+		t.Errorf("order %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+func TestSubscribeHumanOutput(t *testing.T) {
+	url := newServer(t)
+	id := publish(t, url, "--from", "alice", "--to", "bob", "--type", "TASK", "--priority", "1", "--data", "do the thing")
+	out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1")
+	re := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z p1 alice -> bob TASK id=` + regexp.QuoteMeta(id) + ` data="do the thing"\n$`)
+	if !re.MatchString(out) {
+		t.Errorf("output %q does not match %s", out, re)
+	}
+}
+
+func TestSubscribeTimeout(t *testing.T) {
+	url := newServer(t)
+	r := runIn(t, "", "--server", url, "subscribe", "--agent", "bob", "--timeout", "500ms")
+	if r.code != 0 || r.stdout != "" || r.stderr != "" {
+		t.Errorf("got exit %d, stdout %q, stderr %q; want exit 0 and no output", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestSubscribeCountWithConcurrency checks that messages beyond --count are
+// not handled, and not lost either.
+func TestSubscribeCountWithConcurrency(t *testing.T) {
+	url := newServer(t)
+	want := map[string]bool{}
+	for range 8 {
+		want[publish(t, url, "--from", "alice", "--to", "bob", "--type", "T", "--data", "x")] = true
+	}
+	got := map[string]int{}
+	for _, count := range []string{"2", "4", "2"} {
+		out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", count, "--concurrency", "3", "--json")
+		evs := events(t, out)
+		if strconv.Itoa(len(evs)) != count {
+			t.Fatalf("--count %s printed %d messages: %q", count, len(evs), out)
+		}
+		for _, ev := range evs {
+			got[ev.msg.ID]++
+		}
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("message %s handled %d times, want 1", id, got[id])
+		}
+	}
+}
+
+func TestSubscribeExec(t *testing.T) {
+	url := newServer(t)
+	publish(t, url, "--from", "alice", "--to", "bob", "--type", "REPORT", "--data", "payload\nline 2")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	script := `cat > "$OUT"; printf '|%s|%s|%s|%s|%s' "$AGENTBUS_TYPE" "$AGENTBUS_FROM" "$AGENTBUS_TO" "$AGENTBUS_PRIORITY" "$AGENTBUS_DELIVERY" >> "$OUT"; echo handled`
+	t.Setenv("OUT", out)
+	r := runIn(t, "", "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", script)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("subscribe: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r.stdout != "handled\n" {
+		t.Errorf("stdout %q, want the command's output %q", r.stdout, "handled\n")
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "payload\nline 2|REPORT|alice|bob|3|1"; string(got) != want {
+		t.Errorf("the command saw %q, want %q", got, want)
+	}
+}
+
+func TestSubscribeExecEnvironment(t *testing.T) {
+	url := newServer(t)
+	id := publish(t, url, "--from", "alice", "--to", "bob", "--type", "Q", "--correlation-id", "conv-1",
+		"--reply-to", "m-0", "--content-type", "text/plain", "--data", "?")
+	out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", "env | grep ^AGENTBUS_ | sort")
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		env[k] = v
+	}
+	want := map[string]string{
+		"AGENTBUS_ID":             id,
+		"AGENTBUS_FROM":           "alice",
+		"AGENTBUS_TO":             "bob",
+		"AGENTBUS_TYPE":           "Q",
+		"AGENTBUS_PRIORITY":       "3",
+		"AGENTBUS_CORRELATION_ID": "conv-1",
+		"AGENTBUS_REPLY_TO":       "m-0",
+		"AGENTBUS_CONTENT_TYPE":   "text/plain",
+		"AGENTBUS_SEQUENCE":       "1",
+		"AGENTBUS_DELIVERY":       "1",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s=%q, want %q", k, env[k], v)
+		}
+	}
+	if !strings.HasPrefix(env["AGENTBUS_SUBJECT"], "agentbus.") {
+		t.Errorf("AGENTBUS_SUBJECT=%q, want a subject under agentbus.", env["AGENTBUS_SUBJECT"])
+	}
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`).MatchString(env["AGENTBUS_TIME"]) {
+		t.Errorf("AGENTBUS_TIME=%q, want RFC 3339 in UTC", env["AGENTBUS_TIME"])
+	}
+}
+
+// TestSubscribeExecRetry: a command that fails on the first delivery gets
+// the message again, and subscribe counts only the success.
+func TestSubscribeExecRetry(t *testing.T) {
+	url := newServer(t)
+	publish(t, url, "--from", "alice", "--to", "bob", "--type", "JOB", "--data", "work")
+	log := filepath.Join(t.TempDir(), "log")
+	t.Setenv("LOG", log)
+	script := `echo "delivery $AGENTBUS_DELIVERY" >> "$LOG"; test "$AGENTBUS_DELIVERY" != 1`
+	r := runIn(t, "", "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", script)
+	if r.code != 0 {
+		t.Fatalf("subscribe: exit %d, stderr %q", r.code, r.stderr)
+	}
+	got, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "delivery 1\ndelivery 2\n"; string(got) != want {
+		t.Errorf("deliveries %q, want %q", got, want)
+	}
+	if !strings.Contains(r.stderr, "agentbus: warning: ") || !strings.Contains(r.stderr, "exit status 1") {
+		t.Errorf("stderr %q, want a warning about the failed delivery", r.stderr)
+	}
+	// Acked: nothing is left for bob.
+	if out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--json", "--timeout", "300ms"); out != "" {
+		t.Errorf("message left after it was handled: %q", out)
+	}
+}

@@ -1,0 +1,245 @@
+package embedded_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/embedded"
+)
+
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+
+	began := time.Now()
+	base := t.TempDir()
+	c, err := embedded.StartCluster(3, embedded.ClusterConfig{Name: "failover", BaseDir: base})
+	if err != nil {
+		t.Fatalf("StartCluster: %v", err)
+	}
+	t.Cleanup(c.Shutdown)
+	t.Logf("cluster formed in %s", time.Since(began))
+
+	servers := c.Servers()
+	if len(servers) != 3 {
+		t.Fatalf("%d servers, want 3", len(servers))
+	}
+	for i, s := range servers {
+		o := s.Options()
+		if want := fmt.Sprintf("n%d", i+1); o.ServerName != want {
+			t.Errorf("server %d is named %q, want %q", i, o.ServerName, want)
+		}
+		if want := filepath.Join(base, o.ServerName); o.StoreDir != want {
+			t.Errorf("server %s stores in %q, want %q", o.ServerName, o.StoreDir, want)
+		}
+		if o.Cluster == nil || o.Cluster.Name != "failover" || o.Cluster.Port <= 0 || len(o.Cluster.Routes) != 3 {
+			t.Errorf("server %s cluster options %+v, want name failover, a port and 3 routes", o.ServerName, o.Cluster)
+		}
+	}
+	if got := len(c.ClientURLs()); got != 3 {
+		t.Errorf("%d client URLs, want 3", got)
+	}
+	if err := c.WaitForMetaLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.MetaLeader() == nil {
+		t.Fatal("no meta leader after WaitForMetaLeader")
+	}
+
+	// A client that knows every node, reconnecting quickly.
+	nc, err := c.Connect(nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     "ORDERS",
+		Subjects: []string{"orders.>"},
+		Replicas: 3,
+	}); err != nil {
+		t.Fatalf("create R3 stream: %v", err)
+	}
+	for i := 1; i <= 10; i++ {
+		if _, err := js.Publish(ctx, "orders.new", fmt.Appendf(nil, "msg-%d", i)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+
+	leader, err := c.WaitForStreamLeader(ctx, "", "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := c.Index(leader)
+	if stopped < 0 {
+		t.Fatalf("stream leader %s is not a cluster server", leader)
+	}
+	leaderOpts := leader.Options()
+
+	began = time.Now()
+	if err := c.StopServer(stopped); err != nil {
+		t.Fatal(err)
+	}
+	if leader.Running() {
+		t.Fatal("stopped server still running")
+	}
+	newLeader, err := c.WaitForStreamLeader(ctx, "", "ORDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newLeader == leader {
+		t.Fatalf("stream leader is still the stopped server %s", leader)
+	}
+	t.Logf("stream leader moved from %s to %s in %s", leader, newLeader, time.Since(began))
+
+	// The data survived and the stream still takes writes.
+	waitForMessages(ctx, t, js, "ORDERS", 10)
+	if _, err := js.Publish(ctx, "orders.new", []byte("msg-11")); err != nil {
+		t.Fatalf("publish after failover: %v", err)
+	}
+	checkMessages(ctx, t, js, "ORDERS", 11)
+
+	// The stopped node comes back on the same ports and store and catches
+	// up with the write it missed.
+	began = time.Now()
+	if err := c.RestartServer(stopped); err != nil {
+		t.Fatal(err)
+	}
+	restarted := c.Servers()[stopped]
+	if restarted == leader || !restarted.Running() {
+		t.Fatal("RestartServer did not replace the stopped server with a running one")
+	}
+	o := restarted.Options()
+	if o.Port != leaderOpts.Port || o.Cluster.Port != leaderOpts.Cluster.Port || o.StoreDir != leaderOpts.StoreDir {
+		t.Errorf("restarted on port %d, route port %d, store %q; want %d, %d, %q",
+			o.Port, o.Cluster.Port, o.StoreDir, leaderOpts.Port, leaderOpts.Cluster.Port, leaderOpts.StoreDir)
+	}
+	if err := c.WaitForMetaLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "restarted node current with the stream", func() (bool, string) {
+		return restarted.NATS().JetStreamIsStreamCurrent("$G", "ORDERS"), "not current"
+	})
+	t.Logf("restarted node caught up in %s", time.Since(began))
+}
+
+// waitForMessages polls until stream name is reachable and holds n
+// messages, then checks their contents.
+func waitForMessages(ctx context.Context, t *testing.T, js jetstream.JetStream, name string, n int) {
+	t.Helper()
+	waitFor(ctx, t, fmt.Sprintf("stream %s to hold %d messages", name, n), func() (bool, string) {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := js.Stream(rctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		info := st.CachedInfo()
+		return info.State.Msgs == uint64(n), fmt.Sprintf("%d messages", info.State.Msgs)
+	})
+	checkMessages(ctx, t, js, name, n)
+}
+
+// waitFor polls cond until it holds, failing the test with cond's last
+// state when ctx ends.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v; last state: %s", what, ctx.Err(), state)
+		case <-tick.C:
+		}
+	}
+}
+
+func TestClusterTemporaryBaseDir(t *testing.T) {
+	t.Parallel()
+	c, err := embedded.StartCluster(3, embedded.ClusterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Dir(c.Servers()[0].Options().StoreDir)
+	c.Shutdown()
+	c.Shutdown() // idempotent
+	if _, err := os.Stat(base); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary base dir %s still there after Shutdown (stat error %v)", base, err)
+	}
+	for _, s := range c.Servers() {
+		if s.Running() {
+			t.Errorf("server %s still running after Shutdown", s)
+		}
+	}
+	if err := c.RestartServer(0); !errors.Is(err, embedded.ErrShutdown) {
+		t.Errorf("RestartServer after Shutdown: %v, want ErrShutdown", err)
+	}
+	if _, err := c.Connect(); !errors.Is(err, embedded.ErrShutdown) {
+		t.Errorf("Connect after Shutdown: %v, want ErrShutdown", err)
+	}
+	if err := c.WaitForMetaLeader(t.Context()); !errors.Is(err, embedded.ErrShutdown) {
+		t.Errorf("WaitForMetaLeader after Shutdown: %v, want ErrShutdown", err)
+	}
+}
+
+func TestStartClusterErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		n    int
+		cfg  embedded.ClusterConfig
+	}{
+		{name: "no nodes", n: 0},
+		{name: "one node", n: 1},
+		{name: "node port set", n: 3, cfg: embedded.ClusterConfig{Node: embedded.Options{Port: 4222}}},
+		{name: "node store set", n: 3, cfg: embedded.ClusterConfig{Node: embedded.Options{StoreDir: "x"}}},
+		{name: "negative timeout", n: 3, cfg: embedded.ClusterConfig{FormationTimeout: -time.Second}},
+		{name: "invalid node options", n: 3, cfg: embedded.ClusterConfig{Node: embedded.Options{MaxPayload: -1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := embedded.StartCluster(tt.n, tt.cfg)
+			if err == nil {
+				c.Shutdown()
+				t.Fatal("StartCluster succeeded, want an error")
+			}
+			if !errors.Is(err, embedded.ErrStart) || !errors.Is(err, embedded.ErrInvalidOptions) {
+				t.Errorf("StartCluster error %v, want ErrStart and ErrInvalidOptions", err)
+			}
+		})
+	}
+}
+
+func TestClusterIndexOutOfRange(t *testing.T) {
+	t.Parallel()
+	c, err := embedded.StartCluster(2, embedded.ClusterConfig{BaseDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown()
+	for _, i := range []int{-1, 2} {
+		if err := c.StopServer(i); err == nil {
+			t.Errorf("StopServer(%d) succeeded, want an error", i)
+		}
+		if err := c.RestartServer(i); err == nil {
+			t.Errorf("RestartServer(%d) succeeded, want an error", i)
+		}
+	}
+}

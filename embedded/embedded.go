@@ -1,0 +1,464 @@
+package embedded
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+const (
+	// DefaultHost is the interface a server listens on when Options.Host is
+	// empty: loopback only.
+	DefaultHost = "127.0.0.1"
+
+	// DefaultStartTimeout bounds how long Start waits for a server to be
+	// ready for connections when Options.StartTimeout is zero.
+	DefaultStartTimeout = 10 * time.Second
+
+	// DefaultClusterName is the cluster name used when
+	// ClusterOptions.Name or ClusterConfig.Name is empty.
+	DefaultClusterName = "agentbus"
+)
+
+// Options configures a server started by [Start]. The zero value is a
+// standalone JetStream server on a random loopback port with a temporary
+// store, which is what tests and demos want.
+type Options struct {
+	// Host is the interface clients connect on. Empty means DefaultHost
+	// (127.0.0.1).
+	Host string
+
+	// Port is the client port. Zero means a free port chosen when the server
+	// starts; Server.Options reports the port actually used.
+	Port int
+
+	// StoreDir is the JetStream file store directory; the server keeps its
+	// data in a "jetstream" directory inside it and creates it if needed.
+	// Empty means a new temporary directory that Shutdown removes, so data
+	// does not outlive the server: set StoreDir to restart on the same data.
+	StoreDir string
+
+	// ServerName names the server in logs, monitoring and the JetStream
+	// cluster. Empty means a generated "agentbus-<random hex>" name;
+	// Server.Options reports it so a restart keeps the same identity.
+	ServerName string
+
+	// MaxPayload is the largest message the server accepts, in bytes. Zero
+	// means the server default (1 MiB).
+	MaxPayload int32
+
+	// JetStreamMaxMemory is the limit on memory-backed stream storage, in
+	// bytes. Zero or negative means the server default (a share of system
+	// memory).
+	JetStreamMaxMemory int64
+
+	// JetStreamMaxStore is the limit on file-backed stream storage, in bytes.
+	// Zero or negative means the server default (a share of the free disk).
+	JetStreamMaxStore int64
+
+	// Cluster, when set, makes the server a node of a JetStream cluster.
+	// Nil means standalone. [StartCluster] fills it in for you.
+	Cluster *ClusterOptions
+
+	// Logger receives the server's log output. Nil discards it. Whatever the
+	// logger, the server's Fatalf reports never reach its Fatalf (which for
+	// nats-server's own loggers exits the process): they are returned by
+	// Start as errors and passed to the logger's Errorf, prefixed "fatal: ".
+	// Debug and trace output is off unless Configure sets
+	// server.Options.Debug or Trace. See [SlogLogger] to log through
+	// log/slog.
+	Logger server.Logger
+
+	// StartTimeout bounds how long Start waits for the server to be ready
+	// for connections. Zero means DefaultStartTimeout (10s).
+	StartTimeout time.Duration
+
+	// Configure, if set, is called with the server options just before the
+	// server is created, after every field above has been applied, for
+	// anything this type does not cover (TLS, authorization, accounts,
+	// monitoring port, Debug/Trace logging, ...). Nil changes nothing.
+	Configure func(*server.Options)
+}
+
+// ClusterOptions makes a server a node of a JetStream cluster. JetStream
+// clustering needs a cluster name and at least one route.
+type ClusterOptions struct {
+	// Name is the cluster name, the same on every node. Empty means
+	// DefaultClusterName ("agentbus").
+	Name string
+
+	// Host is the interface route connections are accepted on. Empty means
+	// Options.Host.
+	Host string
+
+	// Port is the route port. Zero means a free port chosen when the server
+	// starts; Server.Options reports the port actually used.
+	Port int
+
+	// Routes are the route URLs of the cluster's nodes, of the form
+	// nats-route://host:port. A node may list itself; the server skips it.
+	// Listing every node, as StartCluster does, lets each node know the
+	// cluster size before any route connects.
+	Routes []string
+}
+
+// Validate reports whether o is usable, with errors that wrap
+// [ErrInvalidOptions]. Start calls it; conditions only the server can check
+// (a port in use, an unwritable store) are reported by Start.
+func (o Options) Validate() error {
+	if err := validatePort("port", o.Port); err != nil {
+		return err
+	}
+	if o.MaxPayload < 0 {
+		return fmt.Errorf("%w: max payload %d is negative", ErrInvalidOptions, o.MaxPayload)
+	}
+	if strings.ContainsAny(o.ServerName, " \t\r\n") {
+		return fmt.Errorf("%w: server name %q contains white space", ErrInvalidOptions, o.ServerName)
+	}
+	if o.StartTimeout < 0 {
+		return fmt.Errorf("%w: start timeout %s is negative", ErrInvalidOptions, o.StartTimeout)
+	}
+	if c := o.Cluster; c != nil {
+		if err := validatePort("cluster port", c.Port); err != nil {
+			return err
+		}
+		if strings.ContainsAny(c.Name, " \t\r\n") {
+			return fmt.Errorf("%w: cluster name %q contains white space", ErrInvalidOptions, c.Name)
+		}
+		if _, err := parseRoutes(c.Routes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validatePort(what string, p int) error {
+	if p < 0 || p > 65535 {
+		return fmt.Errorf("%w: %s %d is out of range [0, 65535]", ErrInvalidOptions, what, p)
+	}
+	return nil
+}
+
+func parseRoutes(routes []string) ([]*url.URL, error) {
+	urls := make([]*url.URL, 0, len(routes))
+	for _, r := range routes {
+		u, err := url.Parse(r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: route %q: %w", ErrInvalidOptions, r, err)
+		}
+		if u.Scheme == "" || u.Hostname() == "" || u.Port() == "" {
+			return nil, fmt.Errorf("%w: route %q is not of the form nats-route://host:port", ErrInvalidOptions, r)
+		}
+		urls = append(urls, u)
+	}
+	return urls, nil
+}
+
+// clone returns a copy of o that shares no slices or pointers with it.
+func (o Options) clone() Options {
+	if o.Cluster != nil {
+		c := *o.Cluster
+		c.Routes = append([]string(nil), c.Routes...)
+		o.Cluster = &c
+	}
+	return o
+}
+
+// withDefaults fills in every default that does not need the server.
+func (o Options) withDefaults() Options {
+	o = o.clone()
+	if o.Host == "" {
+		o.Host = DefaultHost
+	}
+	if o.ServerName == "" {
+		o.ServerName = "agentbus-" + randomHex(6)
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if c := o.Cluster; c != nil {
+		if c.Name == "" {
+			c.Name = DefaultClusterName
+		}
+		if c.Host == "" {
+			c.Host = o.Host
+		}
+	}
+	return o
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error.
+	return hex.EncodeToString(b)
+}
+
+// serverOptions translates o, with defaults applied, to nats-server options.
+func (o Options) serverOptions() (*server.Options, error) {
+	so := &server.Options{
+		ServerName:         o.ServerName,
+		Host:               o.Host,
+		Port:               orRandom(o.Port),
+		MaxPayload:         o.MaxPayload,
+		JetStream:          true,
+		StoreDir:           o.StoreDir,
+		JetStreamMaxMemory: o.JetStreamMaxMemory,
+		JetStreamMaxStore:  o.JetStreamMaxStore,
+		// An embedded server must never install signal handlers: the
+		// process that embeds it owns its signals.
+		NoSigs: true,
+		NoLog:  true,
+	}
+	if c := o.Cluster; c != nil {
+		routes, err := parseRoutes(c.Routes)
+		if err != nil {
+			return nil, err
+		}
+		so.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: orRandom(c.Port)}
+		so.Routes = routes
+	}
+	if o.Configure != nil {
+		o.Configure(so)
+	}
+	return so, nil
+}
+
+func orRandom(port int) int {
+	if port == 0 {
+		return server.RANDOM_PORT
+	}
+	return port
+}
+
+// Server is a nats-server with JetStream running in this process. Its
+// methods are safe for concurrent use.
+type Server struct {
+	ns       *server.Server
+	opts     Options // resolved: actual ports, store dir and name
+	ownStore bool    // opts.StoreDir was created by Start and is removed by Shutdown
+	log      *fatalLogger
+
+	done         chan struct{} // closed once the server has stopped
+	closed       atomic.Bool
+	shutdownOnce sync.Once
+}
+
+// Start starts a server, waits until it is ready for connections (at most
+// Options.StartTimeout) and checks that JetStream is enabled. It never exits
+// the process: every failure is returned as an error wrapping [ErrStart], and
+// [ErrInvalidOptions] too if opts fail [Options.Validate]. Where the server
+// reported a cause, such as syscall.EADDRINUSE for a port in use, the error
+// wraps it as well. On error nothing is left running and a temporary store
+// is removed.
+func Start(opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	o := opts.withDefaults()
+	ownStore := false
+	if o.StoreDir == "" {
+		dir, err := os.MkdirTemp("", "agentbus-embedded-")
+		if err != nil {
+			return nil, startError("create temporary store", err)
+		}
+		o.StoreDir, ownStore = dir, true
+	}
+	s, err := start(o, ownStore)
+	if err != nil && ownStore {
+		_ = os.RemoveAll(o.StoreDir)
+	}
+	return s, err
+}
+
+func start(o Options, ownStore bool) (*Server, error) {
+	so, err := o.serverOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	ns, err := server.NewServer(so)
+	if err != nil {
+		return nil, startError("configure", err)
+	}
+	log := newFatalLogger(o.Logger)
+	ns.SetLoggerV2(log, so.Debug, so.Trace, so.TraceVerbose)
+
+	// Server.Start returns once the listeners are set up; it runs in its own
+	// goroutine only so that a start-up that hangs cannot outlast the
+	// timeout. Every path below waits for it to return.
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		ns.Start()
+	}()
+	fail := func(what string, cause error) (*Server, error) {
+		ns.Shutdown()
+		<-started
+		ns.WaitForShutdown()
+		return nil, startError(what, cause)
+	}
+
+	timer := time.NewTimer(o.StartTimeout)
+	defer timer.Stop()
+	select {
+	case <-started:
+	case <-timer.C:
+		return fail(fmt.Sprintf("server %s not started within %s", o.ServerName, o.StartTimeout), nil)
+	}
+	// Start has returned, early if it reported a failure. The route
+	// listener comes up in a goroutine of its own, so poll until every
+	// listener is up or the server reports a failure.
+	for {
+		if err := log.fatalErr(); err != nil {
+			return fail(fmt.Sprintf("server %s", o.ServerName), err)
+		}
+		if ns.ReadyForConnections(50 * time.Millisecond) {
+			break
+		}
+		select {
+		case <-timer.C:
+			return fail(fmt.Sprintf("server %s not ready for connections within %s", o.ServerName, o.StartTimeout), nil)
+		default:
+		}
+	}
+	if err := log.fatalErr(); err != nil {
+		return fail(fmt.Sprintf("server %s", o.ServerName), err)
+	}
+	if !ns.JetStreamEnabled() {
+		return fail(fmt.Sprintf("server %s: JetStream is not enabled", o.ServerName), nil)
+	}
+
+	// Resolve what the server chose.
+	if a, ok := ns.Addr().(*net.TCPAddr); ok {
+		o.Port = a.Port
+	}
+	if o.Cluster != nil {
+		if a := ns.ClusterAddr(); a != nil {
+			o.Cluster.Port = a.Port
+		}
+	}
+	o.ServerName = ns.Name()
+	s := &Server{ns: ns, opts: o, ownStore: ownStore, log: log, done: make(chan struct{})}
+	// Owned by s: ends when the server stops, which Shutdown causes and
+	// waits for.
+	go func() {
+		ns.WaitForShutdown()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// ClientURL returns the URL clients connect to, such as
+// nats://127.0.0.1:4222, or "" if the server does not listen for clients
+// (server.Options.DontListen set through Configure). If the server listens
+// on all interfaces the URL names the loopback address.
+func (s *Server) ClientURL() string {
+	if s.opts.Port == 0 {
+		return ""
+	}
+	u, err := url.Parse(s.ns.ClientURL())
+	if err != nil {
+		return s.ns.ClientURL()
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if ip.To4() != nil {
+			host = "127.0.0.1"
+		} else {
+			host = "::1"
+		}
+	}
+	u.Host = net.JoinHostPort(host, fmt.Sprint(s.opts.Port))
+	return u.String()
+}
+
+// Connect returns a connection to the server over an in-process pipe
+// (nats.InProcessServer), which needs no TCP listener. The connection is
+// named "agentbus-embedded"; opts are applied after that default and may
+// override it. Connect returns an error wrapping [ErrShutdown] after
+// Shutdown. A connection cannot reconnect to a restarted server (it is a
+// different *Server); dial ClientURL for that.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("connect to %s: %w", s.opts.ServerName, ErrShutdown)
+	}
+	u := s.ClientURL()
+	if u == "" {
+		u = "nats://in-process" // required by nats.Connect, unused with InProcessServer
+	}
+	all := make([]nats.Option, 0, len(opts)+2)
+	all = append(all, nats.Name("agentbus-embedded"))
+	all = append(all, opts...)
+	all = append(all, nats.InProcessServer(s.ns))
+	nc, err := nats.Connect(u, all...)
+	if err != nil {
+		if s.closed.Load() {
+			err = errors.Join(err, ErrShutdown)
+		}
+		return nil, fmt.Errorf("connect to %s: %w", s.opts.ServerName, err)
+	}
+	return nc, nil
+}
+
+// Options returns the options the server runs with, with defaults resolved
+// to what the server actually uses: the client and route ports it listens
+// on, its name and its store directory. Passing them to Start after
+// Shutdown brings the server back on the same ports and data, provided
+// StoreDir was set by the caller (a temporary store is removed by Shutdown).
+func (s *Server) Options() Options {
+	return s.opts.clone()
+}
+
+// NATS returns the underlying nats-server, for what this package does not
+// wrap (monitoring, JetStream internals, account management).
+func (s *Server) NATS() *server.Server {
+	return s.ns
+}
+
+// Shutdown stops the server, waits until it has fully stopped and, if Start
+// created the store directory, removes it. It is safe to call more than once
+// and from several goroutines; every call returns after the server stopped.
+func (s *Server) Shutdown() {
+	s.shutdownOnce.Do(func() {
+		s.closed.Store(true)
+		s.ns.Shutdown()
+		<-s.done
+		if s.ownStore {
+			_ = os.RemoveAll(s.opts.StoreDir)
+		}
+	})
+}
+
+// Done returns a channel that is closed once the server has stopped, by
+// Shutdown or on its own. A program that runs a server until it stops can
+// wait on it alongside its signals:
+//
+//	select {
+//	case <-srv.Done():
+//	case <-ctx.Done():
+//		srv.Shutdown()
+//	}
+func (s *Server) Done() <-chan struct{} {
+	return s.done
+}
+
+// Running reports whether the server is running, that is, it has been
+// started and neither Shutdown nor a fatal server error stopped it.
+func (s *Server) Running() bool {
+	return !s.closed.Load() && s.ns.Running()
+}
+
+// String returns the server name.
+func (s *Server) String() string {
+	return s.opts.ServerName
+}

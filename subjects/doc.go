@@ -1,0 +1,60 @@
+// Package subjects names everything agentbus puts on NATS: the subject of
+// each message, the streams that store them and the consumers that deliver
+// them. It does no I/O; the bus calls it before it publishes or subscribes.
+//
+// # Subjects
+//
+// A message goes to one agent or to all of them, at a priority from 1 (most
+// urgent) to 5. Its subject says who it is for, how urgent it is, who sent it
+// and what type it is, under a root that defaults to "agentbus":
+//
+//	agentbus.agent.reviewer.p2.orchestrator.review_request   direct
+//	agentbus.all.p3.orchestrator.shutdown                    broadcast
+//	agentbus.dlq.reviewer.orchestrator.review_request        dead letter
+//
+// A [Scheme] builds them:
+//
+//	s := subjects.Default()
+//	subj, err := s.Direct("reviewer", "orchestrator", "review_request", 2)
+//
+// and takes them apart again, so a receiver learns the sender and type
+// without opening the message:
+//
+//	addr, err := s.Parse(subj) // addr.From == "orchestrator", addr.Priority == 2
+//
+// Use [New] for another root, for instance one per environment:
+// New("prod.bus-1").
+//
+// # Tokens
+//
+// Agent IDs and message types come from other systems and may hold any
+// printable text: "build orchestrator", "@agent-cto", "日本語". NATS gives '.',
+// '*', '>' and white space a meaning in subjects, so every ID and type is
+// encoded as one token by [EncodeToken]: the bytes A-Z, a-z, 0-9, '_' and '-'
+// stand for themselves and every other byte becomes %XX in upper-case hex.
+// "build orchestrator" becomes "build%20orchestrator" and "a.b" becomes
+// "a%2Eb". [DecodeToken] reverses it and accepts only that one spelling, so
+// two different IDs never share a token and a token never has two meanings.
+//
+// An ID or type must be non-empty, valid UTF-8 without control characters and
+// at most [MaxTokenLen] bytes once encoded. "*" is [Broadcast], the recipient
+// meaning every agent, so no agent may use it as its ID. [ValidateID],
+// [ValidateType] and [ValidatePriority] apply these rules, and every builder
+// applies them before it builds anything: a bad input returns an error
+// wrapping [ErrInvalidAgentID], [ErrInvalidType] or [ErrInvalidPriority],
+// never a malformed subject.
+//
+// # Streams and consumers
+//
+// One stream, [Scheme.Stream] ("AGENTBUS"), stores the direct and broadcast
+// subjects ([Scheme.StreamSubjects]); dead letters go to a second stream,
+// [Scheme.DeadLetterStream] ("AGENTBUS_DLQ"). Each agent reads through five
+// durable consumers, one per priority, named by [Scheme.ConsumerName]
+// ("reviewer_p2") and filtered by [Scheme.ConsumerFilters] to the direct
+// messages for the agent and the broadcasts, both at that priority. Keeping
+// the priorities apart lets a reader serve p1 before p2 while each consumer
+// keeps arrival order within its priority.
+//
+// docs/subjects.md in the repository is the full contract, with the exact
+// encoding rules and a table of examples.
+package subjects

@@ -1,0 +1,85 @@
+package subjects_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/agentbus/agentbus/subjects"
+)
+
+func ExampleEncodeToken() {
+	for _, id := range []string{"orchestrator", "build orchestrator", "@agent-cto", "a.b", "日本語"} {
+		fmt.Println(subjects.EncodeToken(id))
+	}
+	// Output:
+	// orchestrator
+	// build%20orchestrator
+	// %40agent-cto
+	// a%2Eb
+	// %E6%97%A5%E6%9C%AC%E8%AA%9E
+}
+
+func ExampleDecodeToken() {
+	id, err := subjects.DecodeToken("build%20orchestrator")
+	fmt.Printf("%q %v\n", id, err)
+
+	// Only the canonical spelling is accepted: "A" is never escaped.
+	_, err = subjects.DecodeToken("%41")
+	fmt.Println(errors.Is(err, subjects.ErrInvalidToken))
+	// Output:
+	// "build orchestrator" <nil>
+	// true
+}
+
+func ExampleScheme_Direct() {
+	s := subjects.Default()
+	subj, err := s.Direct("reviewer", "build orchestrator", "review_request", subjects.HighestPriority)
+	fmt.Println(subj, err)
+
+	_, err = s.Direct(subjects.Broadcast, "build orchestrator", "review_request", 1)
+	fmt.Println(errors.Is(err, subjects.ErrInvalidAgentID))
+	// Output:
+	// agentbus.agent.reviewer.p1.build%20orchestrator.review_request <nil>
+	// true
+}
+
+func ExampleScheme_Broadcast() {
+	s, err := subjects.New("prod.bus-1")
+	if err != nil {
+		panic(err)
+	}
+	subj, err := s.Broadcast("orchestrator", "shutdown", subjects.DefaultPriority)
+	fmt.Println(subj, err)
+	// Output:
+	// prod.bus-1.all.p3.orchestrator.shutdown <nil>
+}
+
+func ExampleScheme_Parse() {
+	s := subjects.Default()
+	a, err := s.Parse("agentbus.agent.reviewer.p2.%40agent-cto.TASK_ASSIGNMENT")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%v to=%q from=%q type=%q priority=%d\n", a.Kind, a.To, a.From, a.Type, a.Priority)
+
+	_, err = s.Parse("agentbus.agent.reviewer.p9.x.y")
+	fmt.Println(errors.Is(err, subjects.ErrInvalidSubject), errors.Is(err, subjects.ErrInvalidPriority))
+	// Output:
+	// direct to="reviewer" from="@agent-cto" type="TASK_ASSIGNMENT" priority=2
+	// true true
+}
+
+func ExampleScheme_ConsumerFilters() {
+	s := subjects.Default()
+	fmt.Println(s.Stream(), s.StreamSubjects())
+	for p := subjects.HighestPriority; p <= subjects.LowestPriority; p += 2 {
+		name, _ := s.ConsumerName("build orchestrator", p)
+		filters, _ := s.ConsumerFilters("build orchestrator", p)
+		fmt.Println(name, filters)
+	}
+	// Output:
+	// AGENTBUS [agentbus.agent.> agentbus.all.>]
+	// build%20orchestrator_p1 [agentbus.agent.build%20orchestrator.p1.> agentbus.all.p1.>]
+	// build%20orchestrator_p3 [agentbus.agent.build%20orchestrator.p3.> agentbus.all.p3.>]
+	// build%20orchestrator_p5 [agentbus.agent.build%20orchestrator.p5.> agentbus.all.p5.>]
+}

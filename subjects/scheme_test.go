@@ -1,0 +1,361 @@
+package subjects
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestNew(t *testing.T) {
+	tests := []struct {
+		name     string
+		root     string
+		wantRoot string
+		wantErr  error
+	}{
+		{name: "empty means default", root: "", wantRoot: DefaultRoot},
+		{name: "default", root: "agentbus", wantRoot: "agentbus"},
+		{name: "two tokens", root: "prod.bus-1", wantRoot: "prod.bus-1"},
+		{name: "mixed case", root: "Prod_Bus", wantRoot: "Prod_Bus"},
+		{name: "64 bytes", root: strings.Repeat("a", 64), wantRoot: strings.Repeat("a", 64)},
+
+		{name: "65 bytes", root: strings.Repeat("a", 65), wantErr: ErrInvalidRoot},
+		{name: "leading dot", root: ".agentbus", wantErr: ErrInvalidRoot},
+		{name: "trailing dot", root: "agentbus.", wantErr: ErrInvalidRoot},
+		{name: "empty token", root: "a..b", wantErr: ErrInvalidRoot},
+		{name: "only a dot", root: ".", wantErr: ErrInvalidRoot},
+		{name: "star", root: "agent*", wantErr: ErrInvalidRoot},
+		{name: "wildcard token", root: "a.>", wantErr: ErrInvalidRoot},
+		{name: "space", root: "agent bus", wantErr: ErrInvalidRoot},
+		{name: "percent", root: "a%2E", wantErr: ErrInvalidRoot},
+		{name: "dollar", root: "$JS", wantErr: ErrInvalidRoot},
+		{name: "non-ASCII", root: "日本", wantErr: ErrInvalidRoot},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(tt.root)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("New(%q) error = %v, want %v", tt.root, err, tt.wantErr)
+			}
+			if err == nil && s.Root() != tt.wantRoot {
+				t.Errorf("New(%q).Root() = %q, want %q", tt.root, s.Root(), tt.wantRoot)
+			}
+		})
+	}
+}
+
+func TestDefaultAndZeroScheme(t *testing.T) {
+	if got := Default().Root(); got != DefaultRoot {
+		t.Errorf("Default().Root() = %q, want %q", got, DefaultRoot)
+	}
+	var zero Scheme
+	want, _ := Default().Direct("a", "b", "c", 1)
+	got, err := zero.Direct("a", "b", "c", 1)
+	if err != nil || got != want {
+		t.Errorf("Scheme{}.Direct = %q, %v, want %q as Default()", got, err, want)
+	}
+}
+
+func mustNew(t testing.TB, root string) Scheme {
+	t.Helper()
+	s, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestDirect(t *testing.T) {
+	long := strings.Repeat("a", MaxTokenLen)
+	tests := []struct {
+		name      string
+		root      string
+		to, from  string
+		typ       string
+		priority  int
+		want      string
+		wantErr   error
+		wantInMsg string
+	}{
+		{name: "plain", to: "reviewer", from: "orchestrator", typ: "review_request", priority: 2,
+			want: "agentbus.agent.reviewer.p2.orchestrator.review_request"},
+		{name: "escaped IDs", to: "build orchestrator", from: "@agent-cto", typ: "TASK_ASSIGNMENT", priority: 1,
+			want: "agentbus.agent.build%20orchestrator.p1.%40agent-cto.TASK_ASSIGNMENT"},
+		{name: "japanese", to: "日本語", from: "a.b", typ: "ComponentHandoff", priority: 5,
+			want: "agentbus.agent.%E6%97%A5%E6%9C%AC%E8%AA%9E.p5.a%2Eb.ComponentHandoff"},
+		{name: "wildcards escaped", to: "a*b", from: "a>b", typ: "*", priority: 3,
+			want: "agentbus.agent.a%2Ab.p3.a%3Eb.%2A"},
+		{name: "looks escaped", to: "%41", from: "x", typ: "y", priority: 3,
+			want: "agentbus.agent.%2541.p3.x.y"},
+		{name: "other root", root: "prod.bus-1", to: "a", from: "b", typ: "c", priority: 4,
+			want: "prod.bus-1.agent.a.p4.b.c"},
+		{name: "128-byte tokens", to: long, from: long, typ: long, priority: 1,
+			want: "agentbus.agent." + long + ".p1." + long + "." + long},
+
+		{name: "broadcast recipient", to: "*", from: "a", typ: "t", priority: 1, wantErr: ErrInvalidAgentID, wantInMsg: `"*"`},
+		{name: "empty recipient", to: "", from: "a", typ: "t", priority: 1, wantErr: ErrInvalidAgentID, wantInMsg: "recipient"},
+		{name: "empty sender", to: "a", from: "", typ: "t", priority: 1, wantErr: ErrInvalidAgentID, wantInMsg: "sender"},
+		{name: "broadcast sender", to: "a", from: "*", typ: "t", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "control in sender", to: "a", from: "a\nb", typ: "t", priority: 1, wantErr: ErrInvalidAgentID, wantInMsg: `"a\nb"`},
+		{name: "NUL in recipient", to: "a\x00", from: "b", typ: "t", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "invalid UTF-8 recipient", to: "\xff", from: "b", typ: "t", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "129-byte recipient", to: long + "a", from: "b", typ: "t", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "empty type", to: "a", from: "b", typ: "", priority: 1, wantErr: ErrInvalidType},
+		{name: "129-byte type", to: "a", from: "b", typ: strings.Repeat(".", 43), priority: 1, wantErr: ErrInvalidType},
+		{name: "priority 0", to: "a", from: "b", typ: "t", priority: 0, wantErr: ErrInvalidPriority, wantInMsg: "0"},
+		{name: "priority 6", to: "a", from: "b", typ: "t", priority: 6, wantErr: ErrInvalidPriority, wantInMsg: "6"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustNew(t, tt.root)
+			got, err := s.Direct(tt.to, tt.from, tt.typ, tt.priority)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Direct(%q, %q, %q, %d) error = %v, want %v", tt.to, tt.from, tt.typ, tt.priority, err, tt.wantErr)
+			}
+			if err != nil {
+				if got != "" {
+					t.Errorf("Direct returned %q with an error", got)
+				}
+				if !strings.Contains(err.Error(), tt.wantInMsg) {
+					t.Errorf("Direct error %q does not mention %q", err, tt.wantInMsg)
+				}
+				return
+			}
+			if got != tt.want {
+				t.Errorf("Direct(%q, %q, %q, %d) = %q, want %q", tt.to, tt.from, tt.typ, tt.priority, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBroadcast(t *testing.T) {
+	tests := []struct {
+		name     string
+		root     string
+		from     string
+		typ      string
+		priority int
+		want     string
+		wantErr  error
+	}{
+		{name: "plain", from: "orchestrator", typ: "shutdown", priority: 3,
+			want: "agentbus.all.p3.orchestrator.shutdown"},
+		{name: "escaped", from: "build orchestrator", typ: "status update", priority: 1,
+			want: "agentbus.all.p1.build%20orchestrator.status%20update"},
+		{name: "other root", root: "x.y", from: "a", typ: "b", priority: 5,
+			want: "x.y.all.p5.a.b"},
+
+		{name: "broadcast sender", from: "*", typ: "t", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "empty sender", from: "", typ: "t", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "control in type", from: "a", typ: "a\nb", priority: 1, wantErr: ErrInvalidType},
+		{name: "invalid UTF-8 type", from: "a", typ: "\xff", priority: 1, wantErr: ErrInvalidType},
+		{name: "priority 0", from: "a", typ: "t", priority: 0, wantErr: ErrInvalidPriority},
+		{name: "priority 6", from: "a", typ: "t", priority: 6, wantErr: ErrInvalidPriority},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustNew(t, tt.root)
+			got, err := s.Broadcast(tt.from, tt.typ, tt.priority)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Broadcast(%q, %q, %d) error = %v, want %v", tt.from, tt.typ, tt.priority, err, tt.wantErr)
+			}
+			if err == nil && got != tt.want {
+				t.Errorf("Broadcast(%q, %q, %d) = %q, want %q", tt.from, tt.typ, tt.priority, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeadLetter(t *testing.T) {
+	tests := []struct {
+		name     string
+		to, from string
+		typ      string
+		want     string
+		wantErr  error
+	}{
+		{name: "plain", to: "reviewer", from: "orchestrator", typ: "review_request",
+			want: "agentbus.dlq.reviewer.orchestrator.review_request"},
+		{name: "broadcast", to: "*", from: "orchestrator", typ: "shutdown",
+			want: "agentbus.dlq.%2A.orchestrator.shutdown"},
+		{name: "escaped", to: "@agent-cto", from: "build orchestrator", typ: "a.b",
+			want: "agentbus.dlq.%40agent-cto.build%20orchestrator.a%2Eb"},
+
+		{name: "empty recipient", to: "", from: "a", typ: "t", wantErr: ErrInvalidAgentID},
+		{name: "control in recipient", to: "a\nb", from: "a", typ: "t", wantErr: ErrInvalidAgentID},
+		{name: "broadcast sender", to: "a", from: "*", typ: "t", wantErr: ErrInvalidAgentID},
+		{name: "empty type", to: "a", from: "b", typ: "", wantErr: ErrInvalidType},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Default().DeadLetter(tt.to, tt.from, tt.typ)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("DeadLetter(%q, %q, %q) error = %v, want %v", tt.to, tt.from, tt.typ, err, tt.wantErr)
+			}
+			if err == nil && got != tt.want {
+				t.Errorf("DeadLetter(%q, %q, %q) = %q, want %q", tt.to, tt.from, tt.typ, got, tt.want)
+			}
+		})
+	}
+	if broadcastToken != EncodeToken(Broadcast) {
+		t.Errorf("broadcastToken = %q, want EncodeToken(Broadcast) = %q", broadcastToken, EncodeToken(Broadcast))
+	}
+}
+
+func TestStreams(t *testing.T) {
+	tests := []struct {
+		root        string
+		stream      string
+		dlq         string
+		subjects    []string
+		dlqSubjects []string
+	}{
+		{"agentbus", "AGENTBUS", "AGENTBUS_DLQ",
+			[]string{"agentbus.agent.>", "agentbus.all.>"}, []string{"agentbus.dlq.>"}},
+		{"prod.bus-1", "PROD_BUS-1", "PROD_BUS-1_DLQ",
+			[]string{"prod.bus-1.agent.>", "prod.bus-1.all.>"}, []string{"prod.bus-1.dlq.>"}},
+		// Case and '.' against '_' are lost in the stream name.
+		{"Prod_Bus-1", "PROD_BUS-1", "PROD_BUS-1_DLQ",
+			[]string{"Prod_Bus-1.agent.>", "Prod_Bus-1.all.>"}, []string{"Prod_Bus-1.dlq.>"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.root, func(t *testing.T) {
+			s := mustNew(t, tt.root)
+			if got := s.Stream(); got != tt.stream {
+				t.Errorf("Stream() = %q, want %q", got, tt.stream)
+			}
+			if got := s.DeadLetterStream(); got != tt.dlq {
+				t.Errorf("DeadLetterStream() = %q, want %q", got, tt.dlq)
+			}
+			if got := s.StreamSubjects(); !slices.Equal(got, tt.subjects) {
+				t.Errorf("StreamSubjects() = %q, want %q", got, tt.subjects)
+			}
+			if got := s.DeadLetterSubjects(); !slices.Equal(got, tt.dlqSubjects) {
+				t.Errorf("DeadLetterSubjects() = %q, want %q", got, tt.dlqSubjects)
+			}
+			for _, name := range []string{s.Stream(), s.DeadLetterStream()} {
+				if err := checkServerName(name); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// checkServerName applies the server's rule for stream and consumer names
+// (nats-server isValidAssetName and JSMaxNameLen).
+func checkServerName(name string) error {
+	if name == "" || strings.ContainsAny(name, " \t\r\n\f.*>\\/") || len(name) > 255 {
+		return errors.New("invalid server name: " + name)
+	}
+	return nil
+}
+
+func TestConsumer(t *testing.T) {
+	tests := []struct {
+		name        string
+		root        string
+		agent       string
+		priority    int
+		wantName    string
+		wantFilters []string
+		wantErr     error
+	}{
+		{name: "plain", agent: "orchestrator", priority: 1, wantName: "orchestrator_p1",
+			wantFilters: []string{"agentbus.agent.orchestrator.p1.>", "agentbus.all.p1.>"}},
+		{name: "escaped", agent: "build orchestrator", priority: 5, wantName: "build%20orchestrator_p5",
+			wantFilters: []string{"agentbus.agent.build%20orchestrator.p5.>", "agentbus.all.p5.>"}},
+		{name: "other root", root: "prod.bus-1", agent: "@agent-cto", priority: 2, wantName: "%40agent-cto_p2",
+			wantFilters: []string{"prod.bus-1.agent.%40agent-cto.p2.>", "prod.bus-1.all.p2.>"}},
+		{name: "ends like a priority", agent: "a_p1", priority: 1, wantName: "a_p1_p1",
+			wantFilters: []string{"agentbus.agent.a_p1.p1.>", "agentbus.all.p1.>"}},
+
+		{name: "broadcast", agent: "*", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "empty", agent: "", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "control", agent: "a\nb", priority: 1, wantErr: ErrInvalidAgentID},
+		{name: "priority 0", agent: "a", priority: 0, wantErr: ErrInvalidPriority},
+		{name: "priority 6", agent: "a", priority: 6, wantErr: ErrInvalidPriority},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustNew(t, tt.root)
+			name, err := s.ConsumerName(tt.agent, tt.priority)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ConsumerName(%q, %d) error = %v, want %v", tt.agent, tt.priority, err, tt.wantErr)
+			}
+			filters, err := s.ConsumerFilters(tt.agent, tt.priority)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ConsumerFilters(%q, %d) error = %v, want %v", tt.agent, tt.priority, err, tt.wantErr)
+			}
+			if tt.wantErr != nil {
+				return
+			}
+			if name != tt.wantName {
+				t.Errorf("ConsumerName(%q, %d) = %q, want %q", tt.agent, tt.priority, name, tt.wantName)
+			}
+			if !slices.Equal(filters, tt.wantFilters) {
+				t.Errorf("ConsumerFilters(%q, %d) = %q, want %q", tt.agent, tt.priority, filters, tt.wantFilters)
+			}
+		})
+	}
+}
+
+// TestConsumerNamesValid checks every consumer name against the server's rule,
+// for all priorities and for IDs up to the longest allowed.
+func TestConsumerNamesValid(t *testing.T) {
+	ids := append([]string{
+		strings.Repeat("a", MaxTokenLen),
+		strings.Repeat(".", MaxTokenLen/3),
+		strings.Repeat("日", MaxTokenLen/9),
+		" .*>\\/",
+	}, realIDs...)
+	seen := make(map[string]string)
+	for _, id := range ids {
+		if ValidateID(id) != nil {
+			continue
+		}
+		for p := HighestPriority; p <= LowestPriority; p++ {
+			name, err := Default().ConsumerName(id, p)
+			if err != nil {
+				t.Fatalf("ConsumerName(%q, %d): %v", id, p, err)
+			}
+			if err := checkServerName(name); err != nil {
+				t.Errorf("ConsumerName(%q, %d): %v", id, p, err)
+			}
+			if len(name) > MaxTokenLen+3 {
+				t.Errorf("ConsumerName(%q, %d) is %d bytes, more than MaxTokenLen+3", id, p, len(name))
+			}
+			key := id + "\x00" + string(rune('0'+p))
+			if prev, ok := seen[name]; ok && prev != key {
+				t.Errorf("ConsumerName %q is shared by %q and %q", name, prev, key)
+			}
+			seen[name] = key
+		}
+	}
+}
+
+func TestAgentFilter(t *testing.T) {
+	tests := []struct {
+		name    string
+		agent   string
+		want    string
+		wantErr error
+	}{
+		{name: "plain", agent: "orchestrator", want: "agentbus.agent.orchestrator.>"},
+		{name: "escaped", agent: "a.b", want: "agentbus.agent.a%2Eb.>"},
+		{name: "broadcast", agent: "*", wantErr: ErrInvalidAgentID},
+		{name: "empty", agent: "", wantErr: ErrInvalidAgentID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Default().AgentFilter(tt.agent)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("AgentFilter(%q) error = %v, want %v", tt.agent, err, tt.wantErr)
+			}
+			if err == nil && got != tt.want {
+				t.Errorf("AgentFilter(%q) = %q, want %q", tt.agent, got, tt.want)
+			}
+		})
+	}
+}
