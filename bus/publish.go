@@ -46,9 +46,7 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	if err != nil {
 		return PubAck{}, err
 	}
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	ack, err := b.js.PublishMsg(ctx, msg)
+	ack, err := b.js.PublishMsg(ctx, msg) // adds a default deadline if ctx has none
 	if err != nil {
 		return PubAck{}, b.publishError(m.ID, err)
 	}

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
@@ -96,9 +94,12 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	stream := b.opts.scheme.Stream()
-	cons, err := consumers.Ensure(ctx, b.js, stream, levels, settings)
-	if err != nil {
+	if _, err := consumers.Ensure(ctx, b.js, stream, levels, settings); err != nil {
 		return nil, b.notProvisioned(err)
+	}
+	names := make([]string, len(levels))
+	for i, l := range levels {
+		names[i] = l.Name
 	}
 	dopts := consumers.Options{
 		Concurrency: o.concurrency,
@@ -111,7 +112,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		OnError:     b.opts.onError,
 		Logger:      b.opts.logger,
 	}
-	d, err := consumers.Start(cons, b.handler(h, o), dopts)
+	d, err := consumers.Start(b.nc, stream, names, b.handler(h, o), dopts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
@@ -155,10 +156,10 @@ func (b *Bus) levels() ([]consumers.Level, error) {
 // handler adapts h to the dispatcher: it decodes each message and filters
 // out what must not reach h.
 func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
-	return func(ctx context.Context, jm jetstream.Msg) error {
-		m, err := codec.Decode(jm.Headers(), jm.Data())
+	return func(ctx context.Context, cm *consumers.Msg) error {
+		m, err := codec.Decode(cm.Header, cm.Data)
 		if err != nil {
-			err = fmt.Errorf("decode message on %s: %w", jm.Subject(), err)
+			err = fmt.Errorf("decode message on %s: %w", cm.Subject, err)
 			b.opts.onError(err)
 			return consumers.Permanent(err)
 		}
@@ -168,11 +169,14 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 		if m.Broadcast() && m.From == b.agent && !o.ownBroadcasts {
 			return nil
 		}
-		d := &Delivery{Message: *m, Subject: jm.Subject()}
-		if md, err := jm.Metadata(); err == nil {
-			d.Stream, d.Consumer = md.Stream, md.Consumer
-			d.Sequence, d.NumDelivered = md.Sequence.Stream, int(md.NumDelivered)
-		}
-		return h(ctx, d)
+		md := cm.Metadata
+		return h(ctx, &Delivery{
+			Message:      *m,
+			Subject:      cm.Subject,
+			Stream:       md.Stream,
+			Consumer:     md.Consumer,
+			Sequence:     md.StreamSeq,
+			NumDelivered: int(md.NumDelivered),
+		})
 	}
 }

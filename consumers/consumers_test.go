@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -63,29 +64,75 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestStartRejectsBadOptions(t *testing.T) {
-	var c jetstream.Consumer // never used: Start fails before any I/O
+	nc := &nats.Conn{} // never used: Start fails before any I/O
+	one, two := []string{"a_p1"}, []string{"a_p1", "a_p2"}
 	tests := []struct {
-		name string
-		cons []jetstream.Consumer
-		h    Handler
-		opts Options
+		name  string
+		nc    *nats.Conn
+		names []string
+		h     Handler
+		opts  Options
 	}{
-		{"no consumers", nil, nopHandler, Options{}},
-		{"nil handler", []jetstream.Consumer{c}, nil, Options{}},
-		{"negative concurrency", []jetstream.Consumer{c}, nopHandler, Options{Concurrency: -1}},
-		{"negative prefetch", []jetstream.Consumer{c}, nopHandler, Options{Prefetch: -1}},
-		{"unknown policy", []jetstream.Consumer{c}, nopHandler, Options{Policy: 7}},
-		{"weights count", []jetstream.Consumer{c, c}, nopHandler, Options{Weights: []int{1}}},
-		{"zero weight", []jetstream.Consumer{c}, nopHandler, Options{Weights: []int{0}}},
-		{"short pull expiry", []jetstream.Consumer{c}, nopHandler, Options{PullExpiry: time.Millisecond}},
+		{"nil connection", nil, one, nopHandler, Options{}},
+		{"no consumers", nc, nil, nopHandler, Options{}},
+		{"nil handler", nc, one, nil, Options{}},
+		{"negative concurrency", nc, one, nopHandler, Options{Concurrency: -1}},
+		{"negative prefetch", nc, one, nopHandler, Options{Prefetch: -1}},
+		{"unknown policy", nc, one, nopHandler, Options{Policy: 7}},
+		{"weights count", nc, two, nopHandler, Options{Weights: []int{1}}},
+		{"zero weight", nc, one, nopHandler, Options{Weights: []int{0}}},
+		{"short pull expiry", nc, one, nopHandler, Options{PullExpiry: time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Start(tt.cons, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
+			if _, err := Start(tt.nc, "S", tt.names, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
 				t.Errorf("Start() = %v, want ErrInvalidOptions", err)
 			}
 		})
 	}
 }
 
-func nopHandler(context.Context, jetstream.Msg) error { return nil }
+func nopHandler(context.Context, *Msg) error { return nil }
+
+func TestParseMetadata(t *testing.T) {
+	tests := []struct {
+		name    string
+		reply   string
+		want    Metadata
+		wantErr error
+	}{
+		{"v1", "$JS.ACK.AGENTBUS.a_p1.2.17.5.1700000000000000000.3",
+			Metadata{Stream: "AGENTBUS", Consumer: "a_p1", NumDelivered: 2, StreamSeq: 17, ConsumerSeq: 5, Timestamp: time.Unix(0, 1700000000000000000).UTC(), NumPending: 3}, nil},
+		{"v2 with domain", "$JS.ACK.hub.ACCHASH.AGENTBUS.a_p1.1.9.9.1700000000000000000.0.tok",
+			Metadata{Domain: "hub", Stream: "AGENTBUS", Consumer: "a_p1", NumDelivered: 1, StreamSeq: 9, ConsumerSeq: 9, Timestamp: time.Unix(0, 1700000000000000000).UTC()}, nil},
+		{"v2 no domain", "$JS.ACK._.ACCHASH.S.c.1.1.1.1.0.tok",
+			Metadata{Stream: "S", Consumer: "c", NumDelivered: 1, StreamSeq: 1, ConsumerSeq: 1, Timestamp: time.Unix(0, 1).UTC()}, nil},
+		{"not an ack subject", "_INBOX.x", Metadata{}, ErrNotJetStreamMsg},
+		{"too few tokens", "$JS.ACK.S.c.1.2", Metadata{}, ErrNotJetStreamMsg},
+		{"not a number", "$JS.ACK.S.c.x.1.1.1.0", Metadata{}, ErrNotJetStreamMsg},
+		{"empty", "", Metadata{}, ErrNotJetStreamMsg},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseMetadata(tt.reply)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ParseMetadata error = %v, want %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("ParseMetadata = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseMetadata(f *testing.F) {
+	f.Add("$JS.ACK.AGENTBUS.a_p1.2.17.5.1700000000000000000.3")
+	f.Add("$JS.ACK.hub.ACCHASH.AGENTBUS.a_p1.1.9.9.1700000000000000000.0.tok")
+	f.Add("$JS.ACK....")
+	f.Fuzz(func(t *testing.T, reply string) {
+		md, err := ParseMetadata(reply)
+		if err != nil && md != (Metadata{}) {
+			t.Errorf("error %v with non-zero metadata %+v", err, md)
+		}
+	})
+}

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 )
 
 // ErrInvalidOptions is wrapped by every error [Start] returns for bad Options.
@@ -18,7 +19,7 @@ var ErrInvalidOptions = errors.New("consumers: invalid options")
 // error naks it with a backoff delay, or terminates it when it was the last
 // delivery allowed or the error is [Permanent]. A panic counts as an error
 // wrapping [ErrHandlerPanic]. ctx is cancelled when the dispatcher stops.
-type Handler func(ctx context.Context, msg jetstream.Msg) error
+type Handler func(ctx context.Context, msg *Msg) error
 
 // Policy decides which level's message starts next.
 type Policy int
@@ -74,6 +75,9 @@ type Options struct {
 	// PullExpiry is the lifetime of a waiting pull request. Zero means
 	// DefaultPullExpiry. It must be at least 1s.
 	PullExpiry time.Duration
+	// APIPrefix is the JetStream API subject prefix. Empty means
+	// "$JS.API."; a JetStream domain D uses "$JS.D.API.".
+	APIPrefix string
 	// OnError receives errors that happen in the background: failed pulls,
 	// failed acks and handler panics. Nil drops them.
 	OnError func(error)
@@ -126,6 +130,12 @@ func (o *Options) setDefaults(levels int) error {
 	if o.PullExpiry < time.Second {
 		return fmt.Errorf("%w: pull expiry %v is under 1s", ErrInvalidOptions, o.PullExpiry)
 	}
+	if o.APIPrefix == "" {
+		o.APIPrefix = "$JS.API."
+	}
+	if !strings.HasSuffix(o.APIPrefix, ".") {
+		o.APIPrefix += "."
+	}
 	if o.OnError == nil {
 		o.OnError = func(error) {}
 	}
@@ -137,50 +147,42 @@ func (o *Options) setDefaults(levels int) error {
 
 // held is a message delivered to this process and not yet settled.
 type held struct {
-	msg     jetstream.Msg
+	msg     *nats.Msg
 	touched time.Time // last delivery or in-progress ack
-}
-
-// level is one consumer and the messages pulled from it.
-type level struct {
-	index int
-	cons  jetstream.Consumer
-	buf   []*held // FIFO; guarded by Dispatcher.mu
-	// drained means a pull request is waiting at the server with room to
-	// spare, so the server holds no message for this level that it has not
-	// sent us. Guarded by Dispatcher.mu.
-	drained bool
-	room    chan struct{} // signalled when buf shrinks
 }
 
 // Dispatcher pulls from an agent's priority levels and runs a handler on
 // each message in the order its Policy decides. Start one with [Start].
 type Dispatcher struct {
 	opts    Options
+	nc      *nats.Conn
 	handler Handler
 	levels  []*level
 	weights []int // smooth weighted round robin state
 
 	mu       sync.Mutex
+	ready    *sync.Cond // on mu: a message arrived, a level's state changed, or stopping
+	stopping bool       // guarded by mu: no more messages are picked or kept
 	inflight map[*held]struct{}
 
-	wake  chan struct{} // signalled when a level's state changes
-	slots chan struct{} // one token per running handler
-
-	pullCtx    context.Context // cancelled to stop pulling and dispatching
+	pullCtx    context.Context // cancelled to stop pulling and picking
 	stopPull   context.CancelFunc
 	handlerCtx context.Context // cancelled to cancel running handlers
 	stopAll    context.CancelFunc
 
-	pulling  sync.WaitGroup // pullers and the dispatch loop
-	handlers sync.WaitGroup
-	done     chan struct{}
+	pulling sync.WaitGroup // pullers and the connection watcher
+	workers sync.WaitGroup
+	done    chan struct{}
 }
 
-// Start begins dispatching messages of the given consumers, highest priority
-// first: consumers[0] is the highest level. It returns at once; stop the
+// Start begins dispatching the messages of the named durable consumers of
+// stream, highest priority first: consumers[0] is the highest level. The
+// consumers must exist (see Ensure). Start returns at once; stop the
 // dispatcher with Stop or Drain.
-func Start(consumers []jetstream.Consumer, h Handler, opts Options) (*Dispatcher, error) {
+func Start(nc *nats.Conn, stream string, consumers []string, h Handler, opts Options) (*Dispatcher, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOptions)
+	}
 	if len(consumers) == 0 {
 		return nil, fmt.Errorf("%w: no consumers", ErrInvalidOptions)
 	}
@@ -192,36 +194,75 @@ func Start(consumers []jetstream.Consumer, h Handler, opts Options) (*Dispatcher
 	}
 	d := &Dispatcher{
 		opts:     opts,
+		nc:       nc,
 		handler:  h,
 		weights:  make([]int, len(consumers)),
 		inflight: make(map[*held]struct{}),
-		wake:     make(chan struct{}, 1),
-		slots:    make(chan struct{}, opts.Concurrency),
 		done:     make(chan struct{}),
 	}
+	d.ready = sync.NewCond(&d.mu)
 	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
 	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
-	for i, c := range consumers {
-		d.levels = append(d.levels, &level{index: i, cons: c, room: make(chan struct{}, 1)})
+	for i, name := range consumers {
+		l, err := d.newLevel(i, stream, name)
+		if err != nil {
+			for _, l := range d.levels {
+				l.sub.Unsubscribe()
+			}
+			return nil, fmt.Errorf("subscribe for consumer %s: %w", name, err)
+		}
+		d.levels = append(d.levels, l)
 	}
+	reconnected := nc.StatusChanged(nats.CONNECTED)
 	d.pulling.Add(len(d.levels) + 1)
 	for _, l := range d.levels {
 		go d.pull(l)
 	}
-	go d.dispatch()
+	go d.watch(reconnected)
+	d.workers.Add(opts.Concurrency)
+	for range opts.Concurrency {
+		go d.runWorker()
+	}
 	keeperStop := make(chan struct{})
 	keeperDone := make(chan struct{})
 	go d.keepAlive(keeperStop, keeperDone)
 	go func() {
 		d.pulling.Wait()
+		d.closeLevels()
 		d.releaseBuffered()
-		d.handlers.Wait()
+		d.workers.Wait()
 		close(keeperStop)
 		<-keeperDone
 		d.stopAll()
 		close(d.done)
 	}()
 	return d, nil
+}
+
+// watch stops the workers from picking once pulling stops, and tells every
+// level to issue a new pull request after a reconnect: the server that held
+// the old one may be gone.
+func (d *Dispatcher) watch(reconnected chan nats.Status) {
+	defer d.pulling.Done()
+	defer d.nc.RemoveStatusListener(reconnected)
+	for {
+		select {
+		case <-d.pullCtx.Done():
+			d.mu.Lock()
+			d.stopping = true
+			d.mu.Unlock()
+			d.ready.Broadcast()
+			return
+		case _, ok := <-reconnected:
+			if !ok {
+				<-d.pullCtx.Done()
+				continue
+			}
+			for _, l := range d.levels {
+				l.end(endReconnect, 0, nil)
+			}
+		}
+	}
 }
 
 // Stop stops pulling, gives back the messages held in memory for immediate
@@ -251,41 +292,35 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 // received is settled or given back.
 func (d *Dispatcher) Done() <-chan struct{} { return d.done }
 
-func (d *Dispatcher) signal(ch chan struct{}) {
+// signal wakes a goroutine waiting on ch, if any, without blocking.
+func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
 	}
 }
 
-// dispatch waits for a free handler slot, then for the message the policy
-// picks, and starts the handler. Taking the slot first means a message that
-// arrives while all handlers are busy still competes on priority.
-func (d *Dispatcher) dispatch() {
-	defer d.pulling.Done()
+// runWorker is one handler slot: it picks the message the policy chooses,
+// runs the handler and settles the message, until the dispatcher stops.
+// Picking only when a worker is free means a message that arrives while
+// every handler is busy still competes on priority for the next start.
+func (d *Dispatcher) runWorker() {
+	defer d.workers.Done()
+	d.mu.Lock()
 	for {
-		select {
-		case d.slots <- struct{}{}:
-		case <-d.pullCtx.Done():
+		if d.stopping {
+			d.mu.Unlock()
 			return
 		}
-		var h *held
-		for {
-			d.mu.Lock()
-			h = d.pickLocked()
-			d.mu.Unlock()
-			if h != nil {
-				break
-			}
-			select {
-			case <-d.wake:
-			case <-d.pullCtx.Done():
-				<-d.slots
-				return
-			}
+		h := d.pickLocked()
+		if h == nil {
+			d.ready.Wait()
+			continue
 		}
-		d.handlers.Add(1)
-		go d.run(h)
+		d.mu.Unlock()
+		d.handle(h.msg)
+		d.mu.Lock()
+		delete(d.inflight, h)
 	}
 }
 
@@ -322,26 +357,26 @@ func (d *Dispatcher) pickLocked() *held {
 	l.buf[0] = nil
 	l.buf = l.buf[1:]
 	d.inflight[h] = struct{}{}
-	d.signal(l.room)
+	signal(l.room)
 	return h
 }
 
-func (d *Dispatcher) run(h *held) {
-	defer func() {
-		d.mu.Lock()
-		delete(d.inflight, h)
-		d.mu.Unlock()
-		<-d.slots
-		d.handlers.Done()
-	}()
-	d.settle(h.msg, d.call(h.msg))
+// handle runs the handler on m and settles m by the result.
+func (d *Dispatcher) handle(nm *nats.Msg) {
+	md, err := ParseMetadata(nm.Reply)
+	if err != nil {
+		d.opts.OnError(fmt.Errorf("message on %s: %w", nm.Subject, err))
+		return // no ack subject: nothing to settle
+	}
+	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: md, reply: nm.Reply}
+	d.settle(m, d.call(m))
 }
 
-func (d *Dispatcher) call(m jetstream.Msg) (err error) {
+func (d *Dispatcher) call(m *Msg) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = panicError(r)
-			d.opts.OnError(fmt.Errorf("message %s: %w", m.Subject(), err))
+			d.opts.OnError(fmt.Errorf("message %s: %w", m.Subject, err))
 		}
 	}()
 	return d.handler(d.handlerCtx, m)
@@ -349,143 +384,51 @@ func (d *Dispatcher) call(m jetstream.Msg) (err error) {
 
 // settle acks, naks with backoff, or terminates m after its handler returned
 // herr.
-func (d *Dispatcher) settle(m jetstream.Msg, herr error) {
-	var err error
+func (d *Dispatcher) settle(m *Msg, herr error) {
+	var body []byte
 	switch {
 	case herr == nil:
-		err = m.Ack()
+		body = ackBody
 	case IsPermanent(herr):
-		err = m.TermWithReason(termReason(herr))
+		body = termBody(termReason(herr))
 	default:
-		delivery := 1
-		if md, merr := m.Metadata(); merr == nil {
-			delivery = int(md.NumDelivered)
-		}
+		delivery := int(m.Metadata.NumDelivered)
 		if d.opts.MaxDeliver > 0 && delivery >= d.opts.MaxDeliver {
-			err = m.TermWithReason(termReason(fmt.Errorf("failed on delivery %d of %d: %w", delivery, d.opts.MaxDeliver, herr)))
+			body = termBody(termReason(fmt.Errorf("failed on delivery %d of %d: %w", delivery, d.opts.MaxDeliver, herr)))
 		} else {
-			err = m.NakWithDelay(d.opts.Backoff(delivery))
+			body = nakDelayBody(d.opts.Backoff(delivery))
 		}
 	}
-	if err != nil {
-		d.opts.OnError(fmt.Errorf("settle message %s: %w", m.Subject(), err))
-	}
-}
-
-// pull keeps one level supplied. While the level may hold messages at the
-// server it asks for them without waiting (FetchNoWait). Once the server
-// returns fewer than asked, the level is drained and pull parks a waiting
-// request there, so a new message is pushed to us at once and an idle level
-// costs one request per PullExpiry.
-func (d *Dispatcher) pull(l *level) {
-	defer d.pulling.Done()
-	retry := time.Duration(0)
-	for {
-		room, drained, ok := d.waitRoom(l)
-		if !ok {
-			return
-		}
-		var n int
-		var err error
-		if drained {
-			n, err = d.fetchWaiting(l, room)
-			if err == nil && n == room {
-				d.setDrained(l, false)
-			}
-		} else {
-			n, err = d.fetchNoWait(l, room)
-			if err == nil && n < room {
-				d.setDrained(l, true)
-			}
-		}
-		if err == nil {
-			retry = 0
-			continue
-		}
-		d.setDrained(l, false)
-		if d.pullCtx.Err() != nil {
-			return
-		}
-		d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", consumerName(l.cons), err))
-		retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
-		select {
-		case <-time.After(retry):
-		case <-d.pullCtx.Done():
-			return
-		}
+	if err := d.nc.Publish(m.reply, body); err != nil {
+		d.opts.OnError(fmt.Errorf("settle message %s: %w", m.Subject, err))
 	}
 }
 
-// waitRoom blocks until the level should pull: there is room for half its
-// prefetch, or any room while drained (a drained level must keep a request
-// waiting at the server).
-func (d *Dispatcher) waitRoom(l *level) (room int, drained, ok bool) {
-	threshold := max(1, d.opts.Prefetch/2)
-	for {
-		d.mu.Lock()
-		room, drained = d.opts.Prefetch-len(l.buf), l.drained
-		d.mu.Unlock()
-		if room >= threshold || (drained && room > 0) {
-			return room, drained, true
-		}
-		select {
-		case <-l.room:
-		case <-d.pullCtx.Done():
-			return 0, false, false
-		}
-	}
-}
-
-func (d *Dispatcher) setDrained(l *level, drained bool) {
+// receive stores a message a level's subscription delivered.
+func (d *Dispatcher) receive(l *level, m *nats.Msg) {
 	d.mu.Lock()
-	changed := l.drained != drained
-	l.drained = drained
-	d.mu.Unlock()
-	if changed {
-		d.signal(d.wake)
-	}
-}
-
-func (d *Dispatcher) fetchNoWait(l *level, n int) (int, error) {
-	batch, err := l.cons.FetchNoWait(n)
-	if err != nil {
-		return 0, err
-	}
-	return d.receive(l, batch)
-}
-
-func (d *Dispatcher) fetchWaiting(l *level, n int) (int, error) {
-	ctx, cancel := context.WithTimeout(d.pullCtx, d.opts.PullExpiry)
-	defer cancel()
-	batch, err := l.cons.Fetch(n, jetstream.FetchContext(ctx))
-	if err != nil {
-		return 0, err
-	}
-	got, err := d.receive(l, batch)
-	if errors.Is(err, context.DeadlineExceeded) && d.pullCtx.Err() == nil {
-		err = nil // the request expired with nothing more to send
-	}
-	return got, err
-}
-
-// receive moves a batch's messages into the level's buffer as they arrive.
-func (d *Dispatcher) receive(l *level, batch jetstream.MessageBatch) (int, error) {
-	n := 0
-	for m := range batch.Messages() {
-		d.mu.Lock()
-		l.buf = append(l.buf, &held{msg: m, touched: time.Now()})
+	if d.stopping {
 		d.mu.Unlock()
-		d.signal(d.wake)
-		n++
+		d.giveBack(m)
+		return
 	}
-	return n, batch.Error()
+	l.buf = append(l.buf, &held{msg: m, touched: time.Now()})
+	d.mu.Unlock()
+	d.ready.Signal()
 }
 
-// releaseBuffered naks every message still waiting in memory so the server
-// redelivers it at once, to this agent's other processes or later to this one.
+// giveBack naks m so the server redelivers it at once, to this agent's other
+// processes or later to this one.
+func (d *Dispatcher) giveBack(m *nats.Msg) {
+	if err := d.nc.Publish(m.Reply, nakBody); err != nil {
+		d.opts.Logger.Debug("give back message", "subject", m.Subject, "error", err)
+	}
+}
+
+// releaseBuffered gives back every message still waiting in memory.
 func (d *Dispatcher) releaseBuffered() {
 	d.mu.Lock()
-	var msgs []jetstream.Msg
+	var msgs []*nats.Msg
 	for _, l := range d.levels {
 		for _, h := range l.buf {
 			msgs = append(msgs, h.msg)
@@ -495,9 +438,7 @@ func (d *Dispatcher) releaseBuffered() {
 	}
 	d.mu.Unlock()
 	for _, m := range msgs {
-		if err := m.Nak(); err != nil {
-			d.opts.Logger.Debug("give back message", "subject", m.Subject(), "error", err)
-		}
+		d.giveBack(m)
 	}
 }
 
@@ -508,7 +449,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(d.opts.AckWait / 4)
 	defer t.Stop()
-	var due []jetstream.Msg
+	var due []*nats.Msg
 	for {
 		select {
 		case <-stop:
@@ -533,17 +474,10 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 			}
 			d.mu.Unlock()
 			for _, m := range due {
-				if err := m.InProgress(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-					d.opts.Logger.Debug("in-progress ack", "subject", m.Subject(), "error", err)
+				if err := d.nc.Publish(m.Reply, progressBody); err != nil {
+					d.opts.Logger.Debug("in-progress ack", "subject", m.Subject, "error", err)
 				}
 			}
 		}
 	}
-}
-
-func consumerName(c jetstream.Consumer) string {
-	if info := c.CachedInfo(); info != nil {
-		return info.Name
-	}
-	return "?"
 }

@@ -1,0 +1,103 @@
+package consumers
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ErrNotJetStreamMsg is returned by ParseMetadata for a reply subject that
+// is not a JetStream ack subject.
+var ErrNotJetStreamMsg = errors.New("consumers: not a JetStream message")
+
+// Msg is one message delivered by a consumer.
+type Msg struct {
+	// Subject is the subject the message was published on.
+	Subject string
+	// Header holds the message headers.
+	Header nats.Header
+	// Data is the payload.
+	Data []byte
+	// Metadata describes the delivery.
+	Metadata Metadata
+
+	reply string // the ack subject
+}
+
+// Metadata describes one delivery, as JetStream encodes it in the ack
+// subject.
+type Metadata struct {
+	// Stream and Consumer name where the message came from.
+	Stream, Consumer string
+	// Domain is the JetStream domain; empty for the default.
+	Domain string
+	// NumDelivered counts deliveries of this message, 1 for the first.
+	NumDelivered uint64
+	// StreamSeq is the message's sequence in the stream.
+	StreamSeq uint64
+	// ConsumerSeq is the delivery's sequence in the consumer.
+	ConsumerSeq uint64
+	// Timestamp is when the message was stored.
+	Timestamp time.Time
+	// NumPending counts messages left for the consumer after this one.
+	NumPending uint64
+}
+
+// ParseMetadata reads the metadata JetStream encodes in a delivery's reply
+// subject, in either of its forms:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
+//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>.<token>
+func ParseMetadata(reply string) (Metadata, error) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return Metadata{}, fmt.Errorf("%w: reply subject %q", ErrNotJetStreamMsg, reply)
+	}
+	tok := strings.Split(rest, ".")
+	var md Metadata
+	switch {
+	case len(tok) == 7:
+	case len(tok) >= 9:
+		if tok[0] != "_" {
+			md.Domain = tok[0]
+		}
+		tok = tok[2:]
+	default:
+		return Metadata{}, fmt.Errorf("%w: reply subject %q has %d tokens", ErrNotJetStreamMsg, reply, len(tok)+2)
+	}
+	md.Stream, md.Consumer = tok[0], tok[1]
+	var nums [5]uint64
+	for i := range nums {
+		n, err := strconv.ParseUint(tok[2+i], 10, 64)
+		if err != nil {
+			return Metadata{}, fmt.Errorf("%w: reply subject %q: %w", ErrNotJetStreamMsg, reply, err)
+		}
+		nums[i] = n
+	}
+	md.NumDelivered, md.StreamSeq, md.ConsumerSeq = nums[0], nums[1], nums[2]
+	md.Timestamp = time.Unix(0, int64(nums[3])).UTC()
+	md.NumPending = nums[4]
+	return md, nil
+}
+
+// The acknowledgement bodies of the JetStream protocol.
+var (
+	ackBody      = []byte("+ACK")
+	nakBody      = []byte("-NAK")
+	progressBody = []byte("+WPI")
+)
+
+func nakDelayBody(d time.Duration) []byte {
+	b := make([]byte, 0, 32)
+	b = append(b, `-NAK {"delay": `...)
+	b = strconv.AppendInt(b, d.Nanoseconds(), 10)
+	return append(b, '}')
+}
+
+func termBody(reason string) []byte {
+	return append([]byte("+TERM "), reason...)
+}

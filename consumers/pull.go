@@ -1,0 +1,272 @@
+package consumers
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ErrPull is wrapped by the errors a level's pull requests end with: the
+// server refused or ended a request (JetStream status 409 and others), or
+// stopped answering.
+var ErrPull = errors.New("consumers: pull request failed")
+
+// level is one consumer, the subscription its messages arrive on, and the
+// messages pulled from it. Fields marked "mu" are guarded by Dispatcher.mu.
+type level struct {
+	index   int
+	name    string
+	subject string // the consumer's "next messages" API subject
+	inbox   string // requests reply to inbox.<seq>
+	sub     *nats.Subscription
+	closed  chan struct{} // closed when sub is gone
+
+	buf []*held // mu; FIFO
+	// drained means a pull request is waiting at the server with room to
+	// spare, so the server holds no message for this level that it has not
+	// sent us. mu.
+	drained bool
+	room    chan struct{} // signalled when buf shrinks
+
+	reqSeq   atomic.Uint64 // the current pull request
+	reqBatch int           // mu; messages it asked for
+	reqGot   int           // mu; messages received since it was sent
+	ended    chan ending   // how the current request ended
+	activity atomic.Int64  // unix nanos of the last message or heartbeat
+}
+
+// endKind is how a pull request ended.
+type endKind int
+
+const (
+	endFilled    endKind = iota // every message asked for arrived
+	endEmpty                    // 404 or 408: the server had no more to send
+	endFailed                   // refused, unanswered, or not sent
+	endReconnect                // the connection was re-established
+	endStopped                  // the dispatcher is stopping
+)
+
+type ending struct {
+	kind endKind
+	seq  uint64 // the request it ends; 0 for whatever request is current
+	err  error
+}
+
+// newLevel subscribes to the inbox that the level's pull requests reply to.
+func (d *Dispatcher) newLevel(index int, stream, consumer string) (*level, error) {
+	l := &level{
+		index:   index,
+		name:    consumer,
+		subject: d.opts.APIPrefix + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		inbox:   d.nc.NewInbox(),
+		closed:  make(chan struct{}),
+		room:    make(chan struct{}, 1),
+		ended:   make(chan ending, 1),
+	}
+	sub, err := d.nc.Subscribe(l.inbox+".*", func(m *nats.Msg) { d.onMessage(l, m) })
+	if err != nil {
+		return nil, err
+	}
+	sub.SetClosedHandler(func(string) { close(l.closed) })
+	l.sub = sub
+	return l, nil
+}
+
+// end reports how a request ended, to the puller waiting for it. Reports
+// for an older request are dropped.
+func (l *level) end(kind endKind, seq uint64, err error) {
+	if seq != 0 && seq != l.reqSeq.Load() {
+		return
+	}
+	select {
+	case l.ended <- ending{kind, seq, err}:
+	default: // the puller has a report already
+	}
+}
+
+// onMessage handles what arrives on a level's inbox: a message, a heartbeat,
+// or the status that ends a pull request.
+func (d *Dispatcher) onMessage(l *level, m *nats.Msg) {
+	l.activity.Store(time.Now().UnixNano())
+	if len(m.Data) == 0 && len(m.Header) > 0 {
+		if status := m.Header.Get("Status"); status != "" {
+			seq, _ := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
+			switch status {
+			case "100": // idle heartbeat
+			case "404", "408": // no messages (no_wait), or the request expired
+				l.end(endEmpty, seq, nil)
+			default: // 409 conflicts, 503 no responders, ...
+				l.end(endFailed, seq, fmt.Errorf("%w: consumer %s: status %s %s", ErrPull, l.name, status, m.Header.Get("Description")))
+			}
+			return
+		}
+	}
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		d.giveBack(m)
+		return
+	}
+	l.buf = append(l.buf, &held{msg: m, touched: time.Now()})
+	l.reqGot++
+	filled := l.reqGot == l.reqBatch
+	d.mu.Unlock()
+	d.ready.Signal()
+	if filled {
+		l.end(endFilled, 0, nil)
+	}
+}
+
+// pull keeps one level supplied. While the level may hold messages at the
+// server it asks for them without waiting (no_wait). Once the server returns
+// fewer than asked, the level is drained and pull parks a waiting request
+// there, so a new message is pushed to us at once and an idle level costs one
+// request per PullExpiry.
+func (d *Dispatcher) pull(l *level) {
+	defer d.pulling.Done()
+	retry := time.Duration(0)
+	for {
+		room, drained, ok := d.waitRoom(l)
+		if !ok {
+			return
+		}
+		e := d.request(l, room, !drained)
+		switch e.kind {
+		case endStopped:
+			return
+		case endFilled:
+			if drained {
+				d.setDrained(l, false)
+			}
+			retry = 0
+			continue
+		case endEmpty:
+			d.setDrained(l, true)
+			retry = 0
+			continue
+		case endReconnect:
+			d.setDrained(l, false)
+			continue
+		}
+		d.setDrained(l, false)
+		d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
+		retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
+		select {
+		case <-time.After(retry):
+		case <-d.pullCtx.Done():
+			return
+		}
+	}
+}
+
+// request sends one pull request for n messages and waits until it ends.
+func (d *Dispatcher) request(l *level, n int, noWait bool) ending {
+	seq := l.reqSeq.Add(1)
+	d.mu.Lock()
+	l.reqBatch, l.reqGot = n, 0
+	d.mu.Unlock()
+	select {
+	case <-l.ended: // a late report for an older request
+	default:
+	}
+	body := make([]byte, 0, 80)
+	body = append(body, `{"batch":`...)
+	body = strconv.AppendInt(body, int64(n), 10)
+	// Without a heartbeat the request is answered at once (no_wait) or
+	// within its expiry; allow for a slow server on top.
+	wait := 5 * time.Second
+	heartbeat := time.Duration(0)
+	if noWait {
+		body = append(body, `,"no_wait":true}`...)
+	} else {
+		heartbeat = min(5*time.Second, d.opts.PullExpiry/4)
+		body = append(body, `,"expires":`...)
+		body = strconv.AppendInt(body, d.opts.PullExpiry.Nanoseconds(), 10)
+		body = append(body, `,"idle_heartbeat":`...)
+		body = strconv.AppendInt(body, heartbeat.Nanoseconds(), 10)
+		body = append(body, '}')
+		wait = 2*heartbeat + time.Second
+	}
+	sent := time.Now()
+	l.activity.Store(sent.UnixNano())
+	if err := d.nc.PublishRequest(l.subject, l.inbox+"."+strconv.FormatUint(seq, 10), body); err != nil {
+		return ending{kind: endFailed, err: err}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case e := <-l.ended:
+			return e
+		case <-d.pullCtx.Done():
+			return ending{kind: endStopped}
+		case <-t.C:
+			if noWait {
+				return ending{kind: endFailed, err: fmt.Errorf("%w: consumer %s: no answer in %v", ErrPull, l.name, wait)}
+			}
+			// A waiting request hears a message or a heartbeat at least
+			// every heartbeat interval while the server holds it.
+			quiet := time.Since(time.Unix(0, l.activity.Load()))
+			if quiet >= 2*heartbeat {
+				return ending{kind: endFailed, err: fmt.Errorf("%w: consumer %s: no heartbeat for %v", ErrPull, l.name, quiet.Round(time.Millisecond))}
+			}
+			t.Reset(2*heartbeat - quiet + 100*time.Millisecond)
+		}
+	}
+}
+
+// waitRoom blocks until the level should pull: there is room for half its
+// prefetch, or any room while drained (a drained level must keep a request
+// waiting at the server).
+func (d *Dispatcher) waitRoom(l *level) (room int, drained, ok bool) {
+	threshold := max(1, d.opts.Prefetch/2)
+	for {
+		d.mu.Lock()
+		room, drained = d.opts.Prefetch-len(l.buf), l.drained
+		d.mu.Unlock()
+		if room >= threshold || (drained && room > 0) {
+			return room, drained, true
+		}
+		select {
+		case <-l.room:
+		case <-d.pullCtx.Done():
+			return 0, false, false
+		}
+	}
+}
+
+func (d *Dispatcher) setDrained(l *level, drained bool) {
+	d.mu.Lock()
+	changed := l.drained != drained
+	l.drained = drained
+	d.mu.Unlock()
+	if changed {
+		d.ready.Broadcast()
+	}
+}
+
+// closeLevels drains every level's subscription: the server is told to stop
+// sending, and whatever it sent before that is given back, so a message in
+// flight at stop is redelivered at once rather than after AckWait.
+func (d *Dispatcher) closeLevels() {
+	for _, l := range d.levels {
+		if err := l.sub.Drain(); err != nil {
+			l.sub.Unsubscribe()
+		}
+	}
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for _, l := range d.levels {
+		select {
+		case <-l.closed:
+		case <-deadline.C:
+			l.sub.Unsubscribe()
+			d.opts.Logger.Debug("subscription drain timed out", "consumer", l.name)
+		}
+	}
+}
