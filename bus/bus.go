@@ -99,6 +99,9 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 // agent on the new connection, which Close closes. The connection reconnects
 // without limit; WithNATSOptions adds or overrides nats.Connect options.
 func Connect(url, agent string, opts ...Option) (*Bus, error) {
+	if err := subjects.ValidateID(agent); err != nil {
+		return nil, err
+	}
 	o := defaultOptions()
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {

@@ -114,7 +114,7 @@ func TestHighPriorityPreempts(t *testing.T) {
 	release := make(chan struct{})
 	var order []string
 	var mu sync.Mutex
-	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+	sub := subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
 		mu.Lock()
 		order = append(order, d.Type)
 		mu.Unlock()
@@ -129,14 +129,11 @@ func TestHighPriorityPreempts(t *testing.T) {
 		t.Fatalf("first started %q, want low-0", got)
 	}
 	publish(t, sender, bus.Message{To: "agent", Type: "urgent", Priority: 1})
-	// The p1 message must reach this process before low-0 finishes; poll the
-	// consumer until it is delivered (ack pending), then release.
-	waitFor(t, "urgent delivered", func() (bool, string) {
-		info, err := consumerInfo(t, agent, "agent_p1")
-		if err != nil {
-			return false, err.Error()
-		}
-		return info.NumAckPending == 1, fmt.Sprintf("%+v", info.Delivered)
+	// The p1 message must reach this process before low-0 finishes: wait
+	// until it is held in memory, then release.
+	waitFor(t, "urgent held", func() (bool, string) {
+		b := sub.Buffered()
+		return b[0] == 1, fmt.Sprint(b)
 	})
 	close(release)
 	if got := <-started; got != "urgent" {
@@ -799,4 +796,47 @@ func TestAsyncPublish(t *testing.T) {
 	r := newRecorder()
 	subscribe(t, newBus(t, s, "agent"), r.handle, bus.WithPrefetch(32), bus.WithConcurrency(4))
 	r.waitCount(t, 100)
+}
+
+// TestStopGivesBackHeldMessages: messages a stopped subscriber held in
+// memory or was handling reach the agent's next process at once, not after
+// AckWait (a minute here, longer than the test may wait).
+func TestStopGivesBackHeldMessages(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	for i := range 5 {
+		publish(t, sender, bus.Message{To: "agent", Type: fmt.Sprintf("job-%d", i)})
+	}
+	first := newBus(t, s, "agent")
+	started := make(chan struct{}, 1)
+	sub := subscribe(t, first, func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, bus.WithPrefetch(10), bus.WithAckWait(time.Minute))
+	<-started
+	waitFor(t, "all five held by the first process", func() (bool, string) {
+		info, err := consumerInfo(t, first, "agent_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 5, fmt.Sprint(info.NumAckPending)
+	})
+	sub.Stop()
+	<-sub.Done()
+
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "agent"), r.handle, bus.WithAckWait(time.Minute))
+	got := r.waitCount(t, 5)
+	var types []string
+	for _, d := range got {
+		types = append(types, d.Type)
+	}
+	slices.Sort(types)
+	if want := []string{"job-0", "job-1", "job-2", "job-3", "job-4"}; !slices.Equal(types, want) {
+		t.Errorf("second process handled %v, want %v", types, want)
+	}
 }

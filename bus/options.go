@@ -8,11 +8,22 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
-// DefaultMaxAsyncPending bounds the asynchronous publishes awaiting an ack.
-const DefaultMaxAsyncPending = 4000
+// Defaults of the options.
+const (
+	// DefaultMaxAsyncPending bounds the asynchronous publishes awaiting an ack.
+	DefaultMaxAsyncPending = 4000
+	// DefaultAckWait is the subscription's ack wait (see WithAckWait).
+	DefaultAckWait = consumers.DefaultAckWait
+	// DefaultMaxDeliver is the subscription's delivery limit (see WithMaxDeliver).
+	DefaultMaxDeliver = consumers.DefaultMaxDeliver
+	// DefaultMaxAckPending is the subscription's per-level bound on unacked
+	// messages (see WithMaxAckPending).
+	DefaultMaxAckPending = consumers.DefaultMaxAckPending
+)
 
 // Option configures a Bus. Options that can be invalid return an error
 // wrapping ErrInvalidOption from New.

@@ -56,6 +56,10 @@ func (s *Subscription) Drain(ctx context.Context) error {
 // received is settled or given back.
 func (s *Subscription) Done() <-chan struct{} { return s.d.Done() }
 
+// Buffered returns how many messages this process holds in memory waiting
+// for a handler at each priority: Buffered()[0] is priority 1.
+func (s *Subscription) Buffered() []int { return s.d.Buffered() }
+
 func (s *Subscription) forget() {
 	s.b.mu.Lock()
 	delete(s.b.subs, s)

@@ -239,19 +239,14 @@ func Start(nc *nats.Conn, stream string, consumers []string, h Handler, opts Opt
 	return d, nil
 }
 
-// watch stops the workers from picking once pulling stops, and tells every
-// level to issue a new pull request after a reconnect: the server that held
-// the old one may be gone.
+// watch tells every level to issue a new pull request after a reconnect:
+// the server that held the old one may be gone.
 func (d *Dispatcher) watch(reconnected chan nats.Status) {
 	defer d.pulling.Done()
 	defer d.nc.RemoveStatusListener(reconnected)
 	for {
 		select {
 		case <-d.pullCtx.Done():
-			d.mu.Lock()
-			d.stopping = true
-			d.mu.Unlock()
-			d.ready.Broadcast()
 			return
 		case _, ok := <-reconnected:
 			if !ok {
@@ -270,15 +265,24 @@ func (d *Dispatcher) watch(reconnected chan nats.Status) {
 // Done is closed once every handler has returned and its message is settled.
 // Stop is idempotent.
 func (d *Dispatcher) Stop() {
-	d.stopPull()
+	d.stopPicking()
 	d.stopAll()
+}
+
+// stopPicking stops pulling and makes the workers pick no more messages.
+func (d *Dispatcher) stopPicking() {
+	d.mu.Lock()
+	d.stopping = true
+	d.mu.Unlock()
+	d.ready.Broadcast()
+	d.stopPull()
 }
 
 // Drain stops pulling, gives back the messages held in memory, and waits
 // until the running handlers finish and their messages are settled. If ctx
 // ends first, Drain calls Stop and returns ctx's error.
 func (d *Dispatcher) Drain(ctx context.Context) error {
-	d.stopPull()
+	d.stopPicking()
 	select {
 	case <-d.done:
 		return nil
@@ -286,6 +290,18 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 		d.Stop()
 		return ctx.Err()
 	}
+}
+
+// Buffered returns how many messages each level holds in memory waiting for
+// a handler, highest level first.
+func (d *Dispatcher) Buffered() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]int, len(d.levels))
+	for i, l := range d.levels {
+		out[i] = len(l.buf)
+	}
+	return out
 }
 
 // Done is closed when the dispatcher has stopped and every message it
@@ -391,6 +407,10 @@ func (d *Dispatcher) settle(m *Msg, herr error) {
 		body = ackBody
 	case IsPermanent(herr):
 		body = termBody(termReason(herr))
+	case d.handlerCtx.Err() != nil:
+		// The handler gave up because the dispatcher stopped: not the
+		// message's fault, so no backoff and no step towards termination.
+		body = nakBody
 	default:
 		delivery := int(m.Metadata.NumDelivered)
 		if d.opts.MaxDeliver > 0 && delivery >= d.opts.MaxDeliver {

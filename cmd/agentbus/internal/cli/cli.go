@@ -91,7 +91,7 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 		},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster (default $NATS_URL, else "+defaultServer+")")
+	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster; $NATS_URL sets the default")
 	pf.StringVar(&a.root, "root", defaultRoot, "subject root of the bus; every process of one bus must use the same")
 	root.AddCommand(
 		a.serveCommand(),

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 func TestMain(m *testing.M) {
@@ -60,7 +61,7 @@ func mustRun(t *testing.T, args ...string) string {
 // provision command and returns its URL.
 func newServer(t *testing.T) string {
 	t.Helper()
-	url := runServerShim(t).ClientURL()
+	url := embeddedtest.RunServer(t).ClientURL()
 	mustRun(t, "--server", url, "provision")
 	return url
 }

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPublishSubscribeJSON(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	file := filepath.Join(t.TempDir(), "payload")
 	if err := os.WriteFile(file, []byte("from a file\n"), 0o600); err != nil {
@@ -40,6 +42,7 @@ func TestPublishSubscribeJSON(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			to := "bob-" + string(rune('a'+i))
 			args := append([]string{"--server", url, "publish", "--from", "alice", "--to", to, "--type", "GREETING", "--priority", "2"}, tt.args...)
 			r := runIn(t, tt.stdin, args...)
@@ -86,6 +89,7 @@ func TestPublishSubscribeJSON(t *testing.T) {
 }
 
 func TestPublishDuplicate(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	args := []string{"--server", url, "publish", "--from", "alice", "--to", "bob", "--type", "T", "--id", "msg-1", "--data", "x"}
 	first := mustRun(t, args...)
@@ -99,6 +103,7 @@ func TestPublishDuplicate(t *testing.T) {
 }
 
 func TestPublishBroadcast(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	id := publish(t, url, "--from", "lead", "--to", "*", "--type", "ANNOUNCE", "--data", "all hands")
 	for _, agent := range []string{"w1", "w2"} {
@@ -114,6 +119,7 @@ func TestPublishBroadcast(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	file := filepath.Join(t.TempDir(), "payload")
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
@@ -156,6 +162,7 @@ func TestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			r := runIn(t, "", tt.args...)
 			checkOneErrorLine(t, r)
 			if r.code != tt.wantCode {
@@ -168,5 +175,28 @@ func TestErrors(t *testing.T) {
 				t.Errorf("stdout %q, want nothing", r.stdout)
 			}
 		})
+	}
+}
+
+func TestPublishAttributes(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	publish(t, url, "--from", "alice", "--to", "bob", "--type", "ANSWER", "--id", "m-2", "--correlation-id", "conv-1",
+		"--reply-to", "m-1", "--ttl", "1h", "--content-type", "application/json", "--data", `[1,2]`)
+	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--json"))
+	if len(evs) != 1 {
+		t.Fatalf("got %d events, want 1", len(evs))
+	}
+	ev := evs[0]
+	for k, v := range map[string]string{"id": "m-2", "correlationid": "conv-1", "causationid": "m-1", "datacontenttype": "application/json"} {
+		if got := ev.members[k]; got != v {
+			t.Errorf("member %s = %#v, want %q", k, got, v)
+		}
+	}
+	if ev.msg.TTL != time.Hour {
+		t.Errorf("TTL %v (expirytime %v), want 1h", ev.msg.TTL, ev.members["expirytime"])
+	}
+	if got := jsonString(t, ev.members["data"]); got != "[1,2]" {
+		t.Errorf(`"data" = %s, want [1,2]`, got)
 	}
 }

@@ -3,8 +3,8 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"

@@ -56,6 +56,7 @@ func (s *serving) stop(t *testing.T) int {
 }
 
 func TestServe(t *testing.T) {
+	t.Parallel()
 	store := t.TempDir()
 	s := startServe(t, store)
 	if !strings.Contains(s.stderr.String(), "agentbus serving on "+s.url) {
@@ -87,6 +88,7 @@ func TestServe(t *testing.T) {
 }
 
 func TestProvision(t *testing.T) {
+	t.Parallel()
 	url := newServer(t) // provisions with the defaults once
 	out := mustRun(t, "--server", url, "provision")
 	want := "stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=50000 messages=0\n"
@@ -107,6 +109,7 @@ func TestProvision(t *testing.T) {
 }
 
 func TestProvisionRoot(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	out := mustRun(t, "--server", url, "--root", "team.a", "provision")
 	if !strings.HasPrefix(out, "stream ") || !strings.Contains(out, "subjects=team.a.agent.>,team.a.all.>") {

@@ -48,7 +48,9 @@ Output, one line per message on stdout:
   default  a human-readable line:
            <time> p<priority> <from> -> <to> <type> id=<id> [delivery=<n>] data=<preview>
   --json   the message as one line of CloudEvents JSON (extensions at the
-           top level) and nothing else on stdout
+           top level) and nothing else on stdout; the data is a JSON value
+           for a JSON content type or none, a string for text/*, and
+           "data_base64" otherwise
   --exec   nothing of its own: CMD's output goes to stdout and stderr
 
 Warnings, such as a failed --exec, go to stderr as lines starting with
@@ -71,8 +73,9 @@ terminated when subscribe is interrupted. --exec and --json cannot be
 combined.
 
 Subscribe stops, waits for running handlers and exits 0 after --count
-messages were handled successfully, after --timeout without a message, or on
-SIGINT or SIGTERM.`,
+messages were handled successfully (a failed --exec does not count), after
+--timeout without a message, or on SIGINT or SIGTERM. Messages received
+beyond --count are not handled but given back for redelivery.`,
 		Example: `  agentbus subscribe --agent bob
   agentbus subscribe --agent bob --json --count 1 --timeout 10s
   agentbus subscribe --agent bob --concurrency 4 --exec 'jq .task >> tasks.log'`,

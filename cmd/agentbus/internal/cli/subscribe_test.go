@@ -10,6 +10,7 @@ import (
 )
 
 func TestSubscribePriorityOrder(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	for _, p := range []string{"5", "1", "3"} {
 		publish(t, url, "--from", "alice", "--to", "bob", "--type", "T", "--priority", p, "--data", "p"+p)
@@ -25,6 +26,7 @@ func TestSubscribePriorityOrder(t *testing.T) {
 }
 
 func TestSubscribeHumanOutput(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	id := publish(t, url, "--from", "alice", "--to", "bob", "--type", "TASK", "--priority", "1", "--data", "do the thing")
 	out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1")
@@ -35,6 +37,7 @@ func TestSubscribeHumanOutput(t *testing.T) {
 }
 
 func TestSubscribeTimeout(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	r := runIn(t, "", "--server", url, "subscribe", "--agent", "bob", "--timeout", "500ms")
 	if r.code != 0 || r.stdout != "" || r.stderr != "" {
@@ -45,6 +48,7 @@ func TestSubscribeTimeout(t *testing.T) {
 // TestSubscribeCountWithConcurrency checks that messages beyond --count are
 // not handled, and not lost either.
 func TestSubscribeCountWithConcurrency(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	want := map[string]bool{}
 	for range 8 {
@@ -69,12 +73,12 @@ func TestSubscribeCountWithConcurrency(t *testing.T) {
 }
 
 func TestSubscribeExec(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	publish(t, url, "--from", "alice", "--to", "bob", "--type", "REPORT", "--data", "payload\nline 2")
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
-	script := `cat > "$OUT"; printf '|%s|%s|%s|%s|%s' "$AGENTBUS_TYPE" "$AGENTBUS_FROM" "$AGENTBUS_TO" "$AGENTBUS_PRIORITY" "$AGENTBUS_DELIVERY" >> "$OUT"; echo handled`
-	t.Setenv("OUT", out)
+	script := `OUT=` + shellQuote(out) + `; cat > "$OUT"; printf '|%s|%s|%s|%s|%s' "$AGENTBUS_TYPE" "$AGENTBUS_FROM" "$AGENTBUS_TO" "$AGENTBUS_PRIORITY" "$AGENTBUS_DELIVERY" >> "$OUT"; echo handled`
 	r := runIn(t, "", "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", script)
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("subscribe: exit %d, stderr %q", r.code, r.stderr)
@@ -92,6 +96,7 @@ func TestSubscribeExec(t *testing.T) {
 }
 
 func TestSubscribeExecEnvironment(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	id := publish(t, url, "--from", "alice", "--to", "bob", "--type", "Q", "--correlation-id", "conv-1",
 		"--reply-to", "m-0", "--content-type", "text/plain", "--data", "?")
@@ -129,11 +134,11 @@ func TestSubscribeExecEnvironment(t *testing.T) {
 // TestSubscribeExecRetry: a command that fails on the first delivery gets
 // the message again, and subscribe counts only the success.
 func TestSubscribeExecRetry(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
 	publish(t, url, "--from", "alice", "--to", "bob", "--type", "JOB", "--data", "work")
 	log := filepath.Join(t.TempDir(), "log")
-	t.Setenv("LOG", log)
-	script := `echo "delivery $AGENTBUS_DELIVERY" >> "$LOG"; test "$AGENTBUS_DELIVERY" != 1`
+	script := `echo "delivery $AGENTBUS_DELIVERY" >> ` + shellQuote(log) + `; test "$AGENTBUS_DELIVERY" != 1`
 	r := runIn(t, "", "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", script)
 	if r.code != 0 {
 		t.Fatalf("subscribe: exit %d, stderr %q", r.code, r.stderr)
@@ -152,4 +157,9 @@ func TestSubscribeExecRetry(t *testing.T) {
 	if out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--json", "--timeout", "300ms"); out != "" {
 		t.Errorf("message left after it was handled: %q", out)
 	}
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
