@@ -122,9 +122,10 @@ func (b *Bus) prepare(m *Message) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
-	h.Set(jetstream.MsgIDHeader, m.ID)
+	// The keys are canonical already; assigning skips Set's canonicalizing.
+	h[jetstream.MsgIDHeader] = []string{m.ID}
 	if m.TTL > 0 {
-		h.Set(jetstream.MsgTTLHeader, ttlSeconds(m.TTL))
+		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(m.TTL)}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }

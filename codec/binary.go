@@ -10,6 +10,10 @@ import (
 	"github.com/agentbus/agentbus/subjects"
 )
 
+// transportHeaders is the room Encode leaves in a header map for the
+// JetStream headers a publisher adds.
+const transportHeaders = 2
+
 // Binary is the binary content mode of the CloudEvents NATS binding, the
 // default codec: every attribute travels in its own ce- header, percent-
 // encoded, and Data is the payload as is.
@@ -40,7 +44,9 @@ func (Binary) Encode(m *Message) (nats.Header, []byte, error) {
 	if m.ReplyTo != "" {
 		n++
 	}
-	w := headerWriter{h: make(nats.Header, n), vals: make([]string, n)}
+	// The map has room for two more headers, so that the transport headers
+	// a publisher adds (Nats-Msg-Id, Nats-TTL) do not make it grow.
+	w := headerWriter{h: make(nats.Header, n+transportHeaders), vals: make([]string, n)}
 	w.set(headerSpecVersion, SpecVersion)
 	w.set(headerID, escapeHeader(m.ID))
 	w.set(headerSource, escapeHeader(SourcePrefix+subjects.EncodeToken(m.From)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -100,13 +101,23 @@ func Ensure(ctx context.Context, js jetstream.JetStream, stream string, levels [
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	out := make([]jetstream.Consumer, 0, len(levels))
-	for _, l := range levels {
-		c, err := js.CreateOrUpdateConsumer(ctx, stream, s.ConsumerConfig(l))
-		if err != nil {
-			return nil, fmt.Errorf("ensure consumer %s on stream %s: %w", l.Name, stream, err)
-		}
-		out = append(out, c)
+	// The levels are independent: create them at once, one round trip in
+	// all rather than one per level.
+	out := make([]jetstream.Consumer, len(levels))
+	errs := make([]error, len(levels))
+	var wg sync.WaitGroup
+	for i, l := range levels {
+		wg.Go(func() {
+			c, err := js.CreateOrUpdateConsumer(ctx, stream, s.ConsumerConfig(l))
+			if err != nil {
+				errs[i] = fmt.Errorf("ensure consumer %s on stream %s: %w", l.Name, stream, err)
+			}
+			out[i] = c
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -90,8 +90,8 @@ beyond --count are not handled but given back for redelivery.`,
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop after this long without a message, e.g. 500ms or 5m (0: wait forever)")
 	fl.IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
 	fl.BoolVar(&f.json, "json", false, "print each message as one line of CloudEvents JSON")
-	fl.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long the server waits for a crashed subscriber before it redelivers (>= 100ms)")
-	fl.IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries of a failing message before it is dropped")
+	fl.DurationVar(&f.ackWait, "ack-wait", bus.DefaultAckWait, "how long the server waits for a crashed subscriber before it redelivers (>= 100ms)")
+	fl.IntVar(&f.maxDeliver, "max-deliver", bus.DefaultMaxDeliver, "deliveries of a failing message before it is dropped")
 	fl.StringVar(&f.exec, "exec", "", "run `CMD` with sh -c for each message; exit 0 acknowledges")
 	_ = cmd.MarkFlagRequired("agent") // the flag exists
 	return cmd
