@@ -184,15 +184,20 @@ func checkServer(nc *nats.Conn) error {
 	if !ok {
 		return fmt.Errorf("%w: cannot parse server version %q", ErrUnsupportedServer, v)
 	}
-	for i := range got {
-		if got[i] != minServer[i] {
-			if got[i] < minServer[i] {
-				return fmt.Errorf("%w: found nats-server %s, need %d.%d.%d or later for per-message TTL", ErrUnsupportedServer, v, minServer[0], minServer[1], minServer[2])
-			}
-			break
-		}
+	if !supported(got) {
+		return fmt.Errorf("%w: found nats-server %s, need %d.%d.%d or later for per-message TTL", ErrUnsupportedServer, v, minServer[0], minServer[1], minServer[2])
 	}
 	return nil
+}
+
+// supported reports whether version v is minServer or later.
+func supported(v [3]int) bool {
+	for i := range v {
+		if v[i] != minServer[i] {
+			return v[i] > minServer[i]
+		}
+	}
+	return true
 }
 
 func parseVersion(v string) ([3]int, bool) {

@@ -840,3 +840,42 @@ func TestStopGivesBackHeldMessages(t *testing.T) {
 		t.Errorf("second process handled %v, want %v", types, want)
 	}
 }
+
+// TestDrainFinishesInFlight: Drain lets a running handler finish and acks
+// its message; nothing is redelivered.
+func TestDrainFinishesInFlight(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	publish(t, sender, bus.Message{To: "agent", Type: "long"})
+	agent := newBus(t, s, "agent")
+	started, release := make(chan struct{}), make(chan struct{})
+	var finished atomic.Bool
+	sub := subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		<-release
+		finished.Store(ctx.Err() == nil) // Drain does not cancel the handler
+		return nil
+	})
+	<-started
+	drained := make(chan error, 1)
+	go func() { drained <- sub.Drain(testContext(t)) }()
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned %v while the handler was running", err)
+	case <-time.After(100 * time.Millisecond): // Drain must still be waiting
+	}
+	close(release)
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if !finished.Load() {
+		t.Error("handler's context was cancelled by Drain")
+	}
+	info, err := consumerInfo(t, agent, "agent_p3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.AckFloor.Stream != 1 || info.NumAckPending != 0 {
+		t.Errorf("after Drain ack floor %d, pending %d; want the message acked", info.AckFloor.Stream, info.NumAckPending)
+	}
+}
