@@ -46,6 +46,9 @@ type StreamConfig struct {
 	// Memory stores messages in memory instead of files. The zero value,
 	// file storage, is what survives restarts.
 	Memory bool
+	// DeadLetterMaxAge is how long the dead-letter stream keeps a message.
+	// Zero means DefaultDeadLetterMaxAge.
+	DeadLetterMaxAge time.Duration
 }
 
 // Validate reports whether c is a config the server can accept.
@@ -66,6 +69,8 @@ func (c StreamConfig) Validate() error {
 		return fmt.Errorf("%w: max bytes %d is negative", ErrInvalidOption, c.MaxBytes)
 	case c.MaxMsgSize < 0:
 		return fmt.Errorf("%w: max message size %d is negative", ErrInvalidOption, c.MaxMsgSize)
+	case c.DeadLetterMaxAge < 0:
+		return fmt.Errorf("%w: dead-letter max age %v is negative", ErrInvalidOption, c.DeadLetterMaxAge)
 	}
 	maxAge := orDefault(c.MaxAge, DefaultMaxAge)
 	if dw := orDefault(c.DuplicateWindow, DefaultDuplicateWindow); dw > maxAge {
@@ -110,8 +115,35 @@ func (c StreamConfig) JetStream() (jetstream.StreamConfig, error) {
 	}, nil
 }
 
-// Provision creates the stream c declares, or updates it in place to match.
-// It is idempotent and safe to run from several processes. It returns
+// DeadLetterJetStream returns the configuration of the dead-letter stream:
+// the stream's name with "_DLQ", the <root>.dlq.> subjects, file storage
+// (or memory, like the stream), no per-message TTL.
+func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
+	main, err := c.JetStream()
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	s, _ := subjects.New(c.Root)
+	maxAge := orDefault(c.DeadLetterMaxAge, DefaultDeadLetterMaxAge)
+	return jetstream.StreamConfig{
+		Name:        s.DeadLetterStream(),
+		Description: "agentbus dead letters under " + s.Root(),
+		Subjects:    s.DeadLetterSubjects(),
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     main.Storage,
+		Replicas:    main.Replicas,
+		MaxAge:      maxAge,
+		Duplicates:  min(deadLetterDedupWindow, maxAge),
+		MaxBytes:    -1,
+		MaxMsgs:     -1,
+		MaxMsgSize:  -1,
+	}, nil
+}
+
+// Provision creates the stream c declares and its dead-letter stream, or
+// updates them in place to match, and returns the stream's info. It is
+// idempotent and safe to run from several processes. It returns
 // ErrUnsupportedServer if the server cannot carry the bus, and the server's
 // error (a *jetstream.APIError) if it refuses the update, for example a
 // change of storage type.
@@ -129,14 +161,24 @@ func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	dlq, err := c.DeadLetterJetStream()
 	if err != nil {
-		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return nil, fmt.Errorf("%w: %w", ErrUnsupportedServer, err)
-		}
-		return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		return nil, err
 	}
-	return s.CachedInfo(), nil
+	var info *jetstream.StreamInfo
+	for _, sc := range []jetstream.StreamConfig{cfg, dlq} {
+		s, err := js.CreateOrUpdateStream(ctx, sc)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+				return nil, fmt.Errorf("%w: %w", ErrUnsupportedServer, err)
+			}
+			return nil, fmt.Errorf("provision stream %s: %w", sc.Name, err)
+		}
+		if info == nil {
+			info = s.CachedInfo()
+		}
+	}
+	return info, nil
 }
 
 // defaultTimeout bounds calls to the server when the caller's context has

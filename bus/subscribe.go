@@ -113,6 +113,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		AckWait:     o.ackWait,
 		MaxDeliver:  o.maxDeliver,
 		Backoff:     o.backoff,
+		OnTerminate: b.terminate,
 		OnError:     b.opts.onError,
 		Logger:      b.opts.logger,
 	}

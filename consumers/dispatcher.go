@@ -75,6 +75,11 @@ type Options struct {
 	// PullExpiry is the lifetime of a waiting pull request. Zero means
 	// DefaultPullExpiry. It must be at least 1s.
 	PullExpiry time.Duration
+	// OnTerminate, if set, is called before a message is terminated, with
+	// the reason. If it returns an error the message is not terminated but
+	// nak'ed with backoff, so nothing is dropped that could not be kept
+	// elsewhere (bus uses it to write the dead letter first).
+	OnTerminate func(m *Msg, reason error) error
 	// APIPrefix is the JetStream API subject prefix. Empty means
 	// "$JS.API."; a JetStream domain D uses "$JS.D.API.".
 	APIPrefix string
@@ -401,22 +406,30 @@ func (d *Dispatcher) call(m *Msg) (err error) {
 // settle acks, naks with backoff, or terminates m after its handler returned
 // herr.
 func (d *Dispatcher) settle(m *Msg, herr error) {
+	delivery := int(m.Metadata.NumDelivered)
 	var body []byte
+	var reason error // set when the message is to be terminated
 	switch {
 	case herr == nil:
 		body = ackBody
 	case IsPermanent(herr):
-		body = termBody(termReason(herr))
+		reason = herr
 	case d.handlerCtx.Err() != nil:
 		// The handler gave up because the dispatcher stopped: not the
 		// message's fault, so no backoff and no step towards termination.
 		body = nakBody
+	case d.opts.MaxDeliver > 0 && delivery >= d.opts.MaxDeliver:
+		reason = fmt.Errorf("%w: failed on delivery %d of %d: %w", ErrMaxDeliver, delivery, d.opts.MaxDeliver, herr)
 	default:
-		delivery := int(m.Metadata.NumDelivered)
-		if d.opts.MaxDeliver > 0 && delivery >= d.opts.MaxDeliver {
-			body = termBody(termReason(fmt.Errorf("failed on delivery %d of %d: %w", delivery, d.opts.MaxDeliver, herr)))
-		} else {
-			body = nakDelayBody(d.opts.Backoff(delivery))
+		body = nakDelayBody(d.opts.Backoff(delivery))
+	}
+	if reason != nil {
+		body = termBody(termReason(reason))
+		if d.opts.OnTerminate != nil {
+			if err := d.opts.OnTerminate(m, reason); err != nil {
+				d.opts.OnError(fmt.Errorf("message %s kept, not terminated: %w", m.Subject, err))
+				body = nakDelayBody(d.opts.Backoff(delivery))
+			}
 		}
 	}
 	if err := d.nc.Publish(m.reply, body); err != nil {

@@ -11,6 +11,10 @@ import (
 // The message is settled as if the handler had returned that error.
 var ErrHandlerPanic = errors.New("consumers: handler panicked")
 
+// ErrMaxDeliver is wrapped by the termination reason of a message whose
+// handler failed on its last allowed delivery.
+var ErrMaxDeliver = errors.New("consumers: delivery limit reached")
+
 // permanent marks an error after which a message must not be redelivered.
 type permanent struct{ err error }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded"
 )
 
@@ -86,11 +88,26 @@ on stderr.`,
 			if err != nil {
 				return err
 			}
+			defer nc.Close()
 			info, err := provision(ctx, nc, a.root)
-			nc.Close()
 			if err != nil {
 				return err
 			}
+			// Dead-letter the messages whose last delivery was never settled
+			// (a crashed subscriber): the server only announces them.
+			watcher, err := bus.New(nc, "agentbus-serve", bus.WithRoot(a.root),
+				bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
+			if err != nil {
+				return err
+			}
+			defer watcher.Close()
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				watcher.WatchDeadLetters(watchCtx)
+			}()
+			defer func() { stopWatch(); <-watched }()
 
 			stopped := make(chan struct{})
 			go func() {

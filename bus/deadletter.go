@@ -1,0 +1,263 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// Headers a dead letter carries on top of the original message's headers.
+const (
+	// HeaderDeadLetterReason says why the message was dead-lettered: one of
+	// the DeadLetterReason values.
+	HeaderDeadLetterReason = "Agentbus-Dlq-Reason"
+	// HeaderDeadLetterError is the last error, on one line.
+	HeaderDeadLetterError = "Agentbus-Dlq-Error"
+	// HeaderDeadLetterDeliveries is how often the message was delivered.
+	HeaderDeadLetterDeliveries = "Agentbus-Dlq-Deliveries"
+	// HeaderDeadLetterStream and HeaderDeadLetterSequence locate the
+	// original message.
+	HeaderDeadLetterStream   = "Agentbus-Dlq-Stream"
+	HeaderDeadLetterSequence = "Agentbus-Dlq-Sequence"
+	// HeaderDeadLetterSubject is the subject the message was published on.
+	HeaderDeadLetterSubject = "Agentbus-Dlq-Subject"
+	// HeaderDeadLetterAgent is the agent that could not handle it.
+	HeaderDeadLetterAgent = "Agentbus-Dlq-Agent"
+	// HeaderDeadLetterTime is when it was dead-lettered (RFC 3339).
+	HeaderDeadLetterTime = "Agentbus-Dlq-Time"
+)
+
+// DeadLetterReason says why a message was dead-lettered.
+type DeadLetterReason string
+
+// The reasons a message is dead-lettered.
+const (
+	// ReasonMaxDeliveries: the handler failed on every allowed delivery.
+	ReasonMaxDeliveries DeadLetterReason = "max_deliveries"
+	// ReasonRejected: the handler returned Permanent(err).
+	ReasonRejected DeadLetterReason = "rejected"
+	// ReasonMalformed: the message is not a valid CloudEvent.
+	ReasonMalformed DeadLetterReason = "malformed"
+	// ReasonUnsettled: the last allowed delivery was never acknowledged,
+	// typically because the process crashed; found from the server's
+	// MAX_DELIVERIES advisory.
+	ReasonUnsettled DeadLetterReason = "unsettled"
+)
+
+// DefaultDeadLetterMaxAge is how long dead letters are kept.
+const DefaultDeadLetterMaxAge = 90 * 24 * time.Hour
+
+// deadLetterDedupWindow is how long the dead-letter stream remembers a dead
+// letter's ID, so a message that reaches it both ways is stored once.
+const deadLetterDedupWindow = 24 * time.Hour
+
+// maxErrorHeader bounds the error text carried in a dead letter.
+const maxErrorHeader = 1024
+
+// deadLetter describes one message on its way to the dead-letter stream.
+type deadLetter struct {
+	agent      string
+	reason     DeadLetterReason
+	err        error
+	subject    string
+	stream     string
+	seq        uint64
+	deliveries uint64
+	header     nats.Header
+	data       []byte
+}
+
+// deadLetterID identifies a dead letter for deduplication: one per original
+// message and receiving agent, whichever way it arrives.
+func deadLetterID(stream string, seq uint64, agent string) string {
+	return "dlq/" + stream + "/" + strconv.FormatUint(seq, 10) + "/" + subjects.EncodeToken(agent)
+}
+
+// writeDeadLetter stores dl on the dead-letter stream and waits for the ack.
+func (b *Bus) writeDeadLetter(ctx context.Context, dl deadLetter) error {
+	from, typ := "unknown", "unknown"
+	if addr, err := b.opts.scheme.Parse(dl.subject); err == nil {
+		from, typ = addr.From, addr.Type
+	}
+	subject, err := b.opts.scheme.DeadLetter(dl.agent, from, typ)
+	if err != nil {
+		return fmt.Errorf("dead-letter subject: %w", err)
+	}
+	h := make(nats.Header, len(dl.header)+9)
+	for k, v := range dl.header {
+		switch k {
+		case jetstream.MsgIDHeader, jetstream.MsgTTLHeader:
+			// The dead letter has its own ID and never expires.
+		default:
+			h[k] = v
+		}
+	}
+	h[jetstream.MsgIDHeader] = []string{deadLetterID(dl.stream, dl.seq, dl.agent)}
+	h[HeaderDeadLetterReason] = []string{string(dl.reason)}
+	if dl.err != nil {
+		h[HeaderDeadLetterError] = []string{oneLine(dl.err.Error(), maxErrorHeader)}
+	}
+	h[HeaderDeadLetterDeliveries] = []string{strconv.FormatUint(dl.deliveries, 10)}
+	h[HeaderDeadLetterStream] = []string{dl.stream}
+	h[HeaderDeadLetterSequence] = []string{strconv.FormatUint(dl.seq, 10)}
+	h[HeaderDeadLetterSubject] = []string{dl.subject}
+	h[HeaderDeadLetterAgent] = []string{subjects.EncodeToken(dl.agent)}
+	h[HeaderDeadLetterTime] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: dl.data}); err != nil {
+		return fmt.Errorf("write dead letter for %s seq %d: %w", dl.stream, dl.seq, b.notProvisioned(err))
+	}
+	return nil
+}
+
+// oneLine makes s a valid header value: no line breaks, at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = s[:n]
+	}
+	return s
+}
+
+// terminate is the dispatcher's OnTerminate hook: before a message is
+// terminated it is written to the dead-letter stream, except when it only
+// expired.
+func (b *Bus) terminate(m *consumers.Msg, reason error) error {
+	var r DeadLetterReason
+	switch {
+	case errors.Is(reason, ErrExpired):
+		return nil
+	case errors.Is(reason, codec.ErrMalformed):
+		r = ReasonMalformed
+	case errors.Is(reason, consumers.ErrMaxDeliver):
+		r = ReasonMaxDeliveries
+	default:
+		r = ReasonRejected
+	}
+	return b.writeDeadLetter(context.Background(), deadLetter{
+		agent:      b.agent,
+		reason:     r,
+		err:        reason,
+		subject:    m.Subject,
+		stream:     m.Metadata.Stream,
+		seq:        m.Metadata.StreamSeq,
+		deliveries: m.Metadata.NumDelivered,
+		header:     m.Header,
+		data:       m.Data,
+	})
+}
+
+// WatchDeadLetters dead-letters the messages whose last allowed delivery
+// was never settled, typically because the process handling it crashed.
+// JetStream does not redeliver such a message and leaves it in the stream;
+// it announces it with a MAX_DELIVERIES advisory, which WatchDeadLetters
+// receives. It copies the message to the dead-letter stream (once, even if
+// it also arrives the other way) and, for a direct message, removes it from
+// the stream. It blocks until ctx ends and returns nil then.
+//
+// One watcher per bus is enough; `agentbus serve` runs one. The connection
+// needs permission to read advisories, get messages by sequence and delete
+// them: an operator identity, not an agent's.
+func (b *Bus) WatchDeadLetters(ctx context.Context) error {
+	if b.isClosed() {
+		return ErrClosed
+	}
+	stream := b.opts.scheme.Stream()
+	events := make(chan *nats.Msg, 64)
+	sub, err := b.nc.ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+stream+".*", events)
+	if err != nil {
+		return fmt.Errorf("watch dead letters: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.nc.Flush(); err != nil {
+		return fmt.Errorf("watch dead letters: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-events:
+			if err := b.handleMaxDeliveries(ctx, m.Data); err != nil {
+				b.opts.onError(err)
+			}
+		}
+	}
+}
+
+// maxDeliveriesAdvisory is the part of the server's advisory we use.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(data, &adv); err != nil {
+		return fmt.Errorf("max deliveries advisory: %w", err)
+	}
+	agent, err := agentOfConsumer(adv.Consumer)
+	if err != nil {
+		return fmt.Errorf("max deliveries advisory for consumer %q: %w", adv.Consumer, err)
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	s, err := b.js.Stream(ctx, adv.Stream)
+	if err != nil {
+		return fmt.Errorf("max deliveries advisory: stream %s: %w", adv.Stream, err)
+	}
+	raw, err := s.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		return fmt.Errorf("max deliveries advisory: get %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
+	}
+	err = b.writeDeadLetter(ctx, deadLetter{
+		agent:      agent,
+		reason:     ReasonUnsettled,
+		err:        fmt.Errorf("not settled after %d deliveries", adv.Deliveries),
+		subject:    raw.Subject,
+		stream:     adv.Stream,
+		seq:        adv.StreamSeq,
+		deliveries: adv.Deliveries,
+		header:     raw.Header,
+		data:       raw.Data,
+	})
+	if err != nil {
+		return err
+	}
+	// A direct message concerns this agent alone; a broadcast stays for the
+	// agents that have not handled it yet.
+	if addr, err := b.opts.scheme.Parse(raw.Subject); err == nil && addr.Kind == subjects.KindDirect {
+		if err := s.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("remove dead-lettered %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
+		}
+	}
+	return nil
+}
+
+// agentOfConsumer returns the agent whose level consumer is named name
+// ("<token>_p<N>").
+func agentOfConsumer(name string) (string, error) {
+	i := strings.LastIndex(name, "_p")
+	if i < 0 {
+		return "", fmt.Errorf("%w: not an agent consumer name", subjects.ErrInvalidToken)
+	}
+	return subjects.DecodeToken(name[:i])
+}

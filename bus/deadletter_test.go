@@ -1,0 +1,190 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+// deadLetters returns what the dead-letter stream holds.
+func deadLetters(t *testing.T, b *bus.Bus) []*jetstream.RawStreamMsg {
+	t.Helper()
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(testContext(t), b.Subjects().DeadLetterStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(testContext(t), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func waitDeadLetters(t *testing.T, b *bus.Bus, n int) []*jetstream.RawStreamMsg {
+	t.Helper()
+	var got []*jetstream.RawStreamMsg
+	waitFor(t, fmt.Sprintf("%d dead letters", n), func() (bool, string) {
+		got = deadLetters(t, b)
+		return len(got) >= n, fmt.Sprintf("%d dead letters", len(got))
+	})
+	return got
+}
+
+func TestDeadLetterAfterMaxDeliver(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	ack := publish(t, sender, bus.Message{To: "agent", Type: "poison", Priority: 2, Data: []byte("payload")})
+	publish(t, sender, bus.Message{To: "agent", Type: "fine", Priority: 2})
+	r := newRecorder()
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "poison" {
+			return errors.New("boom")
+		}
+		return r.handle(ctx, d)
+	}, bus.WithMaxDeliver(3), bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond }))
+
+	r.waitCount(t, 1) // the poison message does not block the level
+	dl := waitDeadLetters(t, agent, 1)[0]
+	h := dl.Header
+	checks := map[string]string{
+		bus.HeaderDeadLetterReason:     string(bus.ReasonMaxDeliveries),
+		bus.HeaderDeadLetterDeliveries: "3",
+		bus.HeaderDeadLetterStream:     "AGENTBUS",
+		bus.HeaderDeadLetterSequence:   strconv.FormatUint(ack.Sequence, 10),
+		bus.HeaderDeadLetterSubject:    ack.Subject,
+		bus.HeaderDeadLetterAgent:      "agent",
+		"ce-id":                        ack.ID,
+		"ce-type":                      "poison",
+	}
+	for k, want := range checks {
+		if got := h.Get(k); got != want {
+			t.Errorf("dead letter header %s = %q, want %q", k, got, want)
+		}
+	}
+	if e := h.Get(bus.HeaderDeadLetterError); e == "" {
+		t.Error("dead letter has no error")
+	}
+	if string(dl.Data) != "payload" || dl.Subject != "agentbus.dlq.agent.sender.poison" {
+		t.Errorf("dead letter %q on %s", dl.Data, dl.Subject)
+	}
+	// Exactly one dead letter, and the original is settled.
+	waitFor(t, "settled", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p2")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 0 && info.AckFloor.Stream == 2, fmt.Sprintf("%+v", info.AckFloor)
+	})
+	if n := len(deadLetters(t, agent)); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
+	}
+}
+
+func TestDeadLetterReasons(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	nc := embeddedtest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	if _, err := js.Publish(testContext(t), "agentbus.agent.agent.p3.raw.junk", []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, sender, bus.Message{To: "agent", Type: "refused"})
+	publish(t, sender, bus.Message{To: "agent", Type: "stale", TTL: time.Second, Time: time.Now().Add(-time.Hour)})
+	publish(t, sender, bus.Message{To: "agent", Type: "last"})
+	agent := newBus(t, s, "agent")
+	r := newRecorder()
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "refused" {
+			return bus.Permanent(errors.New("not for me"))
+		}
+		return r.handle(ctx, d)
+	})
+	r.waitCount(t, 1)
+	got := waitDeadLetters(t, agent, 2)
+	reasons := map[string]string{}
+	for _, m := range got {
+		reasons[m.Subject] = m.Header.Get(bus.HeaderDeadLetterReason)
+	}
+	want := map[string]string{
+		"agentbus.dlq.agent.raw.junk":       string(bus.ReasonMalformed),
+		"agentbus.dlq.agent.sender.refused": string(bus.ReasonRejected),
+	}
+	if fmt.Sprint(reasons) != fmt.Sprint(want) {
+		t.Errorf("dead letters %v, want %v (an expired message is not dead-lettered)", reasons, want)
+	}
+}
+
+// TestDeadLetterUnsettled: a process that dies during the last allowed
+// delivery never settles it; the server's MAX_DELIVERIES advisory makes the
+// watcher dead-letter it and remove it from the stream.
+func TestDeadLetterUnsettled(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	ops := newBus(t, s, "operator")
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan error, 1)
+	go func() { watched <- ops.WatchDeadLetters(ctx) }()
+	t.Cleanup(func() { cancel(); <-watched })
+
+	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
+	nc := embeddedtest.Connect(t, s)
+	agent, err := bus.New(nc, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	sub, err := agent.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, bus.WithMaxDeliver(1), bus.WithAckWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	nc.Close() // crash: the delivery is never settled
+	sub.Stop()
+	<-sub.Done()
+	agent.Close()
+
+	dl := waitDeadLetters(t, ops, 1)[0]
+	if r := dl.Header.Get(bus.HeaderDeadLetterReason); r != string(bus.ReasonUnsettled) {
+		t.Errorf("reason %q, want %q", r, bus.ReasonUnsettled)
+	}
+	if id := dl.Header.Get("ce-id"); id != ack.ID {
+		t.Errorf("dead letter of %q, want %q", id, ack.ID)
+	}
+	js, _ := jetstream.New(ops.Conn())
+	stream, err := js.Stream(testContext(t), "AGENTBUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "original removed", func() (bool, string) {
+		_, err := stream.GetMsg(testContext(t), ack.Sequence)
+		return errors.Is(err, jetstream.ErrMsgNotFound), fmt.Sprint(err)
+	})
+}
