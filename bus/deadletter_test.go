@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +188,87 @@ func TestDeadLetterUnsettled(t *testing.T) {
 		_, err := stream.GetMsg(testContext(t), ack.Sequence)
 		return errors.Is(err, jetstream.ErrMsgNotFound), fmt.Sprint(err)
 	})
+}
+
+func TestDeadLetterListShowReplayPurge(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	ops := newBus(t, s, "operator")
+	for _, m := range []bus.Message{
+		{To: "alpha", Type: "bad-a", Data: []byte("a1")},
+		{To: "alpha", Type: "bad-b", Data: []byte("a2")},
+		{To: "beta", Type: "bad-a", Data: []byte("b1")},
+	} {
+		publish(t, sender, m)
+	}
+	var fixed atomic.Bool
+	replayed := newRecorder()
+	for _, agent := range []string{"alpha", "beta"} {
+		subscribe(t, newBus(t, s, agent), func(ctx context.Context, d *bus.Delivery) error {
+			if !fixed.Load() {
+				return bus.Permanent(errors.New("cannot handle " + d.Type))
+			}
+			return replayed.handle(ctx, d)
+		})
+	}
+	waitDeadLetters(t, ops, 3)
+	ctx := testContext(t)
+
+	all, err := ops.DeadLetters(ctx, bus.DeadLetterFilter{})
+	if err != nil || len(all) != 3 {
+		t.Fatalf("DeadLetters() = %d, %v; want 3", len(all), err)
+	}
+	alpha, err := ops.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "alpha"})
+	if err != nil || len(alpha) != 2 {
+		t.Fatalf("DeadLetters(alpha) = %d, %v; want 2", len(alpha), err)
+	}
+	badA, err := ops.DeadLetters(ctx, bus.DeadLetterFilter{Type: "bad-a"})
+	if err != nil || len(badA) != 2 {
+		t.Fatalf("DeadLetters(type bad-a) = %d, %v; want 2", len(badA), err)
+	}
+	limited, err := ops.DeadLetters(ctx, bus.DeadLetterFilter{Limit: 1})
+	if err != nil || len(limited) != 1 {
+		t.Fatalf("DeadLetters(limit 1) = %d, %v", len(limited), err)
+	}
+	future, err := ops.DeadLetters(ctx, bus.DeadLetterFilter{Since: time.Now().Add(time.Hour)})
+	if err != nil || len(future) != 0 {
+		t.Fatalf("DeadLetters(since future) = %d, %v; want 0", len(future), err)
+	}
+	first := alpha[0]
+	if first.Reason != bus.ReasonRejected || first.Agent != "alpha" || first.Message == nil ||
+		first.Message.Type != "bad-a" || string(first.Data) != "a1" || first.StreamSequence == 0 || first.Time.IsZero() {
+		t.Errorf("dead letter %+v", first)
+	}
+	shown, err := ops.DeadLetter(ctx, first.Sequence)
+	if err != nil || shown.Message.ID != first.Message.ID {
+		t.Fatalf("DeadLetter(%d) = %+v, %v", first.Sequence, shown, err)
+	}
+	if _, err := ops.DeadLetter(ctx, 999); !errors.Is(err, bus.ErrDeadLetterNotFound) {
+		t.Errorf("DeadLetter(999) error = %v, want ErrDeadLetterNotFound", err)
+	}
+
+	fixed.Store(true)
+	ack, err := ops.ReplayDeadLetter(ctx, first.Sequence)
+	if err != nil || ack.Duplicate || ack.ID != first.Message.ID {
+		t.Fatalf("replay: %+v, %v", ack, err)
+	}
+	if again, err := ops.ReplayDeadLetter(ctx, first.Sequence); err != nil || !again.Duplicate {
+		t.Errorf("second replay: %+v, %v; want a duplicate", again, err)
+	}
+	d := replayed.waitCount(t, 1)[0]
+	if !d.Replayed || d.ID != first.Message.ID || d.To != "alpha" || string(d.Data) != "a1" {
+		t.Errorf("replayed delivery %+v replayed=%v", d.Message, d.Replayed)
+	}
+
+	n, err := ops.PurgeDeadLetters(ctx, bus.DeadLetterFilter{Agent: "alpha", Since: time.Now().Add(-time.Hour)})
+	if err != nil || n != 0 {
+		t.Errorf("purge alpha before an hour ago = %d, %v; want 0", n, err)
+	}
+	n, err = ops.PurgeDeadLetters(ctx, bus.DeadLetterFilter{Agent: "alpha"})
+	if err != nil || n != 2 {
+		t.Errorf("purge alpha = %d, %v; want 2", n, err)
+	}
+	if rest, _ := ops.DeadLetters(ctx, bus.DeadLetterFilter{}); len(rest) != 1 || rest[0].Agent != "beta" {
+		t.Errorf("after purge: %d dead letters", len(rest))
+	}
 }

@@ -23,6 +23,8 @@ type Delivery struct {
 	Sequence uint64
 	// NumDelivered counts deliveries of this message, 1 for the first.
 	NumDelivered int
+	// Replayed reports a message replayed from the dead-letter stream.
+	Replayed bool
 }
 
 // Handler handles one delivery. Returning nil acknowledges the message.
@@ -182,6 +184,7 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 			Consumer:     md.Consumer,
 			Sequence:     md.StreamSeq,
 			NumDelivered: int(md.NumDelivered),
+			Replayed:     len(cm.Header[HeaderReplayOf]) > 0,
 		})
 	}
 }

@@ -98,6 +98,7 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 		a.provisionCommand(),
 		a.publishCommand(),
 		a.subscribeCommand(),
+		a.dlqCommand(),
 	)
 	return root
 }

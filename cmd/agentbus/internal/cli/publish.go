@@ -77,12 +77,7 @@ with the same --id.`,
 			if err != nil {
 				return err
 			}
-			dup := ""
-			if ack.Duplicate {
-				dup = " duplicate"
-			}
-			_, err = fmt.Fprintf(a.stdout, "id=%s seq=%d%s\n", ack.ID, ack.Sequence, dup)
-			return err
+			return printAck(a.stdout, ack)
 		}),
 	}
 	f := cmd.Flags()
@@ -145,5 +140,16 @@ func flagError(err error) error {
 			return fmt.Errorf("--%s: %w", name, err)
 		}
 	}
+	return err
+}
+
+// printAck prints a publish receipt: "id=<ID> seq=<N>", with " duplicate"
+// when the server already had the ID.
+func printAck(w io.Writer, ack bus.PubAck) error {
+	dup := ""
+	if ack.Duplicate {
+		dup = " duplicate"
+	}
+	_, err := fmt.Fprintf(w, "id=%s seq=%d%s\n", ack.ID, ack.Sequence, dup)
 	return err
 }

@@ -1,0 +1,280 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// HeaderReplayOf marks a message replayed from the dead-letter stream; its
+// value is "<dead-letter stream>/<sequence>". Delivery.Replayed reports it.
+const HeaderReplayOf = "Agentbus-Replay-Of"
+
+// ErrDeadLetterNotFound is returned for a dead-letter sequence that the
+// dead-letter stream does not hold.
+var ErrDeadLetterNotFound = errors.New("bus: dead letter not found")
+
+// DeadLetter is a message kept on the dead-letter stream.
+type DeadLetter struct {
+	// Sequence is its sequence in the dead-letter stream.
+	Sequence uint64
+	// Reason, Error and Deliveries say why it was dead-lettered.
+	Reason     DeadLetterReason
+	Error      string
+	Deliveries uint64
+	// Agent is the agent that could not handle it.
+	Agent string
+	// Stream, StreamSequence and Subject locate the original message.
+	Stream         string
+	StreamSequence uint64
+	Subject        string
+	// Time is when it was dead-lettered.
+	Time time.Time
+	// Message is the decoded original, or nil if it was not a valid
+	// CloudEvent (Reason is then ReasonMalformed).
+	Message *Message
+	// Header and Data are the original message as it was stored.
+	Header nats.Header
+	Data   []byte
+}
+
+// DeadLetterFilter selects dead letters. The zero value selects all.
+type DeadLetterFilter struct {
+	// Agent selects the dead letters of one receiving agent.
+	Agent string
+	// Type selects one message type.
+	Type string
+	// Since selects those dead-lettered at or after it; zero means all.
+	Since time.Time
+	// Limit bounds how many are returned; zero means no bound.
+	Limit int
+}
+
+// subject returns the dead-letter subject filter of f.
+func (f DeadLetterFilter) subject(s subjects.Scheme) (string, error) {
+	to, typ := "*", "*"
+	if f.Agent != "" {
+		if err := subjects.ValidateID(f.Agent); err != nil {
+			return "", err
+		}
+		to = subjects.EncodeToken(f.Agent)
+	}
+	if f.Type != "" {
+		if err := subjects.ValidateType(f.Type); err != nil {
+			return "", err
+		}
+		typ = subjects.EncodeToken(f.Type)
+	}
+	return s.Root() + ".dlq." + to + ".*." + typ, nil
+}
+
+// DeadLetters lists the dead letters f selects, oldest first.
+func (b *Bus) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	if b.isClosed() {
+		return nil, ErrClosed
+	}
+	filter, err := f.subject(b.opts.scheme)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if !f.Since.IsZero() {
+		since := f.Since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := b.js.OrderedConsumer(ctx, b.opts.scheme.DeadLetterStream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", b.notProvisioned(err))
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	var out []DeadLetter
+	for pending := info.NumPending; pending > 0 && (f.Limit == 0 || len(out) < f.Limit); {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			pending = md.NumPending
+			if f.Limit == 0 || len(out) < f.Limit {
+				out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// DeadLetter returns the dead letter at sequence seq of the dead-letter
+// stream, or ErrDeadLetterNotFound.
+func (b *Bus) DeadLetter(ctx context.Context, seq uint64) (*DeadLetter, error) {
+	if b.isClosed() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	s, err := b.js.Stream(ctx, b.opts.scheme.DeadLetterStream())
+	if err != nil {
+		return nil, fmt.Errorf("dead letter %d: %w", seq, b.notProvisioned(err))
+	}
+	raw, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("%w: sequence %d", ErrDeadLetterNotFound, seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dead letter %d: %w", seq, err)
+	}
+	dl := readDeadLetter(seq, raw.Header, raw.Data)
+	return &dl, nil
+}
+
+// ReplayDeadLetter publishes the dead letter at seq again on its original
+// subject, with its original headers and data and HeaderReplayOf added, so
+// the receiver handles it anew and can tell it was replayed. Replaying the
+// same dead letter twice within the duplicate window stores it once
+// (PubAck.Duplicate). The dead letter stays until purged.
+func (b *Bus) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
+	dl, err := b.DeadLetter(ctx, seq)
+	if err != nil {
+		return PubAck{}, err
+	}
+	h := make(nats.Header, len(dl.Header)+2)
+	for k, v := range dl.Header {
+		h[k] = v
+	}
+	ref := b.opts.scheme.DeadLetterStream() + "/" + strconv.FormatUint(seq, 10)
+	h[HeaderReplayOf] = []string{ref}
+	h[jetstream.MsgIDHeader] = []string{"replay/" + ref}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: dl.Data})
+	if err != nil {
+		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, b.notProvisioned(err))
+	}
+	id := ""
+	if dl.Message != nil {
+		id = dl.Message.ID
+	}
+	return PubAck{ID: id, Subject: dl.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// PurgeDeadLetters removes the dead letters f selects; with Since set, those
+// dead-lettered before it. Limit is ignored. It returns how many it removed.
+func (b *Bus) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
+	if b.isClosed() {
+		return 0, ErrClosed
+	}
+	filter, err := f.subject(b.opts.scheme)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	s, err := b.js.Stream(ctx, b.opts.scheme.DeadLetterStream())
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", b.notProvisioned(err))
+	}
+	before, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(filter)}
+	if !f.Since.IsZero() {
+		// Purge up to the first dead letter at or after Since.
+		raw, err := firstSince(ctx, b.js, s.CachedInfo().Config.Name, filter, f.Since)
+		if err != nil {
+			return 0, err
+		}
+		if raw > 0 {
+			opts = append(opts, jetstream.WithPurgeSequence(raw))
+		}
+	}
+	if err := s.Purge(ctx, opts...); err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	after, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	return before.State.Msgs - after.State.Msgs, nil
+}
+
+// firstSince returns the sequence of the first message on filter stored at
+// or after t, or 0 if there is none.
+func firstSince(ctx context.Context, js jetstream.JetStream, stream, filter string, t time.Time) (uint64, error) {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &t,
+	})
+	if err != nil {
+		return 0, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil || info.NumPending == 0 {
+		return 0, err
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		return 0, err
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return md.Sequence.Stream, nil
+}
+
+// readDeadLetter splits a stored dead letter into what it says and the
+// original message.
+func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
+	dl := DeadLetter{
+		Sequence: seq,
+		Reason:   DeadLetterReason(h.Get(HeaderDeadLetterReason)),
+		Error:    h.Get(HeaderDeadLetterError),
+		Stream:   h.Get(HeaderDeadLetterStream),
+		Subject:  h.Get(HeaderDeadLetterSubject),
+		Header:   make(nats.Header, len(h)),
+		Data:     data,
+	}
+	dl.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeadLetterDeliveries), 10, 64)
+	dl.StreamSequence, _ = strconv.ParseUint(h.Get(HeaderDeadLetterSequence), 10, 64)
+	dl.Agent, _ = subjects.DecodeToken(h.Get(HeaderDeadLetterAgent))
+	dl.Time, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDeadLetterTime))
+	for k, v := range h {
+		switch k {
+		case HeaderDeadLetterReason, HeaderDeadLetterError, HeaderDeadLetterDeliveries, HeaderDeadLetterStream,
+			HeaderDeadLetterSequence, HeaderDeadLetterSubject, HeaderDeadLetterAgent, HeaderDeadLetterTime,
+			jetstream.MsgIDHeader:
+		default:
+			dl.Header[k] = v
+		}
+	}
+	if m, err := codec.Decode(dl.Header, data); err == nil {
+		dl.Message = m
+	}
+	return dl
+}

@@ -1,0 +1,239 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+)
+
+// dlqAgent is the identity the dlq commands connect as; they publish only
+// replays, which keep their original sender.
+const dlqAgent = "agentbus-dlq"
+
+func (a *app) dlqCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Inspect, replay and purge dead letters",
+		Long: `A message is dead-lettered when its handler failed on every allowed delivery,
+rejected it for good, could not decode it, or never settled its last delivery
+(a crashed subscriber). The dead letter keeps the original message and says why.
+
+  agentbus dlq list [--agent A] [--type T] [--since D] [--limit N] [--json]
+  agentbus dlq show SEQ
+  agentbus dlq replay SEQ
+  agentbus dlq purge [--agent A] [--type T] [--before D]
+  agentbus dlq watch
+
+SEQ is the dead letter's sequence, as list prints it.`,
+	}
+	cmd.AddCommand(a.dlqListCommand(), a.dlqShowCommand(), a.dlqReplayCommand(), a.dlqPurgeCommand(), a.dlqWatchCommand())
+	return cmd
+}
+
+// withBus connects as the dlq identity and runs f.
+func (a *app) withBus(ctx context.Context, f func(*bus.Bus) error) error {
+	b, err := bus.Connect(a.server, dlqAgent, bus.WithRoot(a.root),
+		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }))
+	if err != nil {
+		if errors.Is(err, bus.ErrInvalidOption) {
+			return usageError{err}
+		}
+		return err
+	}
+	defer b.Close()
+	return f(b)
+}
+
+func (a *app) dlqListCommand() *cobra.Command {
+	var f bus.DeadLetterFilter
+	var since time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters, oldest first",
+		Long: `List prints one line per dead letter: sequence, time, reason, agent, type,
+message ID, deliveries and the last error. --json prints one JSON object per line
+with those fields and the original event.`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			if since < 0 || f.Limit < 0 {
+				return usagef("--since and --limit must not be negative")
+			}
+			if since > 0 {
+				f.Since = time.Now().Add(-since)
+			}
+			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+				dls, err := b.DeadLetters(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				for _, dl := range dls {
+					if err := a.printDeadLetter(dl, asJSON); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Agent, "agent", "", "only the dead letters of this receiving agent")
+	fl.StringVar(&f.Type, "type", "", "only this message type")
+	fl.DurationVar(&since, "since", 0, "only those dead-lettered within this long, e.g. 24h")
+	fl.IntVar(&f.Limit, "limit", 0, "at most this many (0: all)")
+	fl.BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return cmd
+}
+
+func (a *app) dlqShowCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show SEQ",
+		Short: "Show one dead letter as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			seq, err := parseSeq(cmd.Flags().Arg(0))
+			if err != nil {
+				return err
+			}
+			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+				dl, err := b.DeadLetter(cmd.Context(), seq)
+				if err != nil {
+					return err
+				}
+				return a.printDeadLetter(*dl, true)
+			})
+		}),
+	}
+}
+
+func (a *app) dlqReplayCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "replay SEQ",
+		Short: "Publish a dead letter again on its original subject",
+		Long: `Replay publishes the dead letter's original message again, to the same agent,
+marked as replayed (Agentbus-Replay-Of header; Delivery.Replayed in the library).
+It prints "id=<ID> seq=<N>", with " duplicate" when it was replayed already
+within the duplicate window. The dead letter stays until purged.`,
+		Args: cobra.ExactArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			seq, err := parseSeq(cmd.Flags().Arg(0))
+			if err != nil {
+				return err
+			}
+			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+				ack, err := b.ReplayDeadLetter(cmd.Context(), seq)
+				if err != nil {
+					return err
+				}
+				return printAck(a.stdout, ack)
+			})
+		}),
+	}
+}
+
+func (a *app) dlqPurgeCommand() *cobra.Command {
+	var f bus.DeadLetterFilter
+	var before time.Duration
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Remove dead letters",
+		Long: `Purge removes the dead letters selected by --agent and --type (all by default);
+with --before D only those dead-lettered more than D ago. It prints how many.`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			if before < 0 {
+				return usagef("--before must not be negative")
+			}
+			if before > 0 {
+				f.Since = time.Now().Add(-before)
+			}
+			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+				n, err := b.PurgeDeadLetters(cmd.Context(), f)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(a.stdout, "purged %d\n", n)
+				return err
+			})
+		}),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Agent, "agent", "", "only the dead letters of this receiving agent")
+	fl.StringVar(&f.Type, "type", "", "only this message type")
+	fl.DurationVar(&before, "before", 0, "only those dead-lettered more than this long ago, e.g. 720h")
+	return cmd
+}
+
+func (a *app) dlqWatchCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch",
+		Short: "Dead-letter deliveries that crashed subscribers never settled",
+		Long: `Watch listens for the server's MAX_DELIVERIES advisories and dead-letters the
+messages whose last allowed delivery was never acknowledged, typically because
+the subscriber crashed. 'agentbus serve' does this itself; run 'dlq watch'
+beside an existing cluster, with an operator identity. It runs until SIGINT or
+SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+				return b.WatchDeadLetters(cmd.Context())
+			})
+		}),
+	}
+}
+
+func parseSeq(s string) (uint64, error) {
+	seq, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, usagef("SEQ %q: want a dead-letter sequence number", s)
+	}
+	return seq, nil
+}
+
+// printDeadLetter prints dl as one line, or as one JSON object.
+func (a *app) printDeadLetter(dl bus.DeadLetter, asJSON bool) error {
+	typ, id := "?", "?"
+	if dl.Message != nil {
+		typ, id = dl.Message.Type, dl.Message.ID
+	}
+	if !asJSON {
+		_, err := fmt.Fprintf(a.stdout, "%d %s %s agent=%q type=%q id=%s deliveries=%d error=%q\n",
+			dl.Sequence, dl.Time.Format(time.RFC3339), dl.Reason, dl.Agent, typ, id, dl.Deliveries, dl.Error)
+		return err
+	}
+	out := struct {
+		Sequence       uint64          `json:"sequence"`
+		Time           time.Time       `json:"time"`
+		Reason         string          `json:"reason"`
+		Error          string          `json:"error,omitempty"`
+		Deliveries     uint64          `json:"deliveries"`
+		Agent          string          `json:"agent"`
+		Stream         string          `json:"stream"`
+		StreamSequence uint64          `json:"stream_sequence"`
+		Subject        string          `json:"subject"`
+		Event          json.RawMessage `json:"event,omitempty"`
+		Data           []byte          `json:"data,omitempty"` // when the original is not a CloudEvent
+	}{dl.Sequence, dl.Time, string(dl.Reason), dl.Error, dl.Deliveries, dl.Agent, dl.Stream, dl.StreamSequence, dl.Subject, nil, nil}
+	if dl.Message != nil {
+		if ev, err := codec.MarshalJSON(dl.Message); err == nil {
+			out.Event = ev
+		}
+	}
+	if out.Event == nil {
+		out.Data = dl.Data
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+	return err
+}
