@@ -101,7 +101,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
 		for b.Loop() {
-			if _, err := env.bus.PublishAsync(bus.Message{To: "bench-receiver", Type: "BENCH", Data: payload}); err != nil {
+			if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: "bench-receiver", Type: "BENCH", Data: payload}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -169,7 +169,7 @@ func BenchmarkConsume(b *testing.B) {
 	b.Run("bus", func(b *testing.B) {
 		agent := fmt.Sprintf("consumer-%d", b.N)
 		for range b.N {
-			if _, err := env.bus.PublishAsync(bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
+			if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
@@ -44,6 +46,9 @@ type Bus struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	opts  options
+	tel   *telemetry
+
+	backlogReg metric.Registration
 
 	mu     sync.Mutex
 	closed bool
@@ -74,12 +79,17 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
+		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
 		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("new bus: %w", err)
+	}
+	tel, err := newTelemetry(&o, agent)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if o.provision != nil {
 		cfg := *o.provision
@@ -92,7 +102,11 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 			return nil, err
 		}
 	}
-	return &Bus{agent: agent, nc: nc, js: js, opts: o, subs: make(map[*Subscription]struct{})}, nil
+	b := &Bus{agent: agent, nc: nc, js: js, opts: o, tel: tel, subs: make(map[*Subscription]struct{})}
+	if b.backlogReg, err = tel.meter.RegisterCallback(b.observeBacklog, tel.backlog, tel.inflight); err != nil {
+		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
+	}
+	return b, nil
 }
 
 // Connect dials url (comma-separated for a cluster) and returns the bus of
@@ -158,6 +172,9 @@ func (b *Bus) Close() error {
 	for s := range subs {
 		<-s.Done()
 	}
+	if err := b.backlogReg.Unregister(); err != nil {
+		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
+	}
 	if b.opts.ownsConn {
 		b.nc.Close()
 	}
@@ -220,11 +237,22 @@ func parseVersion(v string) ([3]int, bool) {
 	return out, true
 }
 
-// notProvisioned turns the server's "no such stream" answers into
-// ErrNotProvisioned.
+// notProvisioned tells apart the two reasons no stream answers: the stream
+// does not exist (ErrNotProvisioned), or it exists but cannot answer now,
+// such as a replicated stream that lost its quorum (ErrUnavailable). Only
+// on this error path does it ask the server which.
 func (b *Bus) notProvisioned(err error) error {
-	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%w: stream %s: %w", ErrNotProvisioned, b.opts.scheme.Stream(), err)
+	stream := b.opts.scheme.Stream()
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("%w: stream %s: %w", ErrNotProvisioned, stream, err)
+	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, ierr := b.js.Stream(ctx, stream); errors.Is(ierr, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w: stream %s: %w", ErrNotProvisioned, stream, err)
+		}
+		return fmt.Errorf("%w: stream %s: %w", ErrUnavailable, stream, err)
 	}
 	return err
 }

@@ -174,24 +174,24 @@ func TestWeightedPolicyServesLowLevels(t *testing.T) {
 	}
 	r := newRecorder()
 	gate := make(chan struct{})
-	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+	sub := subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
 		<-gate
 		return r.handle(ctx, d)
 	}, bus.WithPolicy(bus.Weighted, 2, 1, 1, 1, 1), bus.WithPrefetch(20))
 	// Hold the first handler until the low messages are in memory too, so
 	// the policy chooses between both levels from the start.
-	waitFor(t, "low messages prefetched", func() (bool, string) {
-		info, err := consumerInfo(t, agent, "agent_p5")
-		if err != nil {
-			return false, err.Error()
-		}
-		return info.NumAckPending == 5, fmt.Sprint(info.NumAckPending)
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // runs before the subscription's cleanup
+	waitFor(t, "all messages held in memory", func() (bool, string) {
+		b := sub.Buffered()
+		return b[0]+b[4] == 24, fmt.Sprint(b) // one is already picked
 	})
-	close(gate)
+	release()
 	got := r.waitCount(t, 25)
 	// Strict order would handle the five low messages last (positions
 	// 20-24). With weights 2:1 they interleave, one low per two highs; the
-	// first message was picked before the lows arrived.
+	// first message was picked before both levels were in memory.
 	lastLow := slices.IndexFunc(got, func(d *bus.Delivery) bool { return d.Type == "low-4" })
 	if lastLow < 0 || lastLow > 16 {
 		t.Errorf("low-4 at position %d of %v, want at most 16", lastLow, r.types())
@@ -401,15 +401,15 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 	var deliveries []int
 	var mu sync.Mutex
 	done := make(chan struct{})
-	ackWait := 500 * time.Millisecond
+	ackWait := time.Second
 	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
 		mu.Lock()
 		deliveries = append(deliveries, d.NumDelivered)
 		n := len(deliveries)
 		mu.Unlock()
 		if d.Type == "slow" {
-			// Stay busy for four AckWaits, watching the server's view.
-			deadline := time.Now().Add(4 * ackWait)
+			// Stay busy for three AckWaits.
+			deadline := time.Now().Add(3 * ackWait)
 			for time.Now().Before(deadline) {
 				select {
 				case <-ctx.Done():
@@ -666,7 +666,7 @@ func TestPublishErrors(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Publish error = %v, want %v", err, tt.wantErr)
 			}
-			if _, err := b.PublishAsync(tt.msg); !errors.Is(err, tt.wantErr) {
+			if _, err := b.PublishAsync(context.Background(), tt.msg); !errors.Is(err, tt.wantErr) {
 				t.Fatalf("PublishAsync error = %v, want %v", err, tt.wantErr)
 			}
 		})
@@ -776,7 +776,7 @@ func TestAsyncPublish(t *testing.T) {
 	sender := newBus(t, s, "sender")
 	var futures []*bus.PublishFuture
 	for i := range 100 {
-		f, err := sender.PublishAsync(bus.Message{To: "agent", Type: "bulk", Data: []byte(fmt.Sprint(i))})
+		f, err := sender.PublishAsync(context.Background(), bus.Message{To: "agent", Type: "bulk", Data: []byte(fmt.Sprint(i))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -871,11 +871,13 @@ func TestDrainFinishesInFlight(t *testing.T) {
 	if !finished.Load() {
 		t.Error("handler's context was cancelled by Drain")
 	}
-	info, err := consumerInfo(t, agent, "agent_p3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.AckFloor.Stream != 1 || info.NumAckPending != 0 {
-		t.Errorf("after Drain ack floor %d, pending %d; want the message acked", info.AckFloor.Stream, info.NumAckPending)
-	}
+	// The ack is on its way (acks are not waited for): poll the server.
+	waitFor(t, "the message acked", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.AckFloor.Stream == 1 && info.NumAckPending == 0 && info.NumRedelivered == 0,
+			fmt.Sprintf("ack floor %d, pending %d, redelivered %d", info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered)
+	})
 }

@@ -1,9 +1,12 @@
 package bus_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -36,5 +39,34 @@ func TestClusterReplicatedStream(t *testing.T) {
 	r.waitCount(t, 3)
 	if got, want := r.types(), []string{"p1-1", "p3-2", "p4-0"}; !slices.Equal(got, want) {
 		t.Errorf("handled %v, want %v", got, want)
+	}
+}
+
+// TestClusterQuorumLossIsUnavailable: a replicated stream that lost its
+// quorum is reported as unavailable, not as missing.
+func TestClusterQuorumLossIsUnavailable(t *testing.T) {
+	c := embeddedtest.RunCluster(t, 3)
+	admin := embeddedtest.Connect(t, c.Servers()[0])
+	if _, err := bus.Provision(testContext(t), admin, bus.StreamConfig{Replicas: 3}); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	if _, err := c.WaitForStreamLeader(testContext(t), "", "AGENTBUS"); err != nil {
+		t.Fatal(err)
+	}
+	sender := newBus(t, c.Servers()[0], "planner")
+	publish(t, sender, bus.Message{To: "builder", Type: "before"})
+	for _, i := range []int{1, 2} {
+		if err := c.StopServer(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(testContext(t), 3*time.Second)
+	defer cancel()
+	// Without a leader the publish either gets no answer in time (the
+	// caller's deadline) or is told no stream answered: never that the
+	// stream does not exist.
+	_, err := sender.Publish(ctx, bus.Message{To: "builder", Type: "during"})
+	if errors.Is(err, bus.ErrNotProvisioned) || !(errors.Is(err, bus.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+		t.Errorf("publish without quorum: %v, want ErrUnavailable or the deadline", err)
 	}
 }

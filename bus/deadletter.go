@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
@@ -136,20 +137,28 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// deadLetterReasonOf returns the dead-letter reason of a message terminated
+// for reason, and false if it was not dead-lettered because it only
+// expired.
+func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
+	switch {
+	case reason == nil, errors.Is(reason, ErrExpired):
+		return "", false
+	case errors.Is(reason, codec.ErrMalformed):
+		return ReasonMalformed, true
+	case errors.Is(reason, consumers.ErrMaxDeliver):
+		return ReasonMaxDeliveries, true
+	}
+	return ReasonRejected, true
+}
+
 // terminate is the dispatcher's OnTerminate hook: before a message is
 // terminated it is written to the dead-letter stream, except when it only
 // expired.
 func (b *Bus) terminate(m *consumers.Msg, reason error) error {
-	var r DeadLetterReason
-	switch {
-	case errors.Is(reason, ErrExpired):
+	r, ok := deadLetterReasonOf(reason)
+	if !ok {
 		return nil
-	case errors.Is(reason, codec.ErrMalformed):
-		r = ReasonMalformed
-	case errors.Is(reason, consumers.ErrMaxDeliver):
-		r = ReasonMaxDeliveries
-	default:
-		r = ReasonRejected
 	}
 	return b.writeDeadLetter(context.Background(), deadLetter{
 		agent:      b.agent,
@@ -242,6 +251,8 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	if err != nil {
 		return err
 	}
+	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
+		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))
 	// A direct message concerns this agent alone; a broadcast stays for the
 	// agents that have not handled it yet.
 	if addr, err := b.opts.scheme.Parse(raw.Subject); err == nil && addr.Kind == subjects.KindDirect {

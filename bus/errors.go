@@ -21,6 +21,10 @@ var (
 	// ErrNotProvisioned means the bus's stream does not exist on the server:
 	// run Provision or `agentbus provision`.
 	ErrNotProvisioned = errors.New("bus: stream not provisioned")
+	// ErrUnavailable means the stream exists but did not answer, for
+	// example a replicated stream without a leader while it lost its
+	// quorum; retrying later (with the same message ID) is safe.
+	ErrUnavailable = errors.New("bus: stream unavailable")
 	// ErrPayloadTooLarge means the encoded message exceeds the server's
 	// maximum payload.
 	ErrPayloadTooLarge = errors.New("bus: message too large")

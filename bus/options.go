@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
@@ -16,6 +19,9 @@ import (
 const (
 	// DefaultMaxAsyncPending bounds the asynchronous publishes awaiting an ack.
 	DefaultMaxAsyncPending = 4000
+	// DefaultPublishAsyncTimeout is how long an asynchronous publish waits
+	// for its ack before its future resolves with an error.
+	DefaultPublishAsyncTimeout = 30 * time.Second
 	// DefaultAckWait is the subscription's ack wait (see WithAckWait).
 	DefaultAckWait = consumers.DefaultAckWait
 	// DefaultMaxDeliver is the subscription's delivery limit (see WithMaxDeliver).
@@ -36,8 +42,11 @@ type options struct {
 	onError         func(error)
 	provision       *StreamConfig
 	maxAsyncPending int
+	asyncTimeout    time.Duration
 	natsOptions     []nats.Option
 	ownsConn        bool
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
 }
 
 func defaultOptions() options {
@@ -47,6 +56,9 @@ func defaultOptions() options {
 		logger:          slog.New(slog.DiscardHandler),
 		onError:         func(error) {},
 		maxAsyncPending: DefaultMaxAsyncPending,
+		asyncTimeout:    DefaultPublishAsyncTimeout,
+		tracerProvider:  otel.GetTracerProvider(),
+		meterProvider:   otel.GetMeterProvider(),
 	}
 }
 
@@ -122,11 +134,51 @@ func WithMaxAsyncPending(n int) Option {
 	}
 }
 
+// WithPublishAsyncTimeout sets how long an asynchronous publish waits for
+// the server's ack before its future resolves with an error (default 30s),
+// so a lost ack never leaves a caller waiting forever.
+func WithPublishAsyncTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: publish async timeout %v must be > 0", ErrInvalidOption, d)
+		}
+		o.asyncTimeout = d
+		return nil
+	}
+}
+
 // WithNATSOptions passes options to nats.Connect when Connect dials, such as
 // credentials (nats.UserCredentials) or TLS (nats.RootCAs). New ignores them.
 func WithNATSOptions(opts ...nats.Option) Option {
 	return func(o *options) error {
 		o.natsOptions = append(o.natsOptions, opts...)
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the bus's spans go. The default is the
+// global TracerProvider (otel.GetTracerProvider) at the time New is called;
+// the library never sets up an exporter. See docs/observability.md for the
+// spans.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+		}
+		o.tracerProvider = tp
+		return nil
+	}
+}
+
+// WithMeterProvider sets where the bus's metrics go. The default is the
+// global MeterProvider (otel.GetMeterProvider) at the time New is called.
+// See docs/observability.md for the metrics.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
+		o.meterProvider = mp
 		return nil
 	}
 }

@@ -38,18 +38,29 @@ type PubAck struct {
 // reports Duplicate. A TTL sets Nats-TTL, in whole seconds rounded up, and
 // the expirytime attribute.
 //
+// Inside a Handler, pass the handler's ctx: the message then continues the
+// handled message's conversation (see ContextWithDelivery) and its span is a
+// child of the handler's. Publish writes the W3C trace context into the
+// traceparent and tracestate headers; docs/observability.md describes the
+// spans and metrics.
+//
 // Errors: ErrInvalidMessage (errors.As to *codec.FieldError names the
 // field), ErrInvalidAgentID, ErrPayloadTooLarge, ErrNotProvisioned,
 // ErrClosed, or the server's error.
 func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
+	inherit(ctx, &m)
 	msg, err := b.prepare(&m)
 	if err != nil {
 		return PubAck{}, err
 	}
+	op := b.tel.startSend(ctx, &m, msg)
 	ack, err := b.js.PublishMsg(ctx, msg) // adds a default deadline if ctx has none
 	if err != nil {
-		return PubAck{}, b.publishError(m.ID, err)
+		err = b.publishError(m.ID, err)
+		op.end(b.tel, ctx, err, false)
+		return PubAck{}, err
 	}
+	op.end(b.tel, ctx, nil, ack.Duplicate)
 	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
@@ -82,15 +93,26 @@ func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 // flight: past that PublishAsync waits briefly, then fails with
 // jetstream.ErrTooManyStalledMsgs, so a slow server never grows memory
 // without bound. It validates and encodes m like Publish.
-func (b *Bus) PublishAsync(m Message) (*PublishFuture, error) {
+//
+// ctx carries the conversation (inside a Handler, pass the handler's ctx, as
+// for Publish) and the caller's span; it does not bound the call. The span
+// ends when the message is handed to the connection, not at the server's
+// ack. A future whose ack does not arrive within WithPublishAsyncTimeout
+// (30 s) resolves with an error.
+func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, error) {
+	inherit(ctx, &m)
 	msg, err := b.prepare(&m)
 	if err != nil {
 		return nil, err
 	}
+	op := b.tel.startSend(ctx, &m, msg)
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
-		return nil, b.publishError(m.ID, err)
+		err = b.publishError(m.ID, err)
+		op.end(b.tel, ctx, err, false)
+		return nil, err
 	}
+	op.end(b.tel, ctx, nil, false)
 	return &PublishFuture{id: m.ID, subject: msg.Subject, f: f, b: b}, nil
 }
 

@@ -116,6 +116,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		MaxDeliver:  o.maxDeliver,
 		Backoff:     o.backoff,
 		OnTerminate: b.terminate,
+		OnSettle:    b.settled,
 		OnError:     b.opts.onError,
 		Logger:      b.opts.logger,
 	}
@@ -160,24 +161,37 @@ func (b *Bus) levels() ([]consumers.Level, error) {
 	return out, nil
 }
 
-// handler adapts h to the dispatcher: it decodes each message and filters
-// out what must not reach h.
+// handler adapts h to the dispatcher: it decodes each message, filters out
+// what must not reach h, and traces and measures the rest.
 func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
-	return func(ctx context.Context, cm *consumers.Msg) error {
-		m, err := codec.Decode(cm.Header, cm.Data)
-		if err != nil {
-			err = fmt.Errorf("decode message on %s: %w", cm.Subject, err)
+	return func(ctx context.Context, cm *consumers.Msg) (err error) {
+		m, derr := codec.Decode(cm.Header, cm.Data)
+		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
+			return nil
+		}
+		ctx, op := b.tel.startProcess(ctx, cm, m)
+		if op.span.IsRecording() {
+			b.tel.track(cm, op.span) // settled ends it
+		} else {
+			op.span.End()
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				op.end(b.tel, ctx, fmt.Errorf("%w: %v", ErrHandlerPanic, r))
+				panic(r) // the dispatcher recovers it and settles the message
+			}
+			op.end(b.tel, ctx, err)
+		}()
+		if derr != nil {
+			err = fmt.Errorf("decode message on %s: %w", cm.Subject, derr)
 			b.opts.onError(err)
 			return consumers.Permanent(err)
 		}
 		if m.Expired(time.Now()) {
 			return consumers.Permanent(fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano)))
 		}
-		if m.Broadcast() && m.From == b.agent && !o.ownBroadcasts {
-			return nil
-		}
 		md := cm.Metadata
-		return h(ctx, &Delivery{
+		d := &Delivery{
 			Message:      *m,
 			Subject:      cm.Subject,
 			Stream:       md.Stream,
@@ -185,6 +199,7 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 			Sequence:     md.StreamSeq,
 			NumDelivered: int(md.NumDelivered),
 			Replayed:     len(cm.Header[HeaderReplayOf]) > 0,
-		})
+		}
+		return h(ContextWithDelivery(ctx, d), d)
 	}
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // transportHeaders is the room Encode leaves in a header map for the
-// JetStream headers a publisher adds.
-const transportHeaders = 2
+// headers a publisher adds: Nats-Msg-Id, Nats-TTL, traceparent, tracestate.
+const transportHeaders = 4
 
 // Binary is the binary content mode of the CloudEvents NATS binding, the
 // default codec: every attribute travels in its own ce- header, percent-
@@ -44,8 +44,8 @@ func (Binary) Encode(m *Message) (nats.Header, []byte, error) {
 	if m.ReplyTo != "" {
 		n++
 	}
-	// The map has room for two more headers, so that the transport headers
-	// a publisher adds (Nats-Msg-Id, Nats-TTL) do not make it grow.
+	// The map has room for the transport headers a publisher adds, so that
+	// adding them does not make it grow.
 	w := headerWriter{h: make(nats.Header, n+transportHeaders), vals: make([]string, n)}
 	w.set(headerSpecVersion, SpecVersion)
 	w.set(headerID, escapeHeader(m.ID))

@@ -63,7 +63,7 @@ type Options struct {
 	// given to Start. Nil means 2^(n-1-i): 16, 8, 4, 2, 1 for five levels.
 	Weights []int
 	// AckWait must equal the consumers' AckWait; in-progress acks are sent
-	// for held and running messages every AckWait/2. Zero means
+	// for held and running messages at least every AckWait/2. Zero means
 	// DefaultAckWait.
 	AckWait time.Duration
 	// MaxDeliver must equal the consumers' MaxDeliver; a failure on that
@@ -80,6 +80,10 @@ type Options struct {
 	// nak'ed with backoff, so nothing is dropped that could not be kept
 	// elsewhere (bus uses it to write the dead letter first).
 	OnTerminate func(m *Msg, reason error) error
+	// OnSettle, if set, is called after each handled message was settled,
+	// on the goroutine that ran its handler, with how it was settled. It
+	// must not block: bus uses it for tracing and metrics.
+	OnSettle func(m *Msg, s Settlement)
 	// APIPrefix is the JetStream API subject prefix. Empty means
 	// "$JS.API."; a JetStream domain D uses "$JS.D.API.".
 	APIPrefix string
@@ -148,6 +152,47 @@ func (o *Options) setDefaults(levels int) error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// Outcome is how a message was settled.
+type Outcome int
+
+// The outcomes of settling a message.
+const (
+	// Acked: the handler succeeded and the message was acknowledged.
+	Acked Outcome = iota + 1
+	// Nacked: the message was given back for redelivery, after
+	// Settlement.Delay.
+	Nacked
+	// Terminated: the message will not be redelivered; Settlement.Reason
+	// says why.
+	Terminated
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Acked:
+		return "ack"
+	case Nacked:
+		return "nak"
+	case Terminated:
+		return "term"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Settlement tells Options.OnSettle how a message was settled.
+type Settlement struct {
+	// Outcome is what was sent to the server.
+	Outcome Outcome
+	// Delay is the redelivery delay of a Nacked message; zero means at once.
+	Delay time.Duration
+	// Reason is why a Terminated message was terminated; nil otherwise.
+	Reason error
+	// HandlerErr is what the handler returned; nil for an Acked message.
+	HandlerErr error
+	// Err is the error sending the settlement to the server, if that failed.
+	Err error
 }
 
 // held is a message delivered to this process and not yet settled.
@@ -409,31 +454,38 @@ func (d *Dispatcher) settle(m *Msg, herr error) {
 	delivery := int(m.Metadata.NumDelivered)
 	var body []byte
 	var reason error // set when the message is to be terminated
+	s := Settlement{HandlerErr: herr}
 	switch {
 	case herr == nil:
-		body = ackBody
+		body, s.Outcome = ackBody, Acked
 	case IsPermanent(herr):
 		reason = herr
 	case d.handlerCtx.Err() != nil:
 		// The handler gave up because the dispatcher stopped: not the
 		// message's fault, so no backoff and no step towards termination.
-		body = nakBody
+		body, s.Outcome = nakBody, Nacked
 	case d.opts.MaxDeliver > 0 && delivery >= d.opts.MaxDeliver:
 		reason = fmt.Errorf("%w: failed on delivery %d of %d: %w", ErrMaxDeliver, delivery, d.opts.MaxDeliver, herr)
 	default:
-		body = nakDelayBody(d.opts.Backoff(delivery))
+		s.Delay = d.opts.Backoff(delivery)
+		body, s.Outcome = nakDelayBody(s.Delay), Nacked
 	}
 	if reason != nil {
-		body = termBody(termReason(reason))
+		body, s.Outcome, s.Reason = termBody(termReason(reason)), Terminated, reason
 		if d.opts.OnTerminate != nil {
 			if err := d.opts.OnTerminate(m, reason); err != nil {
 				d.opts.OnError(fmt.Errorf("message %s kept, not terminated: %w", m.Subject, err))
-				body = nakDelayBody(d.opts.Backoff(delivery))
+				s.Delay = d.opts.Backoff(delivery)
+				body, s.Outcome, s.Reason = nakDelayBody(s.Delay), Nacked, nil
 			}
 		}
 	}
 	if err := d.nc.Publish(m.reply, body); err != nil {
+		s.Err = err
 		d.opts.OnError(fmt.Errorf("settle message %s: %w", m.Subject, err))
+	}
+	if d.opts.OnSettle != nil {
+		d.opts.OnSettle(m, s)
 	}
 }
 
@@ -476,11 +528,12 @@ func (d *Dispatcher) releaseBuffered() {
 }
 
 // keepAlive sends an in-progress ack for every held or running message that
-// has not been touched for AckWait/2, so neither waiting in the buffer nor a
+// has not been touched for AckWait/3 (checked every AckWait/6, so no message
+// goes more than AckWait/2 without one), so neither waiting in the buffer nor a
 // long handler lets the server redeliver it.
 func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(d.opts.AckWait / 4)
+	t := time.NewTicker(d.opts.AckWait / 6)
 	defer t.Stop()
 	var due []*nats.Msg
 	for {
@@ -489,7 +542,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case now := <-t.C:
 			due = due[:0]
-			limit := now.Add(-d.opts.AckWait / 2)
+			limit := now.Add(-d.opts.AckWait / 3)
 			touch := func(h *held) {
 				if h.touched.Before(limit) {
 					h.touched = now

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -253,18 +254,22 @@ func (d *Dispatcher) setDrained(l *level, drained bool) {
 // closeLevels drains every level's subscription: the server is told to stop
 // sending, and whatever it sent before that is given back, so a message in
 // flight at stop is redelivered at once rather than after AckWait.
+//
+// Without a connection the server cannot be told and nothing more can
+// arrive, so the subscriptions are simply removed.
 func (d *Dispatcher) closeLevels() {
+	connected := d.nc.IsConnected()
 	for _, l := range d.levels {
-		if err := l.sub.Drain(); err != nil {
+		if !connected || l.sub.Drain() != nil {
 			l.sub.Unsubscribe()
 		}
 	}
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	for _, l := range d.levels {
 		select {
 		case <-l.closed:
-		case <-deadline.C:
+		case <-ctx.Done():
 			l.sub.Unsubscribe()
 			d.opts.Logger.Debug("subscription drain timed out", "consumer", l.name)
 		}

@@ -50,6 +50,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	err := root.ExecuteContext(ctx)
+	if a.telemetry != nil {
+		if terr := a.telemetry.close(ctx); terr != nil {
+			a.warnf("flush telemetry: %v", terr)
+		}
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -66,8 +71,11 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr *syncWriter
 
-	server string // --server
-	root   string // --root
+	server      string // --server
+	root        string // --root
+	traceStderr bool   // --trace-stderr
+
+	telemetry *telemetry // set up before a command runs; nil before
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -93,6 +101,15 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster; $NATS_URL sets the default")
 	pf.StringVar(&a.root, "root", defaultRoot, "subject root of the bus; every process of one bus must use the same")
+	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		t, err := a.setupTelemetry(cmd.Context(), a.traceStderr)
+		if err != nil {
+			return runError{err}
+		}
+		a.telemetry = t
+		return nil
+	}
 	root.AddCommand(
 		a.serveCommand(),
 		a.provisionCommand(),

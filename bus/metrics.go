@@ -1,0 +1,233 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// telemetry is a bus's tracer and instruments, and the attribute sets it
+// records with, computed once so that recording allocates nothing.
+type telemetry struct {
+	agent   string
+	rootDot string // the subject root and "."
+	tracer  trace.Tracer
+	meter   metric.Meter
+
+	sendOpts    []trace.SpanStartOption
+	processOpts []trace.SpanStartOption
+
+	// dests[0] are the direct destinations, dests[1] the broadcast ones,
+	// by priority - 1.
+	dests  [2][subjects.LowestPriority]destination
+	levels [subjects.LowestPriority]level
+
+	sent            metric.Int64Counter
+	consumed        metric.Int64Counter
+	opDuration      metric.Float64Histogram
+	processDuration metric.Float64Histogram
+	redeliveries    metric.Int64Counter
+	deadLetters     metric.Int64Counter
+	expirations     metric.Int64Counter
+	backlog         metric.Int64ObservableGauge
+	inflight        metric.Int64ObservableGauge
+
+	// spans holds the recording process spans of messages handled and not
+	// yet settled, by message; tracked counts them so that settling skips
+	// the lookup when nothing is traced.
+	spans   sync.Map // *consumers.Msg -> trace.Span
+	tracked atomic.Int64
+}
+
+// level is what the metrics of one of the agent's priority levels record
+// with.
+type level struct {
+	consumer string // the durable consumer's name
+	set      attribute.Set
+	opts     []metric.AddOption
+	observe  []metric.ObserveOption
+}
+
+// destinationMetrics are the attribute sets of one destination's metrics.
+type destinationMetrics struct {
+	sentSet, sendDurationSet, consumerSet attribute.Set
+
+	sent         []metric.AddOption
+	sendDuration []metric.RecordOption
+	consumed     []metric.AddOption
+	process      []metric.RecordOption
+}
+
+// withError returns set with error.type et, as a measurement option.
+func (destinationMetrics) withError(set attribute.Set, et string) metric.MeasurementOption {
+	kvs := append(set.ToSlice(), semconv.ErrorTypeKey.String(et))
+	return metric.WithAttributes(kvs...)
+}
+
+func newTelemetry(o *options, agent string) (*telemetry, error) {
+	t := &telemetry{
+		agent:   agent,
+		rootDot: o.scheme.Root() + ".",
+		tracer: o.tracerProvider.Tracer(instrumentationName,
+			trace.WithSchemaURL(semconv.SchemaURL)),
+		sendOpts:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)},
+		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
+	}
+	for i := range t.levels {
+		p := i + 1
+		name, err := o.scheme.ConsumerName(agent, p)
+		if err != nil {
+			return nil, err
+		}
+		set := attribute.NewSet(attrAgent.String(agent), attrPriority.Int(p))
+		t.levels[i] = level{
+			consumer: name,
+			set:      set,
+			opts:     []metric.AddOption{metric.WithAttributeSet(set)},
+			observe:  []metric.ObserveOption{metric.WithAttributeSet(set)},
+		}
+	}
+	for k, kind := range []subjects.Kind{subjects.KindDirect, subjects.KindBroadcast} {
+		for i := range t.dests[k] {
+			p := i + 1
+			tmpl := destinationTemplate(o.scheme, kind, p)
+			sent := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("send"),
+				semconv.MessagingDestinationTemplate(tmpl))
+			sendDuration := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("send"),
+				semconv.MessagingOperationTypeSend, semconv.MessagingDestinationTemplate(tmpl))
+			consumer := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("process"),
+				semconv.MessagingDestinationTemplate(tmpl), semconv.MessagingConsumerGroupName(t.levels[i].consumer))
+			t.dests[k][i] = destination{
+				priority:    p,
+				template:    tmpl,
+				sendName:    "send " + tmpl,
+				processName: "process " + tmpl,
+				metrics: destinationMetrics{
+					sentSet: sent, sendDurationSet: sendDuration, consumerSet: consumer,
+					sent:         []metric.AddOption{metric.WithAttributeSet(sent)},
+					sendDuration: []metric.RecordOption{metric.WithAttributeSet(sendDuration)},
+					consumed:     []metric.AddOption{metric.WithAttributeSet(consumer)},
+					process:      []metric.RecordOption{metric.WithAttributeSet(consumer)},
+				},
+			}
+		}
+	}
+	meter := o.meterProvider.Meter(instrumentationName, metric.WithSchemaURL(semconv.SchemaURL))
+	t.meter = meter
+	var errs []error
+	sent, err := messagingconv.NewClientSentMessages(meter)
+	errs = append(errs, err)
+	consumed, err := messagingconv.NewClientConsumedMessages(meter)
+	errs = append(errs, err)
+	opDuration, err := messagingconv.NewClientOperationDuration(meter,
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	errs = append(errs, err)
+	processDuration, err := messagingconv.NewProcessDuration(meter,
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	errs = append(errs, err)
+	t.sent, t.consumed = sent.Inst(), consumed.Inst()
+	t.opDuration, t.processDuration = opDuration.Inst(), processDuration.Inst()
+	t.redeliveries, err = meter.Int64Counter("agentbus.redeliveries", metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries of a message after its first."))
+	errs = append(errs, err)
+	t.deadLetters, err = meter.Int64Counter("agentbus.dead_letters", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages terminated and written to the dead-letter stream, by agentbus.dead_letter.reason."))
+	errs = append(errs, err)
+	t.expirations, err = meter.Int64Counter("agentbus.expirations", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages found expired when delivered, and so terminated without reaching the handler."))
+	errs = append(errs, err)
+	t.backlog, err = meter.Int64ObservableGauge("agentbus.backlog", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages stored for the agent at one priority and not yet delivered."))
+	errs = append(errs, err)
+	t.inflight, err = meter.Int64ObservableGauge("agentbus.inflight", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages delivered to the agent at one priority and not yet acknowledged."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("create instruments: %w", err)
+	}
+	return t, nil
+}
+
+// durationBuckets are the bucket boundaries the semantic conventions advise
+// for messaging durations, in seconds.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// track keeps a recording process span until its message is settled.
+func (t *telemetry) track(m *consumers.Msg, span trace.Span) {
+	t.tracked.Add(1)
+	t.spans.Store(m, span)
+}
+
+// untrack returns and forgets the span track kept for m, if any.
+func (t *telemetry) untrack(m *consumers.Msg) (trace.Span, bool) {
+	if t.tracked.Load() == 0 {
+		return nil, false
+	}
+	v, ok := t.spans.LoadAndDelete(m)
+	if !ok {
+		return nil, false
+	}
+	t.tracked.Add(-1)
+	return v.(trace.Span), true
+}
+
+// settled is the dispatcher's OnSettle hook: it counts dead letters and
+// expirations and ends the message's span with an event for the
+// settlement.
+func (b *Bus) settled(m *consumers.Msg, s consumers.Settlement) {
+	t := b.tel
+	if s.Outcome == consumers.Terminated {
+		if dest := t.destinationOf(m.Subject); dest != nil {
+			lv := &t.levels[dest.priority-1]
+			ctx := context.Background()
+			if r, ok := deadLetterReasonOf(s.Reason); ok {
+				t.deadLetters.Add(ctx, 1, metric.WithAttributes(append(lv.set.ToSlice(), attrDeadLetterReason.String(string(r)))...))
+			} else if s.Reason != nil {
+				t.expirations.Add(ctx, 1, lv.opts...)
+			}
+		}
+	}
+	if span, ok := t.untrack(m); ok {
+		settleEvent(span, s)
+		span.End()
+	}
+}
+
+// observeBacklog reports the backlog of the agent's levels from the
+// consumers' info: one request per level per collection, and none while
+// the bus has no subscription.
+func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
+	b.mu.Lock()
+	subscribed := len(b.subs) > 0
+	b.mu.Unlock()
+	if !subscribed {
+		return nil
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	stream := b.opts.scheme.Stream()
+	var errs []error
+	for i := range b.tel.levels {
+		lv := &b.tel.levels[i]
+		c, err := b.js.Consumer(ctx, stream, lv.consumer)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backlog of consumer %s: %w", lv.consumer, err))
+			continue
+		}
+		info := c.CachedInfo()
+		o.ObserveInt64(b.tel.backlog, int64(info.NumPending), lv.observe...)
+		o.ObserveInt64(b.tel.inflight, int64(info.NumAckPending), lv.observe...)
+	}
+	return errors.Join(errs...)
+}

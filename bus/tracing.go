@@ -1,0 +1,480 @@
+package bus
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// instrumentationName names the tracer and meter of the bus.
+const instrumentationName = "github.com/agentbus/agentbus/bus"
+
+// Attributes of the bus's spans and metrics beyond the OpenTelemetry
+// semantic conventions; docs/observability.md lists them all.
+const (
+	attrAgent            = attribute.Key("agentbus.agent")
+	attrPriority         = attribute.Key("agentbus.priority")
+	attrFrom             = attribute.Key("agentbus.from")
+	attrTo               = attribute.Key("agentbus.to")
+	attrCausationID      = attribute.Key("agentbus.causation_id")
+	attrDeliveryCount    = attribute.Key("agentbus.delivery_count")
+	attrStreamSequence   = attribute.Key("agentbus.stream_sequence")
+	attrDuplicate        = attribute.Key("agentbus.duplicate")
+	attrNakDelay         = attribute.Key("agentbus.nak_delay")
+	attrDeadLetterReason = attribute.Key("agentbus.dead_letter.reason")
+	attrReplayed         = attribute.Key("agentbus.replayed")
+)
+
+// messagingSystem is the messaging.system of every span and metric.
+var messagingSystem = semconv.MessagingSystemKey.String("nats")
+
+// ConversationTraceID returns the trace ID of the conversation named
+// correlationID: the first 16 bytes of the SHA-256 digest of its UTF-8
+// bytes. Every span of the bus belongs to the trace of the conversation of
+// its message, so the trace of a conversation can be found from its
+// correlation ID alone:
+//
+//	printf %s "$CORRELATION_ID" | sha256sum | cut -c1-32
+//
+// A message without a correlation ID is a conversation of its own, named by
+// its ID (see codec.Message.SetDefaults).
+func ConversationTraceID(correlationID string) trace.TraceID {
+	return conversationRoot(correlationID).TraceID()
+}
+
+// conversationRoot returns the span context that stands for the start of a
+// conversation: the trace ID of ConversationTraceID and, as span ID, bytes
+// 16 to 23 of the same digest. No span has it; it is the remote parent of
+// the spans that start a conversation or continue it after a hop that
+// carried no trace context. It is marked sampled, so a parent-based sampler
+// records the conversation; see docs/observability.md for ratio sampling.
+func conversationRoot(correlationID string) trace.SpanContext {
+	sum := sha256.Sum256([]byte(correlationID))
+	var tid trace.TraceID
+	var sid trace.SpanID
+	copy(tid[:], sum[:16])
+	copy(sid[:], sum[16:24])
+	// An all-zero ID is invalid; a digest starting with 16 or 8 zero bytes
+	// is not going to happen, but must not break the trace if it does.
+	if !tid.IsValid() {
+		tid[15] = 1
+	}
+	if !sid.IsValid() {
+		sid[7] = 1
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    tid,
+		SpanID:     sid,
+		TraceFlags: trace.FlagsSampled,
+		Remote:     true,
+	})
+}
+
+// conversationOf returns the conversation a message belongs to: its
+// correlation ID, or its own ID if it has none.
+func conversationOf(m *Message) string {
+	if m.CorrelationID != "" {
+		return m.CorrelationID
+	}
+	return m.ID
+}
+
+// parentFor returns the context a span about a message of conversation
+// conv starts under, and the span context to link to. sc is the context of
+// the span that caused the message: the caller's span for a send, the
+// producer's (from the traceparent header) for a process span. If sc is in
+// the conversation's trace it is the parent; otherwise the conversation
+// root is, and sc, if valid, is linked to. So every span of a conversation
+// is in one trace, even when it started inside another trace (such as the
+// request an orchestrator started it from, which is linked) or when a hop
+// carried no trace context.
+func parentFor(ctx context.Context, sc trace.SpanContext, conv string) (context.Context, trace.SpanContext) {
+	return parentUnder(ctx, sc, conversationRoot(conv))
+}
+
+// parentUnder is parentFor with the conversation root already computed.
+func parentUnder(ctx context.Context, sc, root trace.SpanContext) (context.Context, trace.SpanContext) {
+	if sc.IsValid() && sc.TraceID() == root.TraceID() {
+		if sc.IsRemote() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+		return ctx, trace.SpanContext{}
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, root), sc
+}
+
+// traceContext is the W3C Trace Context propagator: the bus always
+// propagates traceparent and tracestate, whatever the global propagator.
+var traceContext propagation.TraceContext
+
+// headerCarrier adapts nats.Header to propagation.TextMapCarrier. It writes
+// keys lower-case, as W3C Trace Context spells them, and reads them in any
+// case: nats.Header is case-sensitive, and other clients write
+// "Traceparent" or "TRACEPARENT".
+type headerCarrier nats.Header
+
+var _ propagation.TextMapCarrier = headerCarrier(nil)
+
+// Get returns the first value of key, matched case-insensitively.
+func (c headerCarrier) Get(key string) string {
+	if v := c[key]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range c {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// Set replaces every value of key, in any case, with value under the
+// lower-case key.
+func (c headerCarrier) Set(key, value string) {
+	key = strings.ToLower(key)
+	for k := range c {
+		if k != key && strings.EqualFold(k, key) {
+			delete(c, k)
+		}
+	}
+	c[key] = []string{value}
+}
+
+// Keys returns the header keys.
+func (c headerCarrier) Keys() []string {
+	out := make([]string, 0, len(c))
+	for k := range c {
+		out = append(out, k)
+	}
+	return out
+}
+
+// deliveryKey is the context key of the Delivery being handled.
+type deliveryKey struct{}
+
+// ContextWithDelivery returns ctx carrying d as the message being handled.
+// The context a Handler receives carries its Delivery, so that a message
+// published with it continues d's conversation: Publish gives it d's
+// correlation ID and, as ReplyTo (causationid), d's ID, unless the message
+// sets them. ContextWithDelivery(ctx, nil) drops the Delivery, for a handler
+// that starts an unrelated conversation.
+func ContextWithDelivery(ctx context.Context, d *Delivery) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, d)
+}
+
+// DeliveryFromContext returns the Delivery ctx carries, if any.
+func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(*Delivery)
+	return d, ok && d != nil
+}
+
+// inherit fills m's correlation ID and ReplyTo from the Delivery ctx
+// carries, where m leaves them empty.
+func inherit(ctx context.Context, m *Message) {
+	d, ok := DeliveryFromContext(ctx)
+	if !ok {
+		return
+	}
+	if m.CorrelationID == "" {
+		m.CorrelationID = conversationOf(&d.Message)
+	}
+	if m.ReplyTo == "" {
+		m.ReplyTo = d.ID
+	}
+}
+
+// destination is one low-cardinality destination template of the bus: a
+// kind (direct or broadcast) at one priority. Everything that depends only
+// on it is computed once, in newTelemetry.
+type destination struct {
+	priority    int
+	template    string // messaging.destination.template
+	sendName    string // "send <template>"
+	processName string // "process <template>"
+	metrics     destinationMetrics
+}
+
+// destinationTemplate returns the messaging.destination.template of the
+// subjects of kind at priority: the subject with its high-cardinality
+// tokens replaced by {to}, {from} and {type}. It follows the templates of
+// subjects/scheme.go; TestDestinationTemplates checks that they agree.
+func destinationTemplate(s subjects.Scheme, kind subjects.Kind, priority int) string {
+	p := ".p" + strconv.Itoa(priority) + "."
+	if kind == subjects.KindBroadcast {
+		return s.Root() + ".all" + p + "{from}.{type}"
+	}
+	return s.Root() + ".agent.{to}" + p + "{from}.{type}"
+}
+
+// destinationFor returns the destination of a message about to be sent.
+func (t *telemetry) destinationFor(m *Message) *destination {
+	k := 0
+	if m.Broadcast() {
+		k = 1
+	}
+	return &t.dests[k][m.Priority-1]
+}
+
+// destinationOf returns the destination of a delivered message's subject,
+// or nil if the subject is not a direct or broadcast subject of the bus. It
+// does not allocate.
+func (t *telemetry) destinationOf(subject string) *destination {
+	rest, ok := strings.CutPrefix(subject, t.rootDot)
+	if !ok {
+		return nil
+	}
+	k := 1
+	if r, ok := strings.CutPrefix(rest, "agent."); ok {
+		i := strings.IndexByte(r, '.')
+		if i < 0 {
+			return nil
+		}
+		k, rest = 0, r[i+1:]
+	} else if rest, ok = strings.CutPrefix(rest, "all."); !ok {
+		return nil
+	}
+	if len(rest) < 3 || rest[0] != 'p' || rest[2] != '.' || rest[1] < '1' || rest[1] > '0'+subjects.LowestPriority {
+		return nil
+	}
+	return &t.dests[k][rest[1]-'1']
+}
+
+// sendOp is a publish under way: its span and when it started.
+type sendOp struct {
+	span  trace.Span
+	start time.Time
+	dest  *destination
+}
+
+// startSend starts the producer span of m, about to be sent as msg, and
+// writes its trace context into msg's headers.
+func (t *telemetry) startSend(ctx context.Context, m *Message, msg *nats.Msg) sendOp {
+	dest := t.destinationFor(m)
+	root := conversationRoot(conversationOf(m))
+	ctx, link := parentUnder(ctx, trace.SpanContextFromContext(ctx), root)
+	ctx, span := t.tracer.Start(ctx, dest.sendName, t.sendOpts...)
+	if span.IsRecording() {
+		if link.IsValid() {
+			span.AddLink(trace.Link{SpanContext: link})
+		}
+		span.SetAttributes(messageAttrs(dest, msg.Subject, m, len(msg.Data),
+			semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)...)
+	}
+	// A tracer that made no span of its own (the no-op tracer: tracing is
+	// off) leaves the conversation root in place. The receiver derives that
+	// from the correlation ID anyway, so nothing is written: a sampled
+	// traceparent costs the server a header map per message.
+	if sc := span.SpanContext(); sc.IsValid() && sc.SpanID() != root.SpanID() {
+		traceContext.Inject(ctx, headerCarrier(msg.Header))
+	}
+	return sendOp{span: span, start: time.Now(), dest: dest}
+}
+
+// end ends the send: err is its error, nil on success.
+func (op sendOp) end(t *telemetry, ctx context.Context, err error, duplicate bool) {
+	elapsed := time.Since(op.start).Seconds()
+	if err == nil {
+		t.sent.Add(ctx, 1, op.dest.metrics.sent...)
+		t.opDuration.Record(ctx, elapsed, op.dest.metrics.sendDuration...)
+		if duplicate && op.span.IsRecording() {
+			op.span.SetAttributes(attrDuplicate.Bool(true))
+		}
+	} else {
+		et := publishErrorType(err)
+		t.sent.Add(ctx, 1, op.dest.metrics.withError(op.dest.metrics.sentSet, et))
+		t.opDuration.Record(ctx, elapsed, op.dest.metrics.withError(op.dest.metrics.sendDurationSet, et))
+		if op.span.IsRecording() {
+			op.span.SetAttributes(semconv.ErrorTypeKey.String(et))
+			op.span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	op.span.End()
+}
+
+// processOp is a delivered message being handled.
+type processOp struct {
+	span  trace.Span
+	start time.Time
+	dest  *destination // nil for a subject not of the bus
+}
+
+// startProcess starts the consumer span of a delivered message. m is the
+// decoded message, nil if it could not be decoded. The span's parent is the
+// producer's span, from the traceparent header, if it is in the
+// conversation's trace, and the conversation root otherwise; the producer's
+// span is also linked to.
+func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Message) (context.Context, processOp) {
+	dest := t.destinationOf(cm.Subject)
+	name := "process"
+	if dest != nil {
+		name = dest.processName
+		t.consumed.Add(ctx, 1, dest.metrics.consumed...)
+		if cm.Metadata.NumDelivered > 1 {
+			t.redeliveries.Add(ctx, 1, t.levels[dest.priority-1].opts...)
+		}
+	}
+	producer := trace.SpanContextFromContext(traceContext.Extract(ctx, headerCarrier(cm.Header)))
+	var link trace.SpanContext
+	switch {
+	case m != nil:
+		ctx, link = parentFor(ctx, producer, conversationOf(m))
+		if !link.IsValid() {
+			link = producer // the parent: linked too, as the conventions ask
+		}
+	case producer.IsValid():
+		// Undecodable: no conversation is known, so follow the producer.
+		ctx, link = trace.ContextWithRemoteSpanContext(ctx, producer), producer
+	}
+	ctx, span := t.tracer.Start(ctx, name, t.processOpts...)
+	if span.IsRecording() {
+		if link.IsValid() {
+			span.AddLink(trace.Link{SpanContext: link})
+		}
+		attrs := []attribute.KeyValue{
+			messagingSystem,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingDestinationName(cm.Subject),
+			semconv.MessagingConsumerGroupName(cm.Metadata.Consumer),
+			semconv.MessagingMessageBodySize(len(cm.Data)),
+			attrDeliveryCount.Int64(int64(cm.Metadata.NumDelivered)),
+			attrStreamSequence.Int64(int64(cm.Metadata.StreamSeq)),
+			attrAgent.String(t.agent),
+		}
+		if dest != nil {
+			attrs = append(attrs, semconv.MessagingDestinationTemplate(dest.template))
+		}
+		if m != nil {
+			attrs = append(attrs, messageFields(m)...)
+		}
+		if len(cm.Header[HeaderReplayOf]) > 0 {
+			attrs = append(attrs, attrReplayed.Bool(true))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, processOp{span: span, start: time.Now(), dest: dest}
+}
+
+// end records the handling's result: err is what the handler returned.
+// Settlement ends the span (see Bus.settled).
+func (op processOp) end(t *telemetry, ctx context.Context, err error) {
+	elapsed := time.Since(op.start).Seconds()
+	if op.dest != nil {
+		if err == nil {
+			t.processDuration.Record(ctx, elapsed, op.dest.metrics.process...)
+		} else {
+			t.processDuration.Record(ctx, elapsed, op.dest.metrics.withError(op.dest.metrics.consumerSet, handlerErrorType(err)))
+		}
+	}
+	if err != nil && op.span.IsRecording() {
+		op.span.SetAttributes(semconv.ErrorTypeKey.String(handlerErrorType(err)))
+		op.span.SetStatus(codes.Error, err.Error())
+	}
+}
+
+// settleEvent adds the settlement of a message to its span as an event.
+func settleEvent(span trace.Span, s consumers.Settlement) {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingOperationTypeSettle,
+		semconv.MessagingOperationName(s.Outcome.String()),
+	}
+	switch s.Outcome {
+	case consumers.Nacked:
+		attrs = append(attrs, attrNakDelay.Float64(s.Delay.Seconds()))
+	case consumers.Terminated:
+		if r, ok := deadLetterReasonOf(s.Reason); ok {
+			attrs = append(attrs, attrDeadLetterReason.String(string(r)))
+		}
+	}
+	if s.Err != nil {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(semconv.ErrorType(s.Err).Value.AsString()))
+	}
+	span.AddEvent(s.Outcome.String(), trace.WithAttributes(attrs...))
+}
+
+// messageAttrs returns the attributes of a span about m sent on subject.
+func messageAttrs(dest *destination, subject string, m *Message, bodySize int, extra ...attribute.KeyValue) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 16)
+	attrs = append(attrs,
+		messagingSystem,
+		semconv.MessagingDestinationName(subject),
+		semconv.MessagingDestinationTemplate(dest.template),
+		semconv.MessagingMessageBodySize(bodySize),
+	)
+	attrs = append(attrs, extra...)
+	return append(attrs, messageFields(m)...)
+}
+
+// messageFields returns the attributes that describe m itself.
+func messageFields(m *Message) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingMessageID(m.ID),
+		semconv.MessagingMessageConversationID(conversationOf(m)),
+		semconv.CloudEventsEventID(m.ID),
+		semconv.CloudEventsEventType(m.Type),
+		semconv.CloudEventsEventSource(codec.SourcePrefix + subjects.EncodeToken(m.From)),
+		semconv.CloudEventsEventSpecVersion(codec.SpecVersion),
+		attrFrom.String(m.From),
+		attrTo.String(m.To),
+		attrPriority.Int(m.Priority),
+	}
+	if m.ReplyTo != "" {
+		attrs = append(attrs, attrCausationID.String(m.ReplyTo))
+	}
+	return attrs
+}
+
+// publishErrorType returns the error.type of a failed publish.
+func publishErrorType(err error) string {
+	switch {
+	case errors.Is(err, ErrPayloadTooLarge):
+		return "payload_too_large"
+	case errors.Is(err, ErrNotProvisioned):
+		return "not_provisioned"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}
+
+// handlerErrorType returns the error.type of a failed handling: the
+// dead-letter reason where there is one, "expired", "panic" or "canceled",
+// the error's ErrorType() method if it has one, else its Go type.
+func handlerErrorType(err error) string {
+	switch {
+	case errors.Is(err, ErrExpired):
+		return "expired"
+	case errors.Is(err, codec.ErrMalformed):
+		return string(ReasonMalformed)
+	case errors.Is(err, ErrHandlerPanic):
+		return "panic"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	var et interface{ ErrorType() string }
+	if errors.As(err, &et) {
+		return et.ErrorType()
+	}
+	if consumers.IsPermanent(err) {
+		return string(ReasonRejected)
+	}
+	return semconv.ErrorType(err).Value.AsString()
+}
