@@ -166,38 +166,7 @@ func BenchmarkPublishSync(b *testing.B) {
 func BenchmarkConsume(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
-	b.Run("bus", func(b *testing.B) {
-		agent := fmt.Sprintf("consumer-%d", b.N)
-		for range b.N {
-			if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		<-env.bus.PublishAsyncComplete()
-		rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer rb.Close()
-		var n atomic.Int64
-		done := make(chan struct{})
-		b.ReportAllocs()
-		b.SetBytes(int64(len(payload)))
-		b.ResetTimer()
-		sub, err := rb.Subscribe(ctx, func(context.Context, *bus.Delivery) error {
-			if n.Add(1) == int64(b.N) {
-				close(done)
-			}
-			return nil
-		}, bus.WithPrefetch(500))
-		if err != nil {
-			b.Fatal(err)
-		}
-		<-done
-		b.StopTimer()
-		sub.Stop()
-		<-sub.Done()
-	})
+	b.Run("bus", func(b *testing.B) { benchConsumeBus(b, env, fmt.Sprintf("consumer-%d", b.N)) })
 	rawConsume := func(name string, headers func() nats.Header) {
 		b.Run(name, func(b *testing.B) {
 			subject := fmt.Sprintf("raw.consume.%s.%d", name, b.N)
@@ -240,6 +209,41 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	rawConsume("raw", nil)
 	rawConsume("raw-headers", busHeaders(b))
+}
+
+// benchConsumeBus publishes a backlog of b.N messages to agent and times
+// how long a subscription of agent (a bus with opts) takes to handle and
+// ack them, with a prefetch of 500.
+func benchConsumeBus(b *testing.B, env *benchEnv, agent string, opts ...bus.Option) {
+	for range b.N {
+		if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-env.bus.PublishAsyncComplete()
+	rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rb.Close()
+	var n atomic.Int64
+	done := make(chan struct{})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	sub, err := rb.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error {
+		if n.Add(1) == int64(b.N) {
+			close(done)
+		}
+		return nil
+	}, bus.WithPrefetch(500))
+	if err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	b.StopTimer()
+	sub.Stop()
+	<-sub.Done()
 }
 
 // BenchmarkSetupAgents measures creating the five consumers and starting the

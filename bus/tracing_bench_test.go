@@ -18,7 +18,6 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel/metric"
@@ -112,39 +111,9 @@ func BenchmarkTracedPublishAsync(b *testing.B) {
 // subscriber's providers are the mode's, the backlog is published untraced.
 func BenchmarkTracedConsume(b *testing.B) {
 	env := newBenchEnv(b)
-	ctx := context.Background()
 	for _, mode := range telemetryModes {
 		b.Run(mode.name, func(b *testing.B) {
-			agent := fmt.Sprintf("consumer-%s-%d", mode.name, b.N)
-			for range b.N {
-				if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			<-env.bus.PublishAsyncComplete()
-			rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent, mode.options(b)...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer rb.Close()
-			var n atomic.Int64
-			done := make(chan struct{})
-			b.ReportAllocs()
-			b.SetBytes(int64(len(payload)))
-			b.ResetTimer()
-			sub, err := rb.Subscribe(ctx, func(context.Context, *bus.Delivery) error {
-				if n.Add(1) == int64(b.N) {
-					close(done)
-				}
-				return nil
-			}, bus.WithPrefetch(500))
-			if err != nil {
-				b.Fatal(err)
-			}
-			<-done
-			b.StopTimer()
-			sub.Stop()
-			<-sub.Done()
+			benchConsumeBus(b, env, fmt.Sprintf("consumer-%s-%d", mode.name, b.N), mode.options(b)...)
 		})
 	}
 }
