@@ -94,34 +94,37 @@ with those fields and the original event.`,
 }
 
 func (a *app) dlqShowCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "show SEQ",
-		Short: "Show one dead letter as JSON",
-		Args:  cobra.ExactArgs(1),
-		RunE: run(func(cmd *cobra.Command) error {
-			seq, err := parseSeq(cmd.Flags().Arg(0))
-			if err != nil {
-				return err
-			}
-			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
-				dl, err := b.DeadLetter(cmd.Context(), seq)
-				if err != nil {
-					return err
-				}
-				return a.printDeadLetter(*dl, true)
-			})
-		}),
-	}
+	cmd := a.onDeadLetter(func(ctx context.Context, b *bus.Bus, seq uint64) error {
+		dl, err := b.DeadLetter(ctx, seq)
+		if err != nil {
+			return err
+		}
+		return a.printDeadLetter(*dl, true)
+	})
+	cmd.Use, cmd.Short = "show SEQ", "Show one dead letter as JSON"
+	return cmd
 }
 
 func (a *app) dlqReplayCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "replay SEQ",
-		Short: "Publish a dead letter again on its original subject",
-		Long: `Replay publishes the dead letter's original message again, to the same agent,
+	cmd := a.onDeadLetter(func(ctx context.Context, b *bus.Bus, seq uint64) error {
+		ack, err := b.ReplayDeadLetter(ctx, seq)
+		if err != nil {
+			return err
+		}
+		return printAck(a.stdout, ack)
+	})
+	cmd.Use, cmd.Short = "replay SEQ", "Publish a dead letter again on its original subject"
+	cmd.Long = `Replay publishes the dead letter's original message again, to the same agent,
 marked as replayed (Agentbus-Replay-Of header; Delivery.Replayed in the library).
 It prints "id=<ID> seq=<N>", with " duplicate" when it was replayed already
-within the duplicate window. The dead letter stays until purged.`,
+within the duplicate window. The dead letter stays until purged.`
+	return cmd
+}
+
+// onDeadLetter is a command that takes one dead-letter sequence and runs f
+// on it.
+func (a *app) onDeadLetter(f func(ctx context.Context, b *bus.Bus, seq uint64) error) *cobra.Command {
+	return &cobra.Command{
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			seq, err := parseSeq(cmd.Flags().Arg(0))
@@ -129,11 +132,7 @@ within the duplicate window. The dead letter stays until purged.`,
 				return err
 			}
 			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
-				ack, err := b.ReplayDeadLetter(cmd.Context(), seq)
-				if err != nil {
-					return err
-				}
-				return printAck(a.stdout, ack)
+				return f(cmd.Context(), b, seq)
 			})
 		}),
 	}
