@@ -50,6 +50,9 @@ const (
 	ReasonRejected DeadLetterReason = "rejected"
 	// ReasonMalformed: the message is not a valid CloudEvent.
 	ReasonMalformed DeadLetterReason = "malformed"
+	// ReasonSenderMismatch: the event's source names another agent than
+	// the subject it was published on.
+	ReasonSenderMismatch DeadLetterReason = "sender_mismatch"
 	// ReasonUnsettled: the last allowed delivery was never acknowledged,
 	// typically because the process crashed; found from the server's
 	// MAX_DELIVERIES advisory.
@@ -146,6 +149,8 @@ func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
 		return "", false
 	case errors.Is(reason, codec.ErrMalformed):
 		return ReasonMalformed, true
+	case errors.Is(reason, ErrSenderMismatch):
+		return ReasonSenderMismatch, true
 	case errors.Is(reason, consumers.ErrMaxDeliver):
 		return ReasonMaxDeliveries, true
 	}

@@ -28,6 +28,10 @@ var (
 	// ErrPayloadTooLarge means the encoded message exceeds the server's
 	// maximum payload.
 	ErrPayloadTooLarge = errors.New("bus: message too large")
+	// ErrSenderMismatch is the reason a message is dead-lettered, unhandled,
+	// when its CloudEvents source names another agent than the sender in its
+	// subject (a raw publisher, a misconfiguration, an impersonation).
+	ErrSenderMismatch = errors.New("bus: sender does not match subject")
 	// ErrExpired is the reason a message whose expiry passed before delivery
 	// is terminated instead of handed to the handler.
 	ErrExpired = errors.New("bus: message expired")

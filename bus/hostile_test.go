@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -98,5 +99,50 @@ func TestHostileRawPublishers(t *testing.T) {
 	}
 	if n := int(malformed.Load()); n != len(cases) {
 		t.Errorf("%d malformed messages reported to the error handler, want %d", n, len(cases))
+	}
+}
+
+// TestSenderMismatchIsDeadLettered: an event whose source names another
+// agent than its subject's sender never reaches the handler; it is
+// dead-lettered with the reason.
+func TestSenderMismatchIsDeadLettered(t *testing.T) {
+	s := newServer(t)
+	raw := embeddedtest.Connect(t, s)
+	forged := &codec.Message{From: "orchestrator", To: "victim", Type: "ORDER"}
+	forged.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Published on a subject that names "mallory" as the sender.
+	if err := raw.PublishMsg(&nats.Msg{Subject: "agentbus.agent.victim.p1.mallory.ORDER", Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, newBus(t, s, "orchestrator"), bus.Message{To: "victim", Type: "REAL", Priority: 1})
+
+	var mismatches atomic.Int32
+	victim := newBus(t, s, "victim", bus.WithErrorHandler(func(err error) {
+		if errors.Is(err, bus.ErrSenderMismatch) {
+			mismatches.Add(1)
+		}
+	}))
+	r := newRecorder()
+	subscribe(t, victim, r.handle)
+	r.waitCount(t, 1)
+	if got := r.types(); len(got) != 1 || got[0] != "REAL" {
+		t.Fatalf("handled %v, want only REAL", got)
+	}
+	dl := waitDeadLetters(t, victim, 1)[0]
+	if reason := dl.Header.Get(bus.HeaderDeadLetterReason); reason != string(bus.ReasonSenderMismatch) {
+		t.Errorf("dead-letter reason %q, want %q", reason, bus.ReasonSenderMismatch)
+	}
+	if e := dl.Header.Get(bus.HeaderDeadLetterError); !strings.Contains(e, "mallory") || !strings.Contains(e, "orchestrator") {
+		t.Errorf("dead-letter error %q does not name both senders", e)
+	}
+	if mismatches.Load() != 1 {
+		t.Errorf("%d mismatches reported, want 1", mismatches.Load())
 	}
 }

@@ -187,6 +187,10 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 			b.opts.onError(err)
 			return consumers.Permanent(err)
 		}
+		if err := b.checkSender(cm.Subject, m); err != nil {
+			b.opts.onError(err)
+			return consumers.Permanent(err)
+		}
 		if m.Expired(time.Now()) {
 			return consumers.Permanent(fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano)))
 		}
@@ -202,4 +206,19 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 		}
 		return h(ContextWithDelivery(ctx, d), d)
 	}
+}
+
+// checkSender reports ErrSenderMismatch unless the event's source names the
+// agent the subject names as the sender. The server's permissions decide who
+// may publish on a subject; this check makes sure the event does not claim
+// another sender than the subject it was published on.
+func (b *Bus) checkSender(subject string, m *Message) error {
+	addr, err := b.opts.scheme.Parse(subject)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSenderMismatch, err)
+	}
+	if addr.From != m.From {
+		return fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
+	}
+	return nil
 }
