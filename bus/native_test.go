@@ -1,0 +1,103 @@
+package bus_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
+)
+
+func profile(t *testing.T, name string) profiles.Profile {
+	t.Helper()
+	p, ok := profiles.Lookup(name)
+	if !ok {
+		t.Fatalf("no profile %q", name)
+	}
+	return p
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPublishNativePipeline: a pipeline message crosses the bus byte for
+// byte, addressed and prioritised by its own fields.
+func TestPublishNativePipeline(t *testing.T) {
+	s := newServer(t)
+	native := readFile(t, "../codec/profiles/testdata/pipeline/message.json")
+	pm := newBus(t, s, "pm")
+	ack, err := pm.PublishNative(testContext(t), profile(t, "pipeline"), native, profiles.Addressing{})
+	if err != nil {
+		t.Fatalf("PublishNative: %v", err)
+	}
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "dev"), r.handle)
+	d := r.waitCount(t, 1)[0]
+	if !bytes.Equal(d.Data, native) {
+		t.Errorf("data changed on the way:\n%s\nwant\n%s", d.Data, native)
+	}
+	if d.ID != ack.ID || d.ID != "msg-uuid-v4" || d.From != "pm" || d.To != "dev" || d.Priority != 4 ||
+		d.DataSchema != profile(t, "pipeline").DataSchema() || d.ContentType != "application/json" {
+		t.Errorf("delivered %+v", d.Message)
+	}
+}
+
+func TestPublishNativeStrictAndLenient(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+
+	// basemessage is strict: the document's own CTO review example lacks a
+	// required field, so it is refused and nothing is published.
+	orch := newBus(t, s, "build orchestrator")
+	review := readFile(t, "../codec/profiles/testdata/basemessage/cto_review.json")
+	_, err := newBus(t, s, senderOf(t, review)).PublishNative(ctx, profile(t, "basemessage"), review, profiles.Addressing{})
+	var ve *profiles.ValidationError
+	if !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &ve) || len(ve.Findings) == 0 {
+		t.Fatalf("invalid basemessage: %v, want ErrInvalidMessage with findings", err)
+	}
+
+	// A native sender other than the bus's agent is refused.
+	task := readFile(t, "../codec/profiles/testdata/basemessage/task_assignment.json")
+	if _, err := newBus(t, s, "impostor").PublishNative(ctx, profile(t, "basemessage"), task, profiles.Addressing{}); !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("foreign sender: %v, want ErrInvalidMessage", err)
+	}
+	if _, err := orch.PublishNative(ctx, profile(t, "basemessage"), task, profiles.Addressing{}); err != nil {
+		t.Fatalf("valid basemessage: %v", err)
+	}
+
+	// coordination is lenient: an over-long question is delivered with the
+	// finding attached.
+	q := strings.Replace(string(readFile(t, "../codec/profiles/testdata/coordination/question.json")),
+		"Should password hash use bcrypt or argon2?", strings.Repeat("why? ", 70), 1)
+	worker := newBus(t, s, "database-build-agent")
+	if _, err := worker.PublishNative(ctx, profile(t, "coordination"), []byte(q), profiles.Addressing{}); err != nil {
+		t.Fatalf("lenient coordination: %v", err)
+	}
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "orchestrator"), r.handle)
+	d := r.waitCount(t, 1)[0]
+	findings, err := profiles.AttachedFindings(&d.Message)
+	if err != nil || len(findings) == 0 || string(d.Data) != q {
+		t.Errorf("delivered findings %v (%v), data intact %v", findings, err, string(d.Data) == q)
+	}
+}
+
+// senderOf returns the native "from" of a JSON message.
+func senderOf(t *testing.T, native []byte) string {
+	t.Helper()
+	p := profile(t, "basemessage")
+	m, err := p.Decode(native, profiles.Addressing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.From
+}
