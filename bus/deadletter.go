@@ -53,6 +53,9 @@ const (
 	// ReasonSenderMismatch: the event's source names another agent than
 	// the subject it was published on.
 	ReasonSenderMismatch DeadLetterReason = "sender_mismatch"
+	// ReasonInvalidNative: the message breaks the rules of its strict
+	// protocol profile (docs/protocols.md).
+	ReasonInvalidNative DeadLetterReason = "invalid_native"
 	// ReasonUnsettled: the last allowed delivery was never acknowledged,
 	// typically because the process crashed; found from the server's
 	// MAX_DELIVERIES advisory.
@@ -151,6 +154,8 @@ func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
 		return ReasonMalformed, true
 	case errors.Is(reason, ErrSenderMismatch):
 		return ReasonSenderMismatch, true
+	case errors.Is(reason, ErrInvalidNative):
+		return ReasonInvalidNative, true
 	case errors.Is(reason, consumers.ErrMaxDeliver):
 		return ReasonMaxDeliveries, true
 	}

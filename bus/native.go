@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/codec/profiles"
@@ -33,4 +35,41 @@ func (b *Bus) PublishNative(ctx context.Context, p profiles.Profile, native []by
 			Err: fmt.Errorf("%w: the %s message is from %q, but this bus publishes as %q", ErrInvalidMessage, p.Name(), m.From, b.agent)}
 	}
 	return b.Publish(ctx, *m)
+}
+
+// ErrInvalidNative is the reason a message of a strict protocol profile that
+// breaks the protocol's rules is dead-lettered instead of handled. Such a
+// message can only come from a publisher that bypassed PublishNative.
+var ErrInvalidNative = errors.New("bus: invalid protocol message")
+
+// checkNative validates a delivered message whose DataSchema names a strict
+// protocol profile. An invalid one is dead-lettered; for basemessage the
+// sender also gets the MESSAGE_ERROR reply the protocol prescribes.
+func (b *Bus) checkNative(ctx context.Context, m *Message) error {
+	p, ok := profiles.ForDataSchema(m.DataSchema)
+	if !ok || !p.Strict() {
+		return nil
+	}
+	verr := p.Validate(m.Data)
+	if verr == nil {
+		return nil
+	}
+	err := fmt.Errorf("%w: %s: %w", ErrInvalidNative, p.Name(), verr)
+	if bm, ok := p.(profiles.BaseMessage); ok && m.From != b.agent {
+		if rerr := b.replyMessageError(ctx, bm, m, verr); rerr != nil {
+			b.opts.onError(fmt.Errorf("MESSAGE_ERROR for %s: %w", m.ID, rerr))
+		}
+	}
+	return err
+}
+
+// replyMessageError sends the basemessage MESSAGE_ERROR for m, which failed
+// validation with verr, to m's sender.
+func (b *Bus) replyMessageError(ctx context.Context, bm profiles.BaseMessage, m *Message, verr error) error {
+	reply, err := bm.ErrorReply(m, profiles.ErrorCode(verr), verr.Error(), b.agent, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = b.PublishNative(ContextWithDelivery(ctx, nil), bm, reply, profiles.Addressing{To: m.From})
+	return err
 }

@@ -101,3 +101,39 @@ func senderOf(t *testing.T, native []byte) string {
 	}
 	return m.From
 }
+
+// TestInvalidNativeFromRawPublisher: a basemessage that breaks the
+// protocol, published without PublishNative, is dead-lettered by the
+// receiver, and its sender gets the MESSAGE_ERROR the protocol prescribes.
+func TestInvalidNativeFromRawPublisher(t *testing.T) {
+	s := newServer(t)
+	review := readFile(t, "../codec/profiles/testdata/basemessage/cto_review.json")
+	p := profile(t, "basemessage")
+	m, err := p.Decode(review, profiles.Addressing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Publish skips the protocol's validation: this is what a publisher
+	// that does not use PublishNative sends.
+	if _, err := newBus(t, s, "@agent-cto").Publish(testContext(t), *m); err != nil {
+		t.Fatal(err)
+	}
+	receiver := newBus(t, s, "build orchestrator")
+	r := newRecorder()
+	subscribe(t, receiver, r.handle)
+	dl := waitDeadLetters(t, receiver, 1)[0]
+	if reason := dl.Header.Get(bus.HeaderDeadLetterReason); reason != string(bus.ReasonInvalidNative) {
+		t.Errorf("dead-letter reason %q, want %q", reason, bus.ReasonInvalidNative)
+	}
+
+	replies := newRecorder()
+	subscribe(t, newBus(t, s, "@agent-cto"), replies.handle)
+	d := replies.waitCount(t, 1)[0]
+	if d.Type != profiles.TypeMessageError || d.CorrelationID != "project-review" || d.ReplyTo != "msg-456" ||
+		!strings.Contains(string(d.Data), `"originalMessageId"`) || !strings.Contains(string(d.Data), "msg-456") {
+		t.Errorf("MESSAGE_ERROR %+v data %s", d.Message, d.Data)
+	}
+	if got := r.deliveries(); len(got) != 0 {
+		t.Errorf("the invalid message reached the handler: %v", r.types())
+	}
+}

@@ -191,6 +191,10 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 			b.opts.onError(err)
 			return consumers.Permanent(err)
 		}
+		if err := b.checkNative(ctx, m); err != nil {
+			b.opts.onError(err)
+			return consumers.Permanent(err)
+		}
 		if m.Expired(time.Now()) {
 			return consumers.Permanent(fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano)))
 		}
