@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	neturl "net/url"
 	"errors"
 	"fmt"
 	"strconv"
@@ -133,7 +134,7 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 	}, o.natsOptions...)
 	nc, err := nats.Connect(url, natsOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", url, err)
+		return nil, fmt.Errorf("connect %s: %w", redactURLs(url), err)
 	}
 	b, err := New(nc, agent, opts...)
 	if err != nil {
@@ -255,4 +256,20 @@ func (b *Bus) notProvisioned(err error) error {
 		return fmt.Errorf("%w: stream %s: %w", ErrUnavailable, stream, err)
 	}
 	return err
+}
+
+// redactURLs hides the passwords and tokens in a comma-separated list of
+// server URLs, for error messages.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+			if _, hasPassword := u.User.Password(); !hasPassword {
+				u.User = neturl.User("xxxxx") // a token
+				parts[i] = u.String()
+			}
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -34,9 +34,10 @@
 //
 // # Configuration and logging
 //
-// Options covers what agentbus needs; Options.Configure receives the
-// nats-server options before the server is created, for the rest (TLS,
-// authorization, a monitoring port, debug logging). The server logs nothing
+// Options covers what agentbus needs, client TLS included (Options.TLS);
+// Options.Configure receives the nats-server options before the server is
+// created, for the rest (authorization, TLS on cluster routes, a monitoring
+// port, debug logging). The server logs nothing
 // unless Options.Logger is set; [SlogLogger] adapts a *slog.Logger. nats-server
 // reports start-up failures through its logger's Fatalf, which its own
 // loggers implement with os.Exit: this package intercepts those reports,

@@ -71,6 +71,11 @@ type Options struct {
 	// Nil means standalone. [StartCluster] fills it in for you.
 	Cluster *ClusterOptions
 
+	// TLS, when set, makes the server require TLS on client connections
+	// (and, with TLSOptions.VerifyClients, a client certificate). Nil means
+	// plain TCP. ClientURL then has the tls:// scheme.
+	TLS *TLSOptions
+
 	// Logger receives the server's log output. Nil discards it. Whatever the
 	// logger, the server's Fatalf reports never reach its Fatalf (which for
 	// nats-server's own loggers exits the process): they are returned by
@@ -86,8 +91,9 @@ type Options struct {
 
 	// Configure, if set, is called with the server options just before the
 	// server is created, after every field above has been applied, for
-	// anything this type does not cover (TLS, authorization, accounts,
-	// monitoring port, Debug/Trace logging, ...). Nil changes nothing.
+	// anything this type does not cover (authorization, accounts, TLS
+	// settings beyond TLSOptions, monitoring port, Debug/Trace logging,
+	// ...). Nil changes nothing.
 	Configure func(*server.Options)
 }
 
@@ -140,6 +146,11 @@ func (o Options) Validate() error {
 			return err
 		}
 	}
+	if o.TLS != nil {
+		if err := o.TLS.Validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -171,6 +182,10 @@ func (o Options) clone() Options {
 		c := *o.Cluster
 		c.Routes = append([]string(nil), c.Routes...)
 		o.Cluster = &c
+	}
+	if o.TLS != nil {
+		t := *o.TLS
+		o.TLS = &t
 	}
 	return o
 }
@@ -227,6 +242,11 @@ func (o Options) serverOptions() (*server.Options, error) {
 		}
 		so.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: orRandom(c.Port)}
 		so.Routes = routes
+	}
+	if o.TLS != nil {
+		if err := o.TLS.configure(so); err != nil {
+			return nil, err
+		}
 	}
 	if o.Configure != nil {
 		o.Configure(so)
@@ -359,7 +379,8 @@ func start(o Options, ownStore bool) (*Server, error) {
 }
 
 // ClientURL returns the URL clients connect to, such as
-// nats://127.0.0.1:4222, or "" if the server does not listen for clients
+// nats://127.0.0.1:4222, or tls://127.0.0.1:4222 when the server requires
+// TLS, or "" if the server does not listen for clients
 // (server.Options.DontListen set through Configure). If the server listens
 // on all interfaces the URL names the loopback address.
 func (s *Server) ClientURL() string {
@@ -388,13 +409,21 @@ func (s *Server) ClientURL() string {
 // override it. Connect returns an error wrapping [ErrShutdown] after
 // Shutdown. A connection cannot reconnect to a restarted server (it is a
 // different *Server); dial ClientURL for that.
+//
+// On a server with TLS the connection stays plain, and no client
+// certificate is asked for, unless opts ask for TLS (nats.Secure,
+// nats.RootCAs, ...): the pipe never leaves the process.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("connect to %s: %w", s.opts.ServerName, ErrShutdown)
 	}
+	// The URL is required by nats.Connect but unused with InProcessServer,
+	// except that a tls:// scheme would make the client insist on TLS.
 	u := s.ClientURL()
 	if u == "" {
-		u = "nats://in-process" // required by nats.Connect, unused with InProcessServer
+		u = "nats://in-process"
+	} else if rest, ok := strings.CutPrefix(u, "tls://"); ok {
+		u = "nats://" + rest
 	}
 	all := make([]nats.Option, 0, len(opts)+2)
 	all = append(all, nats.Name("agentbus-embedded"))

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+
+	"github.com/agentbus/agentbus/bus"
 )
 
 // Exit codes of Main.
@@ -58,7 +62,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(a.stderr, "agentbus: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(a.stderr, "agentbus: %s\n", redactURLs(oneLine(err.Error()), a.server))
 	var re runError
 	if errors.As(err, &re) {
 		return exitError
@@ -71,9 +75,10 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr *syncWriter
 
-	server      string // --server
-	root        string // --root
-	traceStderr bool   // --trace-stderr
+	server      string    // --server
+	conn        connFlags // --creds, --nkey, --user, --password, --tls*
+	root        string    // --root
+	traceStderr bool      // --trace-stderr
 
 	telemetry *telemetry // set up before a command runs; nil before
 }
@@ -90,6 +95,11 @@ Start a server with 'agentbus serve', or point --server (or $NATS_URL) at a
 NATS server with JetStream and run 'agentbus provision' once. Then publish
 with 'agentbus publish' and consume an agent's inbox with 'agentbus subscribe'.
 
+Every command that connects authenticates and secures its connection as the
+nats CLI does: --creds, --nkey, --user and --password (or user:password@ in
+the server URL), and --tlsca, --tlscert and --tlskey for TLS; each has the
+nats CLI's environment variable as its default. See docs/security.md.
+
 Exit status: 0 on success, 2 for a usage error, 1 for any other error. An
 error is reported as one line "agentbus: <error>" on stderr.`,
 		SilenceUsage:  true,
@@ -100,6 +110,7 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster; $NATS_URL sets the default")
+	a.conn.addFlags(root)
 	pf.StringVar(&a.root, "root", defaultRoot, "subject root of the bus; every process of one bus must use the same")
 	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -201,4 +212,148 @@ func formatDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// connFlags are the global flags that say how a command authenticates to
+// the server and secures its connection, spelled as in the nats CLI. An
+// empty flag takes its default from the nats CLI's environment variable
+// when the options are built, so that --help never shows a secret.
+type connFlags struct {
+	creds    string // --creds, $NATS_CREDS
+	nkey     string // --nkey, $NATS_NKEY
+	user     string // --user, $NATS_USER
+	password string // --password, $NATS_PASSWORD
+	tlsCA    string // --tlsca, $NATS_CA
+	tlsCert  string // --tlscert, $NATS_CERT
+	tlsKey   string // --tlskey, $NATS_KEY
+	tlsFirst bool   // --tlsfirst
+}
+
+// addFlags adds the flags to cmd and its subcommands.
+func (c *connFlags) addFlags(cmd *cobra.Command) {
+	fs := cmd.PersistentFlags()
+	fs.StringVar(&c.creds, "creds", "", "user credentials (JWT and nkey seed) file; $NATS_CREDS sets the default")
+	fs.StringVar(&c.nkey, "nkey", "", "user nkey seed file; $NATS_NKEY sets the default")
+	fs.StringVar(&c.user, "user", "", "user name, or a token without --password; $NATS_USER sets the default")
+	fs.StringVar(&c.password, "password", "", "password of --user; $NATS_PASSWORD sets the default")
+	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server's certificate with; $NATS_CA sets the default")
+	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file, for servers that verify clients; $NATS_CERT sets the default")
+	fs.StringVar(&c.tlsKey, "tlskey", "", "private key file of --tlscert; $NATS_KEY sets the default")
+	fs.BoolVar(&c.tlsFirst, "tlsfirst", false, "start with the TLS handshake, for servers configured with handshake_first")
+}
+
+// withEnv returns c with every empty flag set from its environment
+// variable, looked up with getenv.
+func (c connFlags) withEnv(getenv func(string) string) connFlags {
+	for _, f := range []struct {
+		v   *string
+		env string
+	}{
+		{&c.creds, "NATS_CREDS"},
+		{&c.nkey, "NATS_NKEY"},
+		{&c.user, "NATS_USER"},
+		{&c.password, "NATS_PASSWORD"},
+		{&c.tlsCA, "NATS_CA"},
+		{&c.tlsCert, "NATS_CERT"},
+		{&c.tlsKey, "NATS_KEY"},
+	} {
+		if *f.v == "" {
+			*f.v = getenv(f.env)
+		}
+	}
+	return c
+}
+
+// natsOptions returns the nats.Connect options that c asks for. A
+// contradiction between flags is a usage error; a credential that cannot
+// be read is a runtime error.
+func (c connFlags) natsOptions() ([]nats.Option, error) {
+	var ids []string
+	for _, f := range []struct{ name, v string }{{"--creds", c.creds}, {"--nkey", c.nkey}, {"--user", c.user}} {
+		if f.v != "" {
+			ids = append(ids, f.name)
+		}
+	}
+	switch {
+	case len(ids) > 1:
+		return nil, usagef("%s cannot be used together: give one identity", strings.Join(ids, " and "))
+	case c.password != "" && c.user == "":
+		return nil, usagef("--password needs --user")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return nil, usagef("--tlscert and --tlskey go together")
+	}
+	var opts []nats.Option
+	switch {
+	case c.creds != "":
+		opts = append(opts, nats.UserCredentials(c.creds))
+	case c.nkey != "":
+		opt, err := nats.NkeyOptionFromSeed(c.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w", c.nkey, err)
+		}
+		opts = append(opts, opt)
+	case c.user != "" && c.password == "":
+		opts = append(opts, nats.Token(c.user))
+	case c.user != "":
+		opts = append(opts, nats.UserInfo(c.user, c.password))
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(c.tlsCA))
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
+	}
+	if c.tlsFirst {
+		opts = append(opts, nats.TLSHandshakeFirst())
+	}
+	return opts, nil
+}
+
+// natsOptions returns the nats.Connect options of the global connection
+// flags, with their environment defaults.
+func (a *app) natsOptions() ([]nats.Option, error) {
+	return a.conn.withEnv(os.Getenv).natsOptions()
+}
+
+// dial connects to --server for commands that need a bare connection.
+func (a *app) dial(what string) (*nats.Conn, error) {
+	opts, err := a.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(a.server, append([]nats.Option{nats.Name("agentbus " + what)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", a.server, err)
+	}
+	return nc, nil
+}
+
+// connect dials --server and returns the bus of agent, with the global
+// connection flags and then opts.
+func (a *app) connect(agent string, opts ...bus.Option) (*bus.Bus, error) {
+	natsOpts, err := a.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	return bus.Connect(a.server, agent, append([]bus.Option{bus.WithNATSOptions(natsOpts...)}, opts...)...)
+}
+
+// redactURLs replaces, in msg, every URL of the comma-separated servers
+// that carries a password or token with the URL with the secret masked,
+// as nats.go takes credentials from the URL and errors quote it.
+func redactURLs(msg, servers string) string {
+	for _, raw := range strings.Split(servers, ",") {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx") // a token
+		}
+		msg = strings.ReplaceAll(msg, raw, u.String())
+	}
+	return msg
 }

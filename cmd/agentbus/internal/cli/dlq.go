@@ -40,7 +40,7 @@ SEQ is the dead letter's sequence, as list prints it.`,
 
 // withBus connects as the dlq identity and runs f.
 func (a *app) withBus(ctx context.Context, f func(*bus.Bus) error) error {
-	b, err := bus.Connect(a.server, dlqAgent, bus.WithRoot(a.root),
+	b, err := a.connect(dlqAgent, bus.WithRoot(a.root),
 		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }))
 	if err != nil {
 		if errors.Is(err, bus.ErrInvalidOption) {

@@ -55,15 +55,6 @@ On success it prints one line describing the stream, for example:
 	return cmd
 }
 
-// dial connects to --server for commands that need a bare connection.
-func (a *app) dial(what string) (*nats.Conn, error) {
-	nc, err := nats.Connect(a.server, nats.Name("agentbus "+what))
-	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", a.server, err)
-	}
-	return nc, nil
-}
-
 // printStream prints the one-line summary of a provisioned stream.
 func printStream(w io.Writer, info *jetstream.StreamInfo) error {
 	c := info.Config

@@ -65,7 +65,7 @@ with the same --id.`,
 			if err := check.Validate(); err != nil {
 				return usageError{flagError(err)}
 			}
-			b, err := bus.Connect(a.server, m.From, bus.WithRoot(a.root))
+			b, err := a.connect(m.From, bus.WithRoot(a.root))
 			if err != nil {
 				if errors.Is(err, bus.ErrInvalidOption) {
 					return usageError{err}

@@ -24,8 +24,9 @@ const defaultListen = "127.0.0.1:4222"
 
 func (a *app) serveCommand() *cobra.Command {
 	var (
-		store  string
-		listen string
+		store    string
+		listen   string
+		tlsFlags embedded.TLSOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -41,10 +42,18 @@ $XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus.
 (":4222") listens on every interface. The server has no authentication:
 keep it on loopback unless the network is trusted.
 
+--tls-cert and --tls-key make the server require TLS; clients then pass
+--tlsca with the CA that issued the certificate. --tls-verify with --tls-ca
+also requires every client to present a certificate issued by that CA
+(--tlscert and --tlskey). The global connection flags (--creds, --tlsca, ...)
+are for clients; serve does not use them.
+
 Once the server is ready, serve prints its client URL on stdout as one line
 and nothing else, so that a script can read it:
 
   nats://127.0.0.1:4222
+
+or, with TLS, tls://127.0.0.1:4222.
 
 and a human-readable line on stderr. Server warnings and errors are logged
 on stderr.`,
@@ -52,6 +61,10 @@ on stderr.`,
 		RunE: run(func(cmd *cobra.Command) error {
 			ctx := cmd.Context()
 			host, port, err := parseListen(listen)
+			if err != nil {
+				return usageError{err}
+			}
+			tlsOpts, err := serveTLS(cmd, tlsFlags)
 			if err != nil {
 				return usageError{err}
 			}
@@ -75,6 +88,7 @@ on stderr.`,
 				Port:     port,
 				StoreDir: store,
 				Logger:   embedded.SlogLogger(logger),
+				TLS:      tlsOpts,
 			})
 			if err != nil {
 				return err
@@ -138,7 +152,32 @@ on stderr.`,
 	f := cmd.Flags()
 	f.StringVar(&store, "store", "", "directory for the server's data (default $XDG_DATA_HOME/agentbus or ~/.local/share/agentbus)")
 	f.StringVar(&listen, "listen", defaultListen, "HOST:PORT for clients; port 0 picks a free port")
+	f.StringVar(&tlsFlags.CertFile, "tls-cert", "", "server certificate file (PEM); with --tls-key, clients must use TLS")
+	f.StringVar(&tlsFlags.KeyFile, "tls-key", "", "private key file (PEM) of --tls-cert")
+	f.StringVar(&tlsFlags.CAFile, "tls-ca", "", "CA certificate file (PEM) that client certificates must chain to; needs --tls-verify")
+	f.BoolVar(&tlsFlags.VerifyClients, "tls-verify", false, "require a client certificate issued by --tls-ca")
 	return cmd
+}
+
+// serveTLS checks serve's --tls-* flags and returns the server's TLS
+// options, or nil when none is given.
+func serveTLS(cmd *cobra.Command, t embedded.TLSOptions) (*embedded.TLSOptions, error) {
+	f := cmd.Flags()
+	if !f.Changed("tls-cert") && !f.Changed("tls-key") && !f.Changed("tls-ca") && !f.Changed("tls-verify") {
+		return nil, nil
+	}
+	switch {
+	case t.CertFile == "" || t.KeyFile == "":
+		return nil, errors.New("--tls-cert and --tls-key go together and are needed for TLS")
+	case t.VerifyClients && t.CAFile == "":
+		return nil, errors.New("--tls-verify needs --tls-ca")
+	case t.CAFile != "" && !t.VerifyClients:
+		return nil, errors.New("--tls-ca is only used with --tls-verify")
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // parseListen splits a --listen address. An empty host means every

@@ -110,7 +110,7 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 	case f.maxDeliver < 1:
 		return usagef("--max-deliver %d: must be >= 1", f.maxDeliver)
 	}
-	b, err := bus.Connect(a.server, f.agent,
+	b, err := a.connect(f.agent,
 		bus.WithRoot(a.root),
 		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }),
 	)
