@@ -2,9 +2,9 @@ package bus
 
 import (
 	"context"
-	neturl "net/url"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
