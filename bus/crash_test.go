@@ -25,7 +25,7 @@ func buildCLI(t *testing.T) string {
 	t.Helper()
 	gotool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("no go command to build the agentbus binary with: %v", err)
+		t.Fatalf("no go command on PATH to build the agentbus binary with: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "agentbus")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
