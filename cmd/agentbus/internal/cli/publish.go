@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/codec/profiles"
 )
 
 func (a *app) publishCommand() *cobra.Command {
@@ -18,6 +20,7 @@ func (a *app) publishCommand() *cobra.Command {
 		m        bus.Message
 		data     string
 		dataFile string
+		profile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "publish --from AGENT --to AGENT|'*' --type TYPE [flags]",
@@ -45,7 +48,7 @@ with the same --id.`,
   echo '{"task":"build"}' | agentbus publish --from lead --to '*' --type TASK --priority 1 --content-type application/json`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			if cmd.Flags().Changed("data") && cmd.Flags().Changed("data-file") {
+			if cmd.Flags().Changed("data") && (cmd.Flags().Changed("data-file") || cmd.Flags().Changed("file")) {
 				return usagef("--data and --data-file cannot be used together")
 			}
 			m.Data = []byte(data)
@@ -53,6 +56,14 @@ with the same --id.`,
 				var err error
 				if m.Data, err = a.readData(dataFile); err != nil {
 					return err
+				}
+			}
+			if profile != "" {
+				return a.publishNative(cmd, profile, m)
+			}
+			for _, name := range []string{"from", "to", "type"} {
+				if !cmd.Flags().Changed(name) {
+					return usagef("required flag \"%s\" not set", name)
 				}
 			}
 			// Check the message before connecting, so that a bad flag is
@@ -92,10 +103,41 @@ with the same --id.`,
 	f.StringVar(&m.ContentType, "content-type", "", "media type of the data, e.g. application/json")
 	f.StringVar(&data, "data", "", "payload")
 	f.StringVar(&dataFile, "data-file", "", "file whose contents are the payload")
-	for _, name := range []string{"from", "to", "type"} {
-		_ = cmd.MarkFlagRequired(name) // the flags exist
-	}
+	f.StringVar(&dataFile, "file", "", "same as --data-file")
+	f.StringVar(&profile, "profile", "", "the payload is a native message of this protocol ("+strings.Join(profiles.Names(), ", ")+"); addressing and priority come from it: --from and --to fill in what the format lacks, --priority overrides")
 	return cmd
+}
+
+// publishNative publishes the native message m.Data of the named protocol
+// profile. --from and --to fill in what the format does not carry (front
+// matter, swarm); --priority overrides the protocol's priority; the bus
+// identity is the native sender.
+func (a *app) publishNative(cmd *cobra.Command, name string, m bus.Message) error {
+	p, ok := profiles.Lookup(name)
+	if !ok {
+		return usagef("--profile %q: not one of %s", name, strings.Join(profiles.Names(), ", "))
+	}
+	addr := profiles.Addressing{From: m.From, To: m.To}
+	if cmd.Flags().Changed("priority") {
+		addr.Priority = m.Priority
+	}
+	native, err := p.Decode(m.Data, addr)
+	if err != nil {
+		return usageError{fmt.Errorf("--profile %s: %w", name, err)}
+	}
+	b, err := a.connect(native.From, bus.WithRoot(a.root))
+	if err != nil {
+		if errors.Is(err, bus.ErrInvalidOption) || errors.Is(err, bus.ErrInvalidAgentID) {
+			return usageError{err}
+		}
+		return err
+	}
+	defer b.Close()
+	ack, err := b.PublishNative(cmd.Context(), p, m.Data, addr)
+	if err != nil {
+		return err
+	}
+	return printAck(a.stdout, ack)
 }
 
 // readData reads the payload from file, or from stdin when file is "".

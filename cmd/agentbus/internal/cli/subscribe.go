@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/codec/profiles"
 )
 
 // drainTimeout bounds how long subscribe waits for running handlers when it
@@ -28,6 +30,7 @@ type subscribeFlags struct {
 	timeout     time.Duration
 	concurrency int
 	json        bool
+	profile     string
 	ackWait     time.Duration
 	maxDeliver  int
 	exec        string
@@ -90,6 +93,7 @@ beyond --count are not handled but given back for redelivery.`,
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop after this long without a message, e.g. 500ms or 5m (0: wait forever)")
 	fl.IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
 	fl.BoolVar(&f.json, "json", false, "print each message as one line of CloudEvents JSON")
+	fl.StringVar(&f.profile, "profile", "", "print the native messages of this protocol ("+strings.Join(profiles.Names(), ", ")+"): JSON ones one per line, front-matter documents each followed by a line "+frontMatterSeparator)
 	fl.DurationVar(&f.ackWait, "ack-wait", bus.DefaultAckWait, "how long the server waits for a crashed subscriber before it redelivers (>= 100ms)")
 	fl.IntVar(&f.maxDeliver, "max-deliver", bus.DefaultMaxDeliver, "deliveries of a failing message before it is dropped")
 	fl.StringVar(&f.exec, "exec", "", "run `CMD` with sh -c for each message; exit 0 acknowledges")
@@ -101,6 +105,13 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 	switch {
 	case f.json && f.exec != "":
 		return usagef("--json and --exec cannot be used together")
+	case f.profile != "" && (f.json || f.exec != ""):
+		return usagef("--profile cannot be used with --json or --exec")
+	}
+	if _, ok := profiles.Lookup(f.profile); f.profile != "" && !ok {
+		return usagef("--profile %q: not one of %s", f.profile, strings.Join(profiles.Names(), ", "))
+	}
+	switch {
 	case f.count < 0:
 		return usagef("--count %d: must be >= 0", f.count)
 	case f.timeout < 0:
@@ -310,7 +321,14 @@ func (s *session) process(ctx context.Context, d *bus.Delivery) error {
 		return s.exec(ctx, d)
 	}
 	var line []byte
-	if s.f.json {
+	if s.f.profile != "" {
+		out, err := nativeOutput(s.f.profile, d)
+		if err != nil {
+			s.a.warnf("message %s skipped: %v", d.ID, err)
+			return bus.Permanent(err)
+		}
+		line = out
+	} else if s.f.json {
 		j, err := codec.MarshalJSON(&d.Message)
 		if err != nil {
 			// A message the codec read but cannot write, such as one from
@@ -329,6 +347,27 @@ func (s *session) process(ctx context.Context, d *bus.Delivery) error {
 		return err
 	}
 	return nil
+}
+
+// frontMatterSeparator ends each front-matter document subscribe prints.
+const frontMatterSeparator = "%%%"
+
+// nativeOutput renders the native message of d for subscribe --profile:
+// JSON formats compacted to one line, front-matter documents as they are,
+// followed by a separator line. A message of another protocol is an error.
+func nativeOutput(profile string, d *bus.Delivery) ([]byte, error) {
+	p, ok := profiles.ForDataSchema(d.DataSchema)
+	if !ok || p.Name() != profile {
+		return nil, fmt.Errorf("not a %s message (dataschema %q)", profile, d.DataSchema)
+	}
+	if p.Name() == "frontmatter" {
+		out := append([]byte(nil), d.Data...)
+		if len(out) > 0 && out[len(out)-1] != '\n' {
+			out = append(out, '\n')
+		}
+		return append(out, frontMatterSeparator+"\n"...), nil
+	}
+	return append(compactJSON(d.Data), '\n'), nil
 }
 
 // compactJSON removes insignificant white space, so that an event is
