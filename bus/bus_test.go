@@ -561,18 +561,7 @@ func TestRawNonCloudEventIsTerminated(t *testing.T) {
 	sender := newBus(t, s, "sender")
 	publish(t, sender, bus.Message{To: "agent", Type: "good", Priority: 1})
 
-	var bgErrs atomic.Int32
-	agent := newBus(t, s, "agent", bus.WithErrorHandler(func(err error) {
-		if errors.Is(err, codec.ErrMalformed) {
-			bgErrs.Add(1)
-		}
-	}))
-	r := newRecorder()
-	subscribe(t, agent, r.handle)
-	r.waitCount(t, 1)
-	if got := r.types(); !slices.Equal(got, []string{"good"}) {
-		t.Errorf("handled %v, want [good]", got)
-	}
+	_, bgErrs := handleOnly(t, s, "agent", "good", codec.ErrMalformed)
 	if bgErrs.Load() != 1 {
 		t.Errorf("%d decode errors reported, want 1", bgErrs.Load())
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
@@ -67,18 +68,7 @@ func TestHostileRawPublishers(t *testing.T) {
 	}
 	publish(t, newBus(t, s, "sender"), bus.Message{To: "victim", Type: "good", Priority: 1})
 
-	var malformed atomic.Int32
-	victim := newBus(t, s, "victim", bus.WithErrorHandler(func(err error) {
-		if errors.Is(err, codec.ErrMalformed) {
-			malformed.Add(1)
-		}
-	}))
-	r := newRecorder()
-	subscribe(t, victim, r.handle)
-	r.waitCount(t, 1)
-	if got := r.types(); len(got) != 1 || got[0] != "good" {
-		t.Fatalf("handled %v, want only the good message", got)
-	}
+	victim, malformed := handleOnly(t, s, "victim", "good", codec.ErrMalformed)
 	dls := waitDeadLetters(t, victim, len(cases))
 	bySubject := map[string]string{}
 	for _, dl := range dls {
@@ -123,18 +113,7 @@ func TestSenderMismatchIsDeadLettered(t *testing.T) {
 	}
 	publish(t, newBus(t, s, "orchestrator"), bus.Message{To: "victim", Type: "REAL", Priority: 1})
 
-	var mismatches atomic.Int32
-	victim := newBus(t, s, "victim", bus.WithErrorHandler(func(err error) {
-		if errors.Is(err, bus.ErrSenderMismatch) {
-			mismatches.Add(1)
-		}
-	}))
-	r := newRecorder()
-	subscribe(t, victim, r.handle)
-	r.waitCount(t, 1)
-	if got := r.types(); len(got) != 1 || got[0] != "REAL" {
-		t.Fatalf("handled %v, want only REAL", got)
-	}
+	victim, mismatches := handleOnly(t, s, "victim", "REAL", bus.ErrSenderMismatch)
 	dl := waitDeadLetters(t, victim, 1)[0]
 	if reason := dl.Header.Get(bus.HeaderDeadLetterReason); reason != string(bus.ReasonSenderMismatch) {
 		t.Errorf("dead-letter reason %q, want %q", reason, bus.ReasonSenderMismatch)
@@ -145,4 +124,24 @@ func TestSenderMismatchIsDeadLettered(t *testing.T) {
 	if mismatches.Load() != 1 {
 		t.Errorf("%d mismatches reported, want 1", mismatches.Load())
 	}
+}
+
+// handleOnly subscribes agent with a handler that must see exactly one
+// message, of type want, and returns its bus and a count of the background
+// errors matching reported.
+func handleOnly(t *testing.T, s *embedded.Server, agent, want string, reported error) (*bus.Bus, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	b := newBus(t, s, agent, bus.WithErrorHandler(func(err error) {
+		if errors.Is(err, reported) {
+			n.Add(1)
+		}
+	}))
+	r := newRecorder()
+	subscribe(t, b, r.handle)
+	r.waitCount(t, 1)
+	if got := r.types(); len(got) != 1 || got[0] != want {
+		t.Fatalf("handled %v, want only %s", got, want)
+	}
+	return b, &n
 }

@@ -489,19 +489,6 @@ func (d *Dispatcher) settle(m *Msg, herr error) {
 	}
 }
 
-// receive stores a message a level's subscription delivered.
-func (d *Dispatcher) receive(l *level, m *nats.Msg) {
-	d.mu.Lock()
-	if d.stopping {
-		d.mu.Unlock()
-		d.giveBack(m)
-		return
-	}
-	l.buf = append(l.buf, &held{msg: m, touched: time.Now()})
-	d.mu.Unlock()
-	d.ready.Signal()
-}
-
 // giveBack naks m so the server redelivers it at once, to this agent's other
 // processes or later to this one.
 func (d *Dispatcher) giveBack(m *nats.Msg) {

@@ -170,13 +170,19 @@ func Lookup(name string) (Profile, bool) {
 // ForDataSchema returns the profile whose DataSchema is uri, the way a
 // receiver finds the profile of a Message it got.
 func ForDataSchema(uri string) (Profile, bool) {
-	for _, p := range registry {
-		if p.DataSchema() == uri {
-			return p, true
-		}
-	}
-	return nil, false
+	p, ok := bySchema[uri]
+	return p, ok
 }
+
+// bySchema indexes the registry by DataSchema. ForDataSchema runs for every
+// message a subscriber receives, so it must not build the URIs each time.
+var bySchema = func() map[string]Profile {
+	m := make(map[string]Profile, len(registry))
+	for _, p := range registry {
+		m[p.DataSchema()] = p
+	}
+	return m
+}()
 
 // Names returns the profile names in a fixed order.
 func Names() []string {

@@ -39,7 +39,7 @@ SEQ is the dead letter's sequence, as list prints it.`,
 }
 
 // withBus connects as the dlq identity and runs f.
-func (a *app) withBus(ctx context.Context, f func(*bus.Bus) error) error {
+func (a *app) withBus(f func(*bus.Bus) error) error {
 	b, err := a.connect(dlqAgent, bus.WithRoot(a.root),
 		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }))
 	if err != nil {
@@ -70,7 +70,7 @@ with those fields and the original event.`,
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+			return a.withBus(func(b *bus.Bus) error {
 				dls, err := b.DeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
@@ -131,7 +131,7 @@ func (a *app) onDeadLetter(f func(ctx context.Context, b *bus.Bus, seq uint64) e
 			if err != nil {
 				return err
 			}
-			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+			return a.withBus(func(b *bus.Bus) error {
 				return f(cmd.Context(), b, seq)
 			})
 		}),
@@ -154,7 +154,7 @@ with --before D only those dead-lettered more than D ago. It prints how many.`,
 			if before > 0 {
 				f.Since = time.Now().Add(-before)
 			}
-			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+			return a.withBus(func(b *bus.Bus) error {
 				n, err := b.PurgeDeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
@@ -182,7 +182,7 @@ beside an existing cluster, with an operator identity. It runs until SIGINT or
 SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			return a.withBus(cmd.Context(), func(b *bus.Bus) error {
+			return a.withBus(func(b *bus.Bus) error {
 				return b.WatchDeadLetters(cmd.Context())
 			})
 		}),

@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"context"
 	"net/url"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -13,39 +11,6 @@ import (
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
-
-// startServeArgs runs serve with args on a fresh store and a free port and
-// waits for it to print its URL, nats:// or tls://.
-func startServeArgs(t *testing.T, args ...string) *serving {
-	t.Helper()
-	ctx, cancel := context.WithCancel(testContext(t))
-	stdout, stderr := new(syncBuffer), new(syncBuffer)
-	s := &serving{stderr: stderr, cancel: cancel, code: make(chan int, 1)}
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--store", t.TempDir()}, args...)
-	go func() {
-		s.code <- Main(ctx, args, strings.NewReader(""), stdout, stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-s.code
-	})
-	urlLine := regexp.MustCompile(`^((?:nats|tls)://127\.0\.0\.1:\d+)\n$`)
-	waitFor(t, "serve to print its URL", func() (bool, string) {
-		out := stdout.String()
-		if m := urlLine.FindStringSubmatch(out); m != nil {
-			s.url = m[1]
-			return true, ""
-		}
-		select {
-		case code := <-s.code:
-			s.code <- code
-			t.Fatalf("serve exited %d early; stdout %q, stderr %q", code, out, stderr.String())
-		default:
-		}
-		return false, "stdout " + out
-	})
-	return s
-}
 
 // checkFails checks that args fail with exit code want and one error line.
 func checkFails(t *testing.T, want int, args ...string) result {
@@ -61,7 +26,7 @@ func checkFails(t *testing.T, want int, args ...string) result {
 func TestServeTLS(t *testing.T) {
 	t.Parallel()
 	certs := embeddedtest.GenerateCerts(t)
-	s := startServeArgs(t, "--tls-cert", certs.ServerCertFile, "--tls-key", certs.ServerKeyFile)
+	s := startServe(t, "", "--tls-cert", certs.ServerCertFile, "--tls-key", certs.ServerKeyFile)
 	if !strings.HasPrefix(s.url, "tls://") {
 		t.Fatalf("serve printed %q, want a tls:// URL", s.url)
 	}
@@ -100,7 +65,7 @@ func TestServeTLS(t *testing.T) {
 func TestServeTLSVerifyClients(t *testing.T) {
 	t.Parallel()
 	certs := embeddedtest.GenerateCerts(t)
-	s := startServeArgs(t, "--tls-cert", certs.ServerCertFile, "--tls-key", certs.ServerKeyFile,
+	s := startServe(t, "", "--tls-cert", certs.ServerCertFile, "--tls-key", certs.ServerKeyFile,
 		"--tls-ca", certs.CAFile, "--tls-verify")
 	ca := []string{"--server", s.url, "--tlsca", certs.CAFile}
 	withCert := append(ca[:len(ca):len(ca)], "--tlscert", certs.ClientCertFile, "--tlskey", certs.ClientKeyFile)

@@ -15,20 +15,25 @@ type serving struct {
 	code   chan int
 }
 
-// startServe runs serve on store and waits for it to print its URL.
-func startServe(t *testing.T, store string) *serving {
+// startServe runs serve on store (a fresh one if "") and a free port, with
+// the extra args, and waits for it to print its URL, nats:// or tls://.
+func startServe(t *testing.T, store string, args ...string) *serving {
 	t.Helper()
+	if store == "" {
+		store = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(testContext(t))
 	stdout, stderr := new(syncBuffer), new(syncBuffer)
 	s := &serving{stderr: stderr, cancel: cancel, code: make(chan int, 1)}
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--store", store}, args...)
 	go func() {
-		s.code <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--store", store}, strings.NewReader(""), stdout, stderr)
+		s.code <- Main(ctx, args, strings.NewReader(""), stdout, stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-s.code // after stop has taken it, the channel is empty
 	})
-	urlLine := regexp.MustCompile(`^(nats://127\.0\.0\.1:\d+)\n$`)
+	urlLine := regexp.MustCompile(`^((?:nats|tls)://127\.0\.0\.1:\d+)\n$`)
 	waitFor(t, "serve to print its URL", func() (bool, string) {
 		out := stdout.String()
 		if m := urlLine.FindStringSubmatch(out); m != nil {
