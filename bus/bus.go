@@ -43,11 +43,13 @@ func Permanent(err error) error { return consumers.Permanent(err) }
 // Bus is one agent's connection to the message bus. It is safe for
 // concurrent use. Create one with New or Connect and release it with Close.
 type Bus struct {
-	agent string
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	opts  options
-	tel   *telemetry
+	agent  string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	opts   options
+	tel    *telemetry
+	status *tracker // nil when lifecycle tracking is off
+	req    requests
 
 	backlogReg metric.Registration
 
@@ -104,6 +106,11 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 		}
 	}
 	b := &Bus{agent: agent, nc: nc, js: js, opts: o, tel: tel, subs: make(map[*Subscription]struct{})}
+	if o.lifecycle {
+		if b.status, err = newTracker(nc, &o); err != nil {
+			return nil, fmt.Errorf("new bus: %w", err)
+		}
+	}
 	if b.backlogReg, err = tel.meter.RegisterCallback(b.observeBacklog, tel.backlog, tel.inflight); err != nil {
 		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
 	}

@@ -170,7 +170,7 @@ func (b *Bus) terminate(m *consumers.Msg, reason error) error {
 	if !ok {
 		return nil
 	}
-	return b.writeDeadLetter(context.Background(), deadLetter{
+	dl := deadLetter{
 		agent:      b.agent,
 		reason:     r,
 		err:        reason,
@@ -180,7 +180,25 @@ func (b *Bus) terminate(m *consumers.Msg, reason error) error {
 		deliveries: m.Metadata.NumDelivered,
 		header:     m.Header,
 		data:       m.Data,
-	})
+	}
+	if err := b.writeDeadLetter(context.Background(), dl); err != nil {
+		return err
+	}
+	b.recordDeadLetter(dl)
+	return nil
+}
+
+// recordDeadLetter records the message dl holds as dead-lettered at its
+// agent. A message that cannot be decoded has no record to update.
+func (b *Bus) recordDeadLetter(dl deadLetter) {
+	m, err := codec.Decode(dl.header, dl.data)
+	if err != nil {
+		return
+	}
+	s := statusOf(m, dl.agent, StateDeadLettered, b.agent)
+	s.Stream, s.Sequence, s.Deliveries = dl.stream, dl.seq, int(dl.deliveries)
+	s.Reason = fmt.Sprintf("%s: %v", dl.reason, dl.err)
+	b.status.record(s, false)
 }
 
 // WatchDeadLetters dead-letters the messages whose last allowed delivery
@@ -233,10 +251,11 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	if err := json.Unmarshal(data, &adv); err != nil {
 		return fmt.Errorf("max deliveries advisory: %w", err)
 	}
-	agent, err := agentOfConsumer(adv.Consumer)
+	c, err := b.opts.scheme.ParseConsumer(adv.Consumer)
 	if err != nil {
 		return fmt.Errorf("max deliveries advisory for consumer %q: %w", adv.Consumer, err)
 	}
+	agent := c.Agent
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	s, err := b.js.Stream(ctx, adv.Stream)
@@ -247,7 +266,7 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("max deliveries advisory: get %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
 	}
-	err = b.writeDeadLetter(ctx, deadLetter{
+	dl := deadLetter{
 		agent:      agent,
 		reason:     ReasonUnsettled,
 		err:        fmt.Errorf("not settled after %d deliveries", adv.Deliveries),
@@ -257,10 +276,11 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 		deliveries: adv.Deliveries,
 		header:     raw.Header,
 		data:       raw.Data,
-	})
-	if err != nil {
+	}
+	if err := b.writeDeadLetter(ctx, dl); err != nil {
 		return err
 	}
+	b.recordDeadLetter(dl)
 	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
 		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))
 	// A direct message concerns this agent alone; a broadcast stays for the
@@ -271,14 +291,4 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 		}
 	}
 	return nil
-}
-
-// agentOfConsumer returns the agent whose level consumer is named name
-// ("<token>_p<N>").
-func agentOfConsumer(name string) (string, error) {
-	i := strings.LastIndex(name, "_p")
-	if i < 0 {
-		return "", fmt.Errorf("%w: not an agent consumer name", subjects.ErrInvalidToken)
-	}
-	return subjects.DecodeToken(name[:i])
 }

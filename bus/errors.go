@@ -35,6 +35,14 @@ var (
 	// ErrExpired is the reason a message whose expiry passed before delivery
 	// is terminated instead of handed to the handler.
 	ErrExpired = errors.New("bus: message expired")
+	// ErrRequestTimeout is returned by Request when no reply came before
+	// its context ended. The reply is not lost if it comes later: it
+	// reaches the agent's handler, marked Late.
+	ErrRequestTimeout = errors.New("bus: no reply before the request timed out")
+	// ErrNoStatus means the status bucket holds no record of the message:
+	// it was never published on this bus, it is older than the retention,
+	// or lifecycle tracking was off (WithoutLifecycle) when it moved.
+	ErrNoStatus = errors.New("bus: no status recorded")
 	// ErrHandlerPanic is wrapped by the error that stands for a panic in a
 	// handler; the message is settled as if the handler failed.
 	ErrHandlerPanic = consumers.ErrHandlerPanic

@@ -53,10 +53,12 @@ type telemetry struct {
 // level is what the metrics of one of the agent's priority levels record
 // with.
 type level struct {
-	consumer string // the durable consumer's name
-	set      attribute.Set
-	opts     []metric.AddOption
-	observe  []metric.ObserveOption
+	// consumers are the names of the level's durable consumers, the direct
+	// and the broadcast one, indexed as telemetry.dests.
+	consumers [2]string
+	set       attribute.Set
+	opts      []metric.AddOption
+	observe   []metric.ObserveOption
 }
 
 // destinationMetrics are the attribute sets of one destination's metrics.
@@ -84,18 +86,19 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 		sendOpts:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)},
 		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
 	}
+	cs, err := o.scheme.Consumers(agent)
+	if err != nil {
+		return nil, err
+	}
 	for i := range t.levels {
-		p := i + 1
-		name, err := o.scheme.ConsumerName(agent, p)
-		if err != nil {
-			return nil, err
-		}
-		set := attribute.NewSet(attrAgent.String(agent), attrPriority.Int(p))
+		set := attribute.NewSet(attrAgent.String(agent), attrPriority.Int(i+1))
 		t.levels[i] = level{
-			consumer: name,
-			set:      set,
-			opts:     []metric.AddOption{metric.WithAttributeSet(set)},
-			observe:  []metric.ObserveOption{metric.WithAttributeSet(set)},
+			// Consumers lists each priority's direct consumer, then its
+			// broadcast one.
+			consumers: [2]string{cs[2*i].Name, cs[2*i+1].Name},
+			set:       set,
+			opts:      []metric.AddOption{metric.WithAttributeSet(set)},
+			observe:   []metric.ObserveOption{metric.WithAttributeSet(set)},
 		}
 	}
 	for k, kind := range []subjects.Kind{subjects.KindDirect, subjects.KindBroadcast} {
@@ -107,7 +110,7 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 			sendDuration := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("send"),
 				semconv.MessagingOperationTypeSend, semconv.MessagingDestinationTemplate(tmpl))
 			consumer := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("process"),
-				semconv.MessagingDestinationTemplate(tmpl), semconv.MessagingConsumerGroupName(t.levels[i].consumer))
+				semconv.MessagingDestinationTemplate(tmpl), semconv.MessagingConsumerGroupName(t.levels[i].consumers[k]))
 			t.dests[k][i] = destination{
 				priority:    p,
 				template:    tmpl,
@@ -205,8 +208,9 @@ func (b *Bus) settled(m *consumers.Msg, s consumers.Settlement) {
 }
 
 // observeBacklog reports the backlog of the agent's levels from the
-// consumers' info: one request per level per collection, and none while
-// the bus has no subscription.
+// consumers' info, each level's direct and broadcast consumer summed: one
+// request per consumer per collection, and none while the bus has no
+// subscription. A level is left out when one of its requests fails.
 func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
 	b.mu.Lock()
 	subscribed := len(b.subs) > 0
@@ -220,14 +224,24 @@ func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
 	var errs []error
 	for i := range b.tel.levels {
 		lv := &b.tel.levels[i]
-		c, err := b.js.Consumer(ctx, stream, lv.consumer)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("backlog of consumer %s: %w", lv.consumer, err))
+		var backlog, inflight int64
+		failed := false
+		for _, name := range lv.consumers {
+			c, err := b.js.Consumer(ctx, stream, name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("backlog of consumer %s: %w", name, err))
+				failed = true
+				continue
+			}
+			info := c.CachedInfo()
+			backlog += int64(info.NumPending)
+			inflight += int64(info.NumAckPending)
+		}
+		if failed {
 			continue
 		}
-		info := c.CachedInfo()
-		o.ObserveInt64(b.tel.backlog, int64(info.NumPending), lv.observe...)
-		o.ObserveInt64(b.tel.inflight, int64(info.NumAckPending), lv.observe...)
+		o.ObserveInt64(b.tel.backlog, backlog, lv.observe...)
+		o.ObserveInt64(b.tel.inflight, inflight, lv.observe...)
 	}
 	return errors.Join(errs...)
 }

@@ -29,6 +29,13 @@ const (
 	// DefaultMaxAckPending is the subscription's per-level bound on unacked
 	// messages (see WithMaxAckPending).
 	DefaultMaxAckPending = consumers.DefaultMaxAckPending
+	// DefaultPublishAttempts is how many times Publish tries a message
+	// when the server does not answer or answers that it cannot yet (see
+	// WithPublishAttempts).
+	DefaultPublishAttempts = 3
+	// DefaultRequestTimeout is how long Request waits for a reply when its
+	// context has no deadline.
+	DefaultRequestTimeout = 5 * time.Minute
 )
 
 // Option configures a Bus. Options that can be invalid return an error
@@ -47,6 +54,9 @@ type options struct {
 	ownsConn        bool
 	tracerProvider  trace.TracerProvider
 	meterProvider   metric.MeterProvider
+	lifecycle       bool
+	publishAttempts int
+	requestTimeout  time.Duration
 }
 
 func defaultOptions() options {
@@ -59,6 +69,9 @@ func defaultOptions() options {
 		asyncTimeout:    DefaultPublishAsyncTimeout,
 		tracerProvider:  otel.GetTracerProvider(),
 		meterProvider:   otel.GetMeterProvider(),
+		lifecycle:       true,
+		publishAttempts: DefaultPublishAttempts,
+		requestTimeout:  DefaultRequestTimeout,
 	}
 }
 
@@ -179,6 +192,48 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
 		}
 		o.meterProvider = mp
+		return nil
+	}
+}
+
+// WithoutLifecycle turns off the lifecycle tracking: the bus then writes no
+// status records (see Status and docs/reliability.md), which saves one
+// asynchronous write per publish and two per delivery, and Status,
+// StatusAll and Conversation return ErrInvalidOption. A reply taken by a
+// Request in a process without a subscription can then reach the agent's
+// handler again later, marked Late.
+func WithoutLifecycle() Option {
+	return func(o *options) error {
+		o.lifecycle = false
+		return nil
+	}
+}
+
+// WithPublishAttempts sets how many times Publish (and Request, Reply,
+// PublishNative) tries a message before it returns the error (default 3).
+// Only transient failures are retried: no answer in time, no responders
+// while a stream leader is elected, a server that answers it is not ready,
+// JetStream error 10158 (the same message ID is being stored). Every
+// attempt carries the same message ID, so a retry never stores the message
+// twice. 1 turns retries off.
+func WithPublishAttempts(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: publish attempts %d must be > 0", ErrInvalidOption, n)
+		}
+		o.publishAttempts = n
+		return nil
+	}
+}
+
+// WithRequestTimeout sets how long Request waits for a reply when its
+// context has no deadline (default 5 minutes).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: request timeout %v must be > 0", ErrInvalidOption, d)
+		}
+		o.requestTimeout = d
 		return nil
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -38,6 +39,12 @@ type PubAck struct {
 // reports Duplicate. A TTL sets Nats-TTL, in whole seconds rounded up, and
 // the expirytime attribute.
 //
+// Transient failures (no answer in time, no responders during a leader
+// election, JetStream error 10158) are retried with the same message ID,
+// up to WithPublishAttempts tries in all (3 by default), each bounded by
+// 5 seconds and by ctx. The message's lifecycle record starts pending (see
+// Status).
+//
 // Inside a Handler, pass the handler's ctx: the message then continues the
 // handled message's conversation (see ContextWithDelivery) and its span is a
 // child of the handler's. Publish writes the W3C trace context into the
@@ -54,10 +61,12 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		return PubAck{}, err
 	}
 	op := b.tel.startSend(ctx, &m, msg)
-	ack, err := b.js.PublishMsg(ctx, msg) // adds a default deadline if ctx has none
+	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true)
+	ack, err := b.send(ctx, msg)
 	if err != nil {
 		err = b.publishError(m.ID, err)
 		op.end(b.tel, ctx, err, false)
+		b.recordUnsent(&m, err)
 		return PubAck{}, err
 	}
 	op.end(b.tel, ctx, nil, ack.Duplicate)
@@ -106,10 +115,12 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 		return nil, err
 	}
 	op := b.tel.startSend(ctx, &m, msg)
+	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true)
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		err = b.publishError(m.ID, err)
 		op.end(b.tel, ctx, err, false)
+		b.recordUnsent(&m, err)
 		return nil, err
 	}
 	op.end(b.tel, ctx, nil, false)
@@ -150,6 +161,54 @@ func (b *Bus) prepare(m *Message) (*nats.Msg, error) {
 		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(m.TTL)}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// publishAttemptTimeout bounds one publish attempt when ctx allows longer.
+const publishAttemptTimeout = 5 * time.Second
+
+// errCodeDuplicateInProcess is JetStream's "duplicate message id is in
+// process": a copy with the same ID is being stored, as when a retry
+// overtakes an attempt a new stream leader still works on.
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
+// send publishes msg, retrying transient failures; every attempt carries
+// the same Nats-Msg-Id, so the stream stores it once.
+func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		ack, err := b.js.PublishMsg(actx, msg)
+		cancel()
+		if err == nil || attempt >= b.opts.publishAttempts || ctx.Err() != nil || !transient(err) {
+			return ack, err
+		}
+		b.opts.logger.Debug("publish retry", "subject", msg.Subject, "attempt", attempt, "error", err)
+		t := time.NewTimer(consumers.ExponentialBackoff(100*time.Millisecond, 2*time.Second)(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+	}
+}
+
+// transient reports whether a publish that failed with err may succeed if
+// tried again.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == errCodeDuplicateInProcess || apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// recordUnsent records a message whose publish failed as failed, so its
+// lifecycle does not stay pending.
+func (b *Bus) recordUnsent(m *Message, err error) {
+	s := statusOf(m, m.To, StateFailed, b.agent)
+	s.Reason = err.Error()
+	b.status.record(s, false)
 }
 
 // ttlSeconds renders d for Nats-TTL: whole seconds, rounded up so the server

@@ -141,7 +141,8 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 	}, nil
 }
 
-// Provision creates the stream c declares and its dead-letter stream, or
+// Provision creates the stream c declares, its dead-letter stream and the
+// lifecycle status bucket (see StatusBucketConfig), or
 // updates them in place to match, and returns the stream's info. It is
 // idempotent and safe to run from several processes. It returns
 // ErrUnsupportedServer if the server cannot carry the bus, and the server's
@@ -165,6 +166,10 @@ func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	if err != nil {
 		return nil, err
 	}
+	kvc, err := c.StatusBucketConfig()
+	if err != nil {
+		return nil, err
+	}
 	var info *jetstream.StreamInfo
 	for _, sc := range []jetstream.StreamConfig{cfg, dlq} {
 		s, err := js.CreateOrUpdateStream(ctx, sc)
@@ -177,6 +182,9 @@ func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 		if info == nil {
 			info = s.CachedInfo()
 		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, kvc); err != nil {
+		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
 	return info, nil
 }

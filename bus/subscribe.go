@@ -25,6 +25,9 @@ type Delivery struct {
 	NumDelivered int
 	// Replayed reports a message replayed from the dead-letter stream.
 	Replayed bool
+	// Late reports a reply to a Request that arrived after the requester's
+	// deadline (see ExtReplyBy): the Request gave up waiting for it.
+	Late bool
 }
 
 // Handler handles one delivery. Returning nil acknowledges the message.
@@ -68,11 +71,13 @@ func (s *Subscription) forget() {
 	s.b.mu.Unlock()
 }
 
-// Subscribe starts consuming the agent's inbox. It creates the agent's five
-// durable consumers (one per priority, see docs/subjects.md), or updates them
-// in place, then runs h on each message in priority order: with the default
-// Strict policy the highest-priority message waiting always starts next, and
-// messages of one level start in the order they were published.
+// Subscribe starts consuming the agent's inbox. It creates the agent's ten
+// durable consumers (for each priority one for its direct messages and one
+// for the broadcasts, see docs/subjects.md), or updates them in place, then
+// runs h on each message in priority order: with the default Strict policy
+// the highest-priority message waiting always starts next, and messages of
+// one priority, direct and broadcast together, start in the order they were
+// published.
 //
 // Several processes of one agent may subscribe at once; they share the
 // consumers and so split the work. Messages that expired before delivery,
@@ -103,9 +108,11 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if _, err := consumers.Ensure(ctx, b.js, stream, levels, settings); err != nil {
 		return nil, b.notProvisioned(err)
 	}
-	names := make([]string, len(levels))
-	for i, l := range levels {
-		names[i] = l.Name
+	// One dispatcher level per priority, with the direct and the broadcast
+	// consumer as its lanes.
+	names := make([][]string, subjects.LowestPriority)
+	for _, l := range levels {
+		names[l.Priority-1] = append(names[l.Priority-1], l.Name)
 	}
 	dopts := consumers.Options{
 		Concurrency: o.concurrency,
@@ -137,26 +144,30 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	return s, nil
 }
 
-// levels describes the agent's five consumers, highest priority first.
+// levels describes the agent's ten consumers, highest priority first and
+// the direct one before the broadcast one within a priority.
 func (b *Bus) levels() ([]consumers.Level, error) {
-	sc := b.opts.scheme
-	out := make([]consumers.Level, 0, subjects.LowestPriority)
-	for p := subjects.HighestPriority; p <= subjects.LowestPriority; p++ {
-		name, err := sc.ConsumerName(b.agent, p)
-		if err != nil {
-			return nil, err
+	cs, err := b.opts.scheme.Consumers(b.agent)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]consumers.Level, len(cs))
+	for i, c := range cs {
+		kind := "direct"
+		if c.Broadcast {
+			kind = "broadcast"
 		}
-		filters, err := sc.ConsumerFilters(b.agent, p)
-		if err != nil {
-			return nil, err
+		out[i] = consumers.Level{
+			Priority:      c.Priority,
+			Name:          c.Name,
+			FilterSubject: c.Filter,
+			Description:   fmt.Sprintf("agentbus %s inbox of %q at priority %d", kind, b.agent, c.Priority),
+			Metadata: map[string]string{
+				"agentbus_agent":    b.agent,
+				"agentbus_priority": strconv.Itoa(c.Priority),
+				"agentbus_kind":     kind,
+			},
 		}
-		out = append(out, consumers.Level{
-			Priority:       p,
-			Name:           name,
-			FilterSubjects: filters,
-			Description:    fmt.Sprintf("agentbus inbox of %q at priority %d", b.agent, p),
-			Metadata:       map[string]string{"agentbus_agent": b.agent, "agentbus_priority": strconv.Itoa(p)},
-		})
 	}
 	return out, nil
 }
@@ -195,10 +206,12 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 			b.opts.onError(err)
 			return consumers.Permanent(err)
 		}
-		if m.Expired(time.Now()) {
-			return consumers.Permanent(fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano)))
-		}
 		md := cm.Metadata
+		if m.Expired(time.Now()) {
+			err := fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano))
+			b.record(m, StateExpired, md, err)
+			return consumers.Permanent(err)
+		}
 		d := &Delivery{
 			Message:      *m,
 			Subject:      cm.Subject,
@@ -208,8 +221,34 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 			NumDelivered: int(md.NumDelivered),
 			Replayed:     len(cm.Header[HeaderReplayOf]) > 0,
 		}
-		return h(ContextWithDelivery(ctx, d), d)
+		if b.settledElsewhere(ctx, d) {
+			return nil
+		}
+		b.record(m, StateDelivered, md, nil)
+		hs := &handling{d: d}
+		err = h(context.WithValue(ContextWithDelivery(ctx, d), handlingKey{}, hs), d)
+		switch {
+		case err == nil && !hs.replied.Load():
+			b.record(m, StateCompleted, md, nil)
+		case err != nil && !consumers.IsPermanent(err):
+			b.record(m, StateFailed, md, err) // a termination records dead_lettered
+		}
+		return err
 	}
+}
+
+// record writes state s of m, delivered to this agent as md says, to the
+// lifecycle bucket; reason, if not nil, says why.
+func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
+	if b.status == nil {
+		return
+	}
+	st := statusOf(m, b.agent, s, b.agent)
+	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.NumDelivered)
+	if reason != nil {
+		st.Reason = reason.Error()
+	}
+	b.status.record(st, false)
 }
 
 // checkSender reports ErrSenderMismatch unless the event's source names the

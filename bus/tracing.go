@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -183,7 +184,8 @@ func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
 }
 
 // inherit fills m's correlation ID and ReplyTo from the Delivery ctx
-// carries, where m leaves them empty.
+// carries, where m leaves them empty. A message that answers a Request's
+// request this way also carries its deadline (ExtReplyBy), as a Reply does.
 func inherit(ctx context.Context, m *Message) {
 	d, ok := DeliveryFromContext(ctx)
 	if !ok {
@@ -195,6 +197,22 @@ func inherit(ctx context.Context, m *Message) {
 	if m.ReplyTo == "" {
 		m.ReplyTo = d.ID
 	}
+	if by, ok := d.Extensions[ExtReplyBy]; ok && m.ReplyTo == d.ID {
+		setExtension(m, ExtReplyBy, by)
+	}
+}
+
+// setExtension sets extension name of m to v without changing the map m
+// was given with, which the caller may share.
+func setExtension(m *Message, name, v string) {
+	if m.Extensions[name] == v {
+		return
+	}
+	m.Extensions = maps.Clone(m.Extensions)
+	if m.Extensions == nil {
+		m.Extensions = make(map[string]string, 1)
+	}
+	m.Extensions[name] = v
 }
 
 // destination is one low-cardinality destination template of the bus: a

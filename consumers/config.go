@@ -20,21 +20,26 @@ const (
 // ErrInvalidSettings is wrapped by every error [Settings.Validate] returns.
 var ErrInvalidSettings = errors.New("consumers: invalid settings")
 
-// Level names one durable consumer: the queue of one agent at one priority.
+// Level names one durable consumer of an agent's priority level: its direct
+// or its broadcast queue at one priority, a lane of that level for [Start].
 type Level struct {
 	// Priority is the level's priority, 1 (highest) to 5 (lowest).
 	Priority int
 	// Name is the durable consumer name.
 	Name string
-	// FilterSubjects are the subjects the consumer selects from the stream.
-	FilterSubjects []string
+	// FilterSubject is the one subject the consumer selects from the
+	// stream. With a single filter the consumer is created on
+	// $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, so server
+	// permissions can pin which filter an agent may create a consumer with.
+	FilterSubject string
 	// Description is stored with the consumer for operators; may be empty.
 	Description string
 	// Metadata is stored with the consumer; may be nil.
 	Metadata map[string]string
 }
 
-// Settings are the server-side consumer settings shared by an agent's levels.
+// Settings are the server-side consumer settings shared by an agent's
+// consumers.
 type Settings struct {
 	// AckWait is how long the server waits for an ack before redelivering.
 	// Zero means DefaultAckWait. Handlers that run longer are kept alive with
@@ -45,7 +50,7 @@ type Settings struct {
 	// up. Zero means DefaultMaxDeliver; -1 means without limit.
 	MaxDeliver int
 	// MaxAckPending bounds the messages delivered and not yet acknowledged per
-	// level, across every process of the agent. Zero means
+	// consumer, across every process of the agent. Zero means
 	// DefaultMaxAckPending.
 	MaxAckPending int
 }
@@ -79,30 +84,32 @@ func (s Settings) Validate() error {
 	return nil
 }
 
-// ConsumerConfig returns the JetStream configuration of one level.
+// ConsumerConfig returns the JetStream configuration of one consumer.
 func (s Settings) ConsumerConfig(l Level) jetstream.ConsumerConfig {
 	s = s.withDefaults()
 	return jetstream.ConsumerConfig{
-		Durable:        l.Name,
-		Description:    l.Description,
-		FilterSubjects: l.FilterSubjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        s.AckWait,
-		MaxDeliver:     s.MaxDeliver,
-		MaxAckPending:  s.MaxAckPending,
-		Metadata:       l.Metadata,
+		Durable:       l.Name,
+		Description:   l.Description,
+		FilterSubject: l.FilterSubject,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.AckWait,
+		MaxDeliver:    s.MaxDeliver,
+		MaxAckPending: s.MaxAckPending,
+		Metadata:      l.Metadata,
 	}
 }
 
 // Ensure creates the durable consumer of every level on stream, or updates it
-// in place when it exists with other settings. It is idempotent.
+// in place when it exists with other settings, filters included: a consumer
+// created with several filter subjects keeps its name, its acks and its place
+// in the stream when it is updated to one. It is idempotent.
 func Ensure(ctx context.Context, js jetstream.JetStream, stream string, levels []Level, s Settings) ([]jetstream.Consumer, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	// The levels are independent: create them at once, one round trip in
-	// all rather than one per level.
+	// The consumers are independent: create them at once, one round trip
+	// in all rather than one per consumer.
 	out := make([]jetstream.Consumer, len(levels))
 	errs := make([]error, len(levels))
 	var wg sync.WaitGroup

@@ -34,10 +34,10 @@ func TestSettingsValidate(t *testing.T) {
 }
 
 func TestConsumerConfigDefaults(t *testing.T) {
-	c := Settings{}.ConsumerConfig(Level{Priority: 1, Name: "a_p1", FilterSubjects: []string{"x.>", "y.>"}})
+	c := Settings{}.ConsumerConfig(Level{Priority: 1, Name: "a_p1", FilterSubject: "x.>"})
 	if c.Durable != "a_p1" || c.AckWait != DefaultAckWait || c.MaxDeliver != DefaultMaxDeliver ||
 		c.MaxAckPending != DefaultMaxAckPending || c.AckPolicy != jetstream.AckExplicitPolicy ||
-		c.DeliverPolicy != jetstream.DeliverAllPolicy || len(c.FilterSubjects) != 2 {
+		c.DeliverPolicy != jetstream.DeliverAllPolicy || c.FilterSubject != "x.>" || c.FilterSubjects != nil {
 		t.Errorf("config %+v", c)
 	}
 }
@@ -65,16 +65,18 @@ func TestPermanent(t *testing.T) {
 
 func TestStartRejectsBadOptions(t *testing.T) {
 	nc := &nats.Conn{} // never used: Start fails before any I/O
-	one, two := []string{"a_p1"}, []string{"a_p1", "a_p2"}
+	one, two := [][]string{{"a_p1", "a_b1"}}, [][]string{{"a_p1"}, {"a_p2"}}
 	tests := []struct {
-		name  string
-		nc    *nats.Conn
-		names []string
-		h     Handler
-		opts  Options
+		name   string
+		nc     *nats.Conn
+		levels [][]string
+		h      Handler
+		opts   Options
 	}{
 		{"nil connection", nil, one, nopHandler, Options{}},
 		{"no consumers", nc, nil, nopHandler, Options{}},
+		{"empty level", nc, [][]string{{"a_p1"}, {}}, nopHandler, Options{}},
+		{"consumer twice", nc, [][]string{{"a_p1"}, {"a_p1"}}, nopHandler, Options{}},
 		{"nil handler", nc, one, nil, Options{}},
 		{"negative concurrency", nc, one, nopHandler, Options{Concurrency: -1}},
 		{"negative prefetch", nc, one, nopHandler, Options{Prefetch: -1}},
@@ -85,7 +87,7 @@ func TestStartRejectsBadOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Start(tt.nc, "S", tt.names, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
+			if _, err := Start(tt.nc, "S", tt.levels, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
 				t.Errorf("Start() = %v, want ErrInvalidOptions", err)
 			}
 		})

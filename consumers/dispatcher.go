@@ -21,12 +21,15 @@ var ErrInvalidOptions = errors.New("consumers: invalid options")
 // wrapping [ErrHandlerPanic]. ctx is cancelled when the dispatcher stops.
 type Handler func(ctx context.Context, msg *Msg) error
 
-// Policy decides which level's message starts next.
+// Policy decides which level's message starts next. Within a level the
+// message with the lowest stream sequence among the heads of its lanes
+// starts first, whatever the policy.
 type Policy int
 
 const (
-	// Strict always starts the highest-priority message available, and FIFO
-	// within a level. Lower levels wait while a higher one has a backlog.
+	// Strict always starts the highest-priority message available, in
+	// stream order within a level. Lower levels wait while a higher one has
+	// a backlog.
 	Strict Policy = iota
 	// Weighted shares handler starts between levels with a backlog in
 	// proportion to Options.Weights (smooth weighted round robin), so that a
@@ -45,7 +48,7 @@ func (p Policy) String() string {
 }
 
 // DefaultPullExpiry is how long one waiting pull request lasts when the
-// queues are empty. An idle dispatcher sends one request per level per
+// queues are empty. An idle dispatcher sends one request per lane per
 // DefaultPullExpiry and nothing else.
 const DefaultPullExpiry = 30 * time.Second
 
@@ -53,7 +56,7 @@ const DefaultPullExpiry = 30 * time.Second
 type Options struct {
 	// Concurrency is how many handlers may run at once. Zero means 1.
 	Concurrency int
-	// Prefetch is how many messages each level may hold in memory waiting
+	// Prefetch is how many messages each lane may hold in memory waiting
 	// for a handler. Zero means Concurrency. Held messages are kept alive
 	// with in-progress acks, so waiting here never causes a redelivery.
 	Prefetch int
@@ -92,6 +95,27 @@ type Options struct {
 	OnError func(error)
 	// Logger receives debug records. Nil discards them.
 	Logger *slog.Logger
+}
+
+// checkLevels reports whether levels can be given to Start: at least one
+// level, each with at least one consumer, and no consumer twice.
+func checkLevels(levels [][]string) error {
+	if len(levels) == 0 {
+		return fmt.Errorf("%w: no consumers", ErrInvalidOptions)
+	}
+	seen := make(map[string]bool)
+	for i, names := range levels {
+		if len(names) == 0 {
+			return fmt.Errorf("%w: level %d has no consumers", ErrInvalidOptions, i)
+		}
+		for _, name := range names {
+			if seen[name] {
+				return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOptions, name)
+			}
+			seen[name] = true
+		}
+	}
+	return nil
 }
 
 func (o *Options) setDefaults(levels int) error {
@@ -198,6 +222,7 @@ type Settlement struct {
 // held is a message delivered to this process and not yet settled.
 type held struct {
 	msg     *nats.Msg
+	md      Metadata  // parsed from msg.Reply when it arrived
 	touched time.Time // last delivery or in-progress ack
 }
 
@@ -207,11 +232,12 @@ type Dispatcher struct {
 	opts    Options
 	nc      *nats.Conn
 	handler Handler
-	levels  []*level
-	weights []int // smooth weighted round robin state
+	levels  [][]*lane // the lanes of each level, highest level first
+	lanes   []*lane   // every lane, in the order of levels
+	weights []int     // smooth weighted round robin state, per level
 
 	mu       sync.Mutex
-	ready    *sync.Cond // on mu: a message arrived, a level's state changed, or stopping
+	ready    *sync.Cond // on mu: a message arrived, a lane's state changed, or stopping
 	stopping bool       // guarded by mu: no more messages are picked or kept
 	inflight map[*held]struct{}
 
@@ -226,46 +252,55 @@ type Dispatcher struct {
 }
 
 // Start begins dispatching the messages of the named durable consumers of
-// stream, highest priority first: consumers[0] is the highest level. The
-// consumers must exist (see Ensure). Start returns at once; stop the
-// dispatcher with Stop or Drain.
-func Start(nc *nats.Conn, stream string, consumers []string, h Handler, opts Options) (*Dispatcher, error) {
+// stream. levels groups them by priority level, highest level first:
+// levels[0] holds the names of the highest level's consumers, its lanes,
+// such as an agent's direct and broadcast consumer of priority 1. The policy
+// chooses between levels; within a level the buffered message with the
+// lowest stream sequence starts first, so the lanes of a level together
+// keep publish order. Every level needs at least one consumer and no
+// consumer may appear twice. The consumers must exist (see Ensure). Start
+// returns at once; stop the dispatcher with Stop or Drain.
+func Start(nc *nats.Conn, stream string, levels [][]string, h Handler, opts Options) (*Dispatcher, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOptions)
 	}
-	if len(consumers) == 0 {
-		return nil, fmt.Errorf("%w: no consumers", ErrInvalidOptions)
+	if err := checkLevels(levels); err != nil {
+		return nil, err
 	}
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
 	}
-	if err := opts.setDefaults(len(consumers)); err != nil {
+	if err := opts.setDefaults(len(levels)); err != nil {
 		return nil, err
 	}
 	d := &Dispatcher{
 		opts:     opts,
 		nc:       nc,
 		handler:  h,
-		weights:  make([]int, len(consumers)),
+		levels:   make([][]*lane, len(levels)),
+		weights:  make([]int, len(levels)),
 		inflight: make(map[*held]struct{}),
 		done:     make(chan struct{}),
 	}
 	d.ready = sync.NewCond(&d.mu)
 	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
 	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
-	for i, name := range consumers {
-		l, err := d.newLevel(i, stream, name)
-		if err != nil {
-			for _, l := range d.levels {
-				l.sub.Unsubscribe()
+	for i, names := range levels {
+		for _, name := range names {
+			l, err := d.newLane(i, stream, name)
+			if err != nil {
+				for _, l := range d.lanes {
+					l.sub.Unsubscribe()
+				}
+				return nil, fmt.Errorf("subscribe for consumer %s: %w", name, err)
 			}
-			return nil, fmt.Errorf("subscribe for consumer %s: %w", name, err)
+			d.levels[i] = append(d.levels[i], l)
+			d.lanes = append(d.lanes, l)
 		}
-		d.levels = append(d.levels, l)
 	}
 	reconnected := nc.StatusChanged(nats.CONNECTED)
-	d.pulling.Add(len(d.levels) + 1)
-	for _, l := range d.levels {
+	d.pulling.Add(len(d.lanes) + 1)
+	for _, l := range d.lanes {
 		go d.pull(l)
 	}
 	go d.watch(reconnected)
@@ -278,7 +313,7 @@ func Start(nc *nats.Conn, stream string, consumers []string, h Handler, opts Opt
 	go d.keepAlive(keeperStop, keeperDone)
 	go func() {
 		d.pulling.Wait()
-		d.closeLevels()
+		d.closeLanes()
 		d.releaseBuffered()
 		d.workers.Wait()
 		close(keeperStop)
@@ -289,7 +324,7 @@ func Start(nc *nats.Conn, stream string, consumers []string, h Handler, opts Opt
 	return d, nil
 }
 
-// watch tells every level to issue a new pull request after a reconnect:
+// watch tells every lane to issue a new pull request after a reconnect:
 // the server that held the old one may be gone.
 func (d *Dispatcher) watch(reconnected chan nats.Status) {
 	defer d.pulling.Done()
@@ -303,7 +338,7 @@ func (d *Dispatcher) watch(reconnected chan nats.Status) {
 				<-d.pullCtx.Done()
 				continue
 			}
-			for _, l := range d.levels {
+			for _, l := range d.lanes {
 				l.end(endReconnect, 0, nil)
 			}
 		}
@@ -342,14 +377,14 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 }
 
-// Buffered returns how many messages each level holds in memory waiting for
-// a handler, highest level first.
+// Buffered returns how many messages each level, summed over its lanes,
+// holds in memory waiting for a handler, highest level first.
 func (d *Dispatcher) Buffered() []int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make([]int, len(d.levels))
-	for i, l := range d.levels {
-		out[i] = len(l.buf)
+	for _, l := range d.lanes {
+		out[l.level] += len(l.buf)
 	}
 	return out
 }
@@ -384,41 +419,46 @@ func (d *Dispatcher) runWorker() {
 			continue
 		}
 		d.mu.Unlock()
-		d.handle(h.msg)
+		d.handle(h)
 		d.mu.Lock()
 		delete(d.inflight, h)
 	}
 }
 
 // pickLocked removes and returns the next message to handle, or nil when
-// there is none to start. Strict waits while a level above every candidate
-// has not yet told whether it holds messages; Weighted shares starts between
-// the levels that have messages here, without waiting for the others.
+// there is none to start. Strict waits while a lane of the candidate level
+// or of a level above it has not yet told whether it holds messages, so that
+// neither a lower level nor a later message of the level starts first;
+// Weighted shares starts between the levels that have messages here, without
+// waiting for the other lanes.
 func (d *Dispatcher) pickLocked() *held {
-	best := -1
+	var l *lane // the lane to take the message from
 	total := 0
-	for _, l := range d.levels {
-		if len(l.buf) == 0 {
-			if !l.drained && d.opts.Policy == Strict {
-				break
-			}
-			continue
-		}
+	for i, lanes := range d.levels {
+		head, unknown := headLocked(lanes)
 		if d.opts.Policy == Strict {
-			best = l.index
+			if unknown {
+				return nil
+			}
+			if head == nil {
+				continue
+			}
+			l = head
 			break
 		}
-		d.weights[l.index] += d.opts.Weights[l.index]
-		total += d.opts.Weights[l.index]
-		if best < 0 || d.weights[l.index] > d.weights[best] {
-			best = l.index
+		if head == nil {
+			continue
+		}
+		d.weights[i] += d.opts.Weights[i]
+		total += d.opts.Weights[i]
+		if l == nil || d.weights[i] > d.weights[l.level] {
+			l = head
 		}
 	}
-	if best < 0 {
+	if l == nil {
 		return nil
 	}
-	d.weights[best] -= total
-	l := d.levels[best]
+	d.weights[l.level] -= total
 	h := l.buf[0]
 	l.buf[0] = nil
 	l.buf = l.buf[1:]
@@ -427,14 +467,26 @@ func (d *Dispatcher) pickLocked() *held {
 	return h
 }
 
-// handle runs the handler on m and settles m by the result.
-func (d *Dispatcher) handle(nm *nats.Msg) {
-	md, err := ParseMetadata(nm.Reply)
-	if err != nil {
-		d.opts.OnError(fmt.Errorf("message on %s: %w", nm.Subject, err))
-		return // no ack subject: nothing to settle
+// headLocked returns the lane among lanes whose first buffered message has
+// the lowest stream sequence, nil if none holds a message, and whether one of
+// them is empty without having told that the server holds nothing more for
+// it (it is not drained).
+func headLocked(lanes []*lane) (head *lane, unknown bool) {
+	for _, l := range lanes {
+		switch {
+		case len(l.buf) == 0:
+			unknown = unknown || !l.drained
+		case head == nil || l.buf[0].md.StreamSeq < head.buf[0].md.StreamSeq:
+			head = l
+		}
 	}
-	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: md, reply: nm.Reply}
+	return head, unknown
+}
+
+// handle runs the handler on h's message and settles it by the result.
+func (d *Dispatcher) handle(h *held) {
+	nm := h.msg
+	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply}
 	d.settle(m, d.call(m))
 }
 
@@ -501,7 +553,7 @@ func (d *Dispatcher) giveBack(m *nats.Msg) {
 func (d *Dispatcher) releaseBuffered() {
 	d.mu.Lock()
 	var msgs []*nats.Msg
-	for _, l := range d.levels {
+	for _, l := range d.lanes {
 		for _, h := range l.buf {
 			msgs = append(msgs, h.msg)
 		}
@@ -537,7 +589,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 				}
 			}
 			d.mu.Lock()
-			for _, l := range d.levels {
+			for _, l := range d.lanes {
 				for _, h := range l.buf {
 					touch(h)
 				}

@@ -12,24 +12,25 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ErrPull is wrapped by the errors a level's pull requests end with: the
+// ErrPull is wrapped by the errors a lane's pull requests end with: the
 // server refused or ended a request (JetStream status 409 and others), or
 // stopped answering.
 var ErrPull = errors.New("consumers: pull request failed")
 
-// level is one consumer, the subscription its messages arrive on, and the
-// messages pulled from it. Fields marked "mu" are guarded by Dispatcher.mu.
-type level struct {
-	index   int
+// lane is one consumer of a priority level, the subscription its messages
+// arrive on, and the messages pulled from it. Fields marked "mu" are guarded
+// by Dispatcher.mu.
+type lane struct {
+	level   int // index of the lane's level in Dispatcher.levels
 	name    string
 	subject string // the consumer's "next messages" API subject
 	inbox   string // requests reply to inbox.<seq>
 	sub     *nats.Subscription
 	closed  chan struct{} // closed when sub is gone
 
-	buf []*held // mu; FIFO
+	buf []*held // mu; FIFO, so in stream order but for redeliveries
 	// drained means a pull request is waiting at the server with room to
-	// spare, so the server holds no message for this level that it has not
+	// spare, so the server holds no message for this lane that it has not
 	// sent us. mu.
 	drained bool
 	room    chan struct{} // signalled when buf shrinks
@@ -58,10 +59,11 @@ type ending struct {
 	err  error
 }
 
-// newLevel subscribes to the inbox that the level's pull requests reply to.
-func (d *Dispatcher) newLevel(index int, stream, consumer string) (*level, error) {
-	l := &level{
-		index:   index,
+// newLane subscribes to the inbox that the pull requests of the lane of
+// level reading consumer reply to.
+func (d *Dispatcher) newLane(level int, stream, consumer string) (*lane, error) {
+	l := &lane{
+		level:   level,
 		name:    consumer,
 		subject: d.opts.APIPrefix + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
 		inbox:   d.nc.NewInbox(),
@@ -80,7 +82,7 @@ func (d *Dispatcher) newLevel(index int, stream, consumer string) (*level, error
 
 // end reports how a request ended, to the puller waiting for it. Reports
 // for an older request are dropped.
-func (l *level) end(kind endKind, seq uint64, err error) {
+func (l *lane) end(kind endKind, seq uint64, err error) {
 	if seq != 0 && seq != l.reqSeq.Load() {
 		return
 	}
@@ -90,9 +92,10 @@ func (l *level) end(kind endKind, seq uint64, err error) {
 	}
 }
 
-// onMessage handles what arrives on a level's inbox: a message, a heartbeat,
-// or the status that ends a pull request.
-func (d *Dispatcher) onMessage(l *level, m *nats.Msg) {
+// onMessage handles what arrives on a lane's inbox: a message, a heartbeat,
+// or the status that ends a pull request. A message's metadata is parsed
+// here, once: its stream sequence orders the lanes of a level.
+func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 	l.activity.Store(time.Now().UnixNano())
 	if len(m.Data) == 0 && len(m.Header) > 0 {
 		if status := m.Header.Get("Status"); status != "" {
@@ -107,15 +110,28 @@ func (d *Dispatcher) onMessage(l *level, m *nats.Msg) {
 			return
 		}
 	}
+	md, err := ParseMetadata(m.Reply)
+	if err != nil {
+		// Not a delivery of the consumer: nothing to settle or give back.
+		d.opts.OnError(fmt.Errorf("message on %s: %w", m.Subject, err))
+		return
+	}
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()
 		d.giveBack(m)
 		return
 	}
-	l.buf = append(l.buf, &held{msg: m, touched: time.Now()})
+	l.buf = append(l.buf, &held{msg: m, md: md, touched: time.Now()})
 	l.reqGot++
 	filled := l.reqGot == l.reqBatch
+	if filled {
+		// The request is used up: until the next one is answered the
+		// server may hold messages for this lane again. Clearing drained
+		// here, not when the puller hears of it, keeps the picker from
+		// passing over this lane in the meantime.
+		l.drained = false
+	}
 	d.mu.Unlock()
 	d.ready.Signal()
 	if filled {
@@ -123,12 +139,12 @@ func (d *Dispatcher) onMessage(l *level, m *nats.Msg) {
 	}
 }
 
-// pull keeps one level supplied. While the level may hold messages at the
+// pull keeps one lane supplied. While the lane may hold messages at the
 // server it asks for them without waiting (no_wait). Once the server returns
-// fewer than asked, the level is drained and pull parks a waiting request
-// there, so a new message is pushed to us at once and an idle level costs one
+// fewer than asked, the lane is drained and pull parks a waiting request
+// there, so a new message is pushed to us at once and an idle lane costs one
 // request per PullExpiry.
-func (d *Dispatcher) pull(l *level) {
+func (d *Dispatcher) pull(l *lane) {
 	defer d.pulling.Done()
 	retry := time.Duration(0)
 	for {
@@ -140,10 +156,7 @@ func (d *Dispatcher) pull(l *level) {
 		switch e.kind {
 		case endStopped:
 			return
-		case endFilled:
-			if drained {
-				d.setDrained(l, false)
-			}
+		case endFilled: // onMessage cleared drained
 			retry = 0
 			continue
 		case endEmpty:
@@ -166,7 +179,7 @@ func (d *Dispatcher) pull(l *level) {
 }
 
 // request sends one pull request for n messages and waits until it ends.
-func (d *Dispatcher) request(l *level, n int, noWait bool) ending {
+func (d *Dispatcher) request(l *lane, n int, noWait bool) ending {
 	seq := l.reqSeq.Add(1)
 	d.mu.Lock()
 	l.reqBatch, l.reqGot = n, 0
@@ -221,10 +234,10 @@ func (d *Dispatcher) request(l *level, n int, noWait bool) ending {
 	}
 }
 
-// waitRoom blocks until the level should pull: there is room for half its
-// prefetch, or any room while drained (a drained level must keep a request
+// waitRoom blocks until the lane should pull: there is room for half its
+// prefetch, or any room while drained (a drained lane must keep a request
 // waiting at the server).
-func (d *Dispatcher) waitRoom(l *level) (room int, drained, ok bool) {
+func (d *Dispatcher) waitRoom(l *lane) (room int, drained, ok bool) {
 	threshold := max(1, d.opts.Prefetch/2)
 	for {
 		d.mu.Lock()
@@ -241,7 +254,7 @@ func (d *Dispatcher) waitRoom(l *level) (room int, drained, ok bool) {
 	}
 }
 
-func (d *Dispatcher) setDrained(l *level, drained bool) {
+func (d *Dispatcher) setDrained(l *lane, drained bool) {
 	d.mu.Lock()
 	changed := l.drained != drained
 	l.drained = drained
@@ -251,22 +264,22 @@ func (d *Dispatcher) setDrained(l *level, drained bool) {
 	}
 }
 
-// closeLevels drains every level's subscription: the server is told to stop
+// closeLanes drains every lane's subscription: the server is told to stop
 // sending, and whatever it sent before that is given back, so a message in
 // flight at stop is redelivered at once rather than after AckWait.
 //
 // Without a connection the server cannot be told and nothing more can
 // arrive, so the subscriptions are simply removed.
-func (d *Dispatcher) closeLevels() {
+func (d *Dispatcher) closeLanes() {
 	connected := d.nc.IsConnected()
-	for _, l := range d.levels {
+	for _, l := range d.lanes {
 		if !connected || l.sub.Drain() != nil {
 			l.sub.Unsubscribe()
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, l := range d.levels {
+	for _, l := range d.lanes {
 		select {
 		case <-l.closed:
 		case <-ctx.Done():

@@ -48,12 +48,15 @@
 //
 // One stream, [Scheme.Stream] ("AGENTBUS"), stores the direct and broadcast
 // subjects ([Scheme.StreamSubjects]); dead letters go to a second stream,
-// [Scheme.DeadLetterStream] ("AGENTBUS_DLQ"). Each agent reads through five
-// durable consumers, one per priority, named by [Scheme.ConsumerName]
-// ("reviewer_p2") and filtered by [Scheme.ConsumerFilters] to the direct
-// messages for the agent and the broadcasts, both at that priority. Keeping
-// the priorities apart lets a reader serve p1 before p2 while each consumer
-// keeps arrival order within its priority.
+// [Scheme.DeadLetterStream] ("AGENTBUS_DLQ"). Each agent reads through ten
+// durable consumers, listed by [Scheme.Consumers]: per priority a direct one
+// ("reviewer_p2", filter "agentbus.agent.reviewer.p2.>") and a broadcast one
+// ("reviewer_b2", filter "agentbus.all.p2.>"). [Scheme.ParseConsumer] takes a
+// name apart again. Keeping the priorities apart lets a reader serve p1
+// before p2, and the stream sequence merges the two consumers of a priority
+// back into publish order. With one filter per consumer, server permissions
+// can pin a consumer's name and filter together and so stop an agent from
+// creating a consumer that reads another agent's messages.
 //
 // docs/subjects.md in the repository is the full contract, with the exact
 // encoding rules and a table of examples.

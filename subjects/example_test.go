@@ -69,17 +69,27 @@ func ExampleScheme_Parse() {
 	// true true
 }
 
-func ExampleScheme_ConsumerFilters() {
+func ExampleScheme_Consumers() {
 	s := subjects.Default()
 	fmt.Println(s.Stream(), s.StreamSubjects())
-	for p := subjects.HighestPriority; p <= subjects.LowestPriority; p += 2 {
-		name, _ := s.ConsumerName("build orchestrator", p)
-		filters, _ := s.ConsumerFilters("build orchestrator", p)
-		fmt.Println(name, filters)
+	cs, err := s.Consumers("build orchestrator")
+	if err != nil {
+		panic(err)
+	}
+	for _, c := range cs[:4] {
+		fmt.Println(c.Priority, c.Broadcast, c.Name, c.Filter)
 	}
 	// Output:
 	// AGENTBUS [agentbus.agent.> agentbus.all.>]
-	// build%20orchestrator_p1 [agentbus.agent.build%20orchestrator.p1.> agentbus.all.p1.>]
-	// build%20orchestrator_p3 [agentbus.agent.build%20orchestrator.p3.> agentbus.all.p3.>]
-	// build%20orchestrator_p5 [agentbus.agent.build%20orchestrator.p5.> agentbus.all.p5.>]
+	// 1 false build%20orchestrator_p1 agentbus.agent.build%20orchestrator.p1.>
+	// 1 true build%20orchestrator_b1 agentbus.all.p1.>
+	// 2 false build%20orchestrator_p2 agentbus.agent.build%20orchestrator.p2.>
+	// 2 true build%20orchestrator_b2 agentbus.all.p2.>
+}
+
+func ExampleScheme_ParseConsumer() {
+	c, err := subjects.Default().ParseConsumer("build%20orchestrator_b3")
+	fmt.Printf("%q %d %v %v\n", c.Agent, c.Priority, c.Broadcast, err)
+	// Output:
+	// "build orchestrator" 3 true <nil>
 }

@@ -2,6 +2,7 @@ package subjects
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -22,7 +23,8 @@ const (
 // FuzzToken checks the token encoding from both sides: every string survives
 // EncodeToken and DecodeToken, DecodeToken never panics, and any token it
 // accepts is the canonical encoding of what it decodes to. For strings that
-// are valid IDs it also checks the consumer name against the server's rule.
+// are valid IDs it also checks the consumer names against the server's rule
+// and that ParseConsumer inverts them.
 func FuzzToken(f *testing.F) {
 	for _, s := range realIDs {
 		f.Add(s)
@@ -70,15 +72,49 @@ func FuzzToken(f *testing.F) {
 		}
 
 		if ValidateID(s) == nil {
-			for p := HighestPriority; p <= LowestPriority; p++ {
-				name, err := Default().ConsumerName(s, p)
-				if err != nil {
-					t.Fatalf("ConsumerName(%q, %d): %v", s, p, err)
+			cs, err := Default().Consumers(s)
+			if err != nil {
+				t.Fatalf("Consumers(%q): %v", s, err)
+			}
+			for _, c := range cs {
+				if err := checkServerName(c.Name); err != nil {
+					t.Fatalf("Consumers(%q): %v", s, err)
 				}
-				if err := checkServerName(name); err != nil {
-					t.Fatalf("ConsumerName(%q, %d): %v", s, p, err)
+				if back, err := Default().ParseConsumer(c.Name); err != nil || back != c {
+					t.Fatalf("ParseConsumer(%q) = %+v, %v, want %+v", c.Name, back, err, c)
 				}
 			}
+		}
+	})
+}
+
+// FuzzParseConsumer checks that ParseConsumer never panics and that every
+// name it accepts is the name of that consumer in Consumers.
+func FuzzParseConsumer(f *testing.F) {
+	for _, s := range []string{
+		"orchestrator_p1", "build%20orchestrator_b5", "a_p1_b1", "_p1", "a_p0", "a_b6",
+		"a_x1", "%41_p1", "%2A_b1", "a.b_p1", "", "_", "a_p",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		name = name[:min(len(name), maxFuzzName)]
+		c, err := Default().ParseConsumer(name)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidToken) {
+				t.Fatalf("ParseConsumer(%q) error = %v, want ErrInvalidToken", name, err)
+			}
+			if c != (Consumer{}) {
+				t.Fatalf("ParseConsumer(%q) = %+v with an error", name, c)
+			}
+			return
+		}
+		if c.Name != name {
+			t.Fatalf("ParseConsumer(%q).Name = %q", name, c.Name)
+		}
+		cs, err := Default().Consumers(c.Agent)
+		if err != nil || !slices.Contains(cs, c) {
+			t.Fatalf("ParseConsumer(%q) = %+v, not among Consumers(%q) = %+v, %v", name, c, c.Agent, cs, err)
 		}
 	})
 }

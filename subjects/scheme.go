@@ -25,7 +25,8 @@ const (
 	kindDLQ   = "dlq"   // token after the root in a dead-letter subject
 
 	priorityPrefix  = "p"    // "p1".."p5"
-	consumerSep     = "_p"   // consumer name: <token>_p<N>
+	directSep       = "_p"   // direct consumer name: <token>_p<N>
+	broadcastSep    = "_b"   // broadcast consumer name: <token>_b<N>
 	dlqStreamSuffix = "_DLQ" // dead-letter stream: <STREAM>_DLQ
 	tail            = ">"    // matches the remaining tokens in a filter
 
@@ -194,48 +195,83 @@ func (s Scheme) DeadLetterSubjects() []string {
 	return []string{s.Root() + "." + kindDLQ + "." + tail}
 }
 
-// ConsumerName returns the name of the durable consumer that delivers to
-// agent the messages of one priority: the agent's token, "_p" and the
-// priority, such as "orchestrator_p1". It is unique per (agent, priority),
-// at most MaxTokenLen+3 bytes and free of the characters the server forbids
-// in names. The error wraps [ErrInvalidAgentID] or [ErrInvalidPriority].
-func (s Scheme) ConsumerName(agent string, priority int) (string, error) {
-	if err := ValidateID(agent); err != nil {
-		return "", err
-	}
-	if err := ValidatePriority(priority); err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	b.Grow(encodedLen(agent) + len(consumerSep) + 1)
-	writeToken(&b, agent)
-	b.WriteString(consumerSep)
-	b.WriteByte('0' + byte(priority))
-	return b.String(), nil
+// Consumer describes one of an agent's durable consumers on the messages
+// stream. Each agent has two per priority, ten in all: the direct consumer
+// reads the messages sent to the agent and the broadcast consumer those sent
+// to every agent. Each has one filter subject, so that server permissions
+// can pin a consumer's name and filter together: the create request's
+// subject, $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, carries both.
+type Consumer struct {
+	// Agent is the agent ID the consumer delivers to.
+	Agent string
+	// Name is the durable consumer name: the agent's token, then "_p" for
+	// the direct or "_b" for the broadcast consumer, then the priority, such
+	// as "reviewer_p2" or "reviewer_b2". It is at most MaxTokenLen+3 bytes
+	// and free of the characters the server forbids in names.
+	Name string
+	// Filter is the consumer's one filter subject:
+	// <root>.agent.<token>.p<N>.> for the direct consumer and
+	// <root>.all.p<N>.> for the broadcast one.
+	Filter string
+	// Priority is the priority of the messages the consumer reads, 1..5.
+	Priority int
+	// Broadcast tells the broadcast consumer from the direct one.
+	Broadcast bool
 }
 
-// ConsumerFilters returns the filter subjects of the consumer named by
-// [Scheme.ConsumerName]: the direct messages to agent and all broadcasts, both
-// of the given priority.
-//
-//	<root>.agent.<token>.p<N>.>
-//	<root>.all.p<N>.>
-//
-// Broadcasts an agent sends itself match its own filters; the caller decides
-// whether to drop them. Errors are those of [Scheme.ConsumerName].
-func (s Scheme) ConsumerFilters(agent string, priority int) ([]string, error) {
+// Consumers returns the ten durable consumers of agent, highest priority
+// first and, within a priority, the direct consumer before the broadcast
+// one. Names are unique per (agent, priority, kind): the suffix "_p<N>" or
+// "_b<N>" always has three bytes, so an ID such as "a_p1" ("a_p1_p1") never
+// takes another agent's name. Broadcasts an agent sends itself match its own
+// broadcast filters; the caller decides whether to drop them. The error wraps
+// [ErrInvalidAgentID].
+func (s Scheme) Consumers(agent string) ([]Consumer, error) {
 	if err := ValidateID(agent); err != nil {
 		return nil, err
 	}
-	if err := ValidatePriority(priority); err != nil {
-		return nil, err
+	tok := EncodeToken(agent)
+	out := make([]Consumer, 0, 2*LowestPriority)
+	for p := HighestPriority; p <= LowestPriority; p++ {
+		out = append(out, s.consumer(agent, tok, p, false), s.consumer(agent, tok, p, true))
 	}
-	root := s.Root()
-	p := priorityPrefix + string(rune('0'+priority))
-	return []string{
-		root + "." + kindAgent + "." + EncodeToken(agent) + "." + p + "." + tail,
-		root + "." + kindAll + "." + p + "." + tail,
-	}, nil
+	return out, nil
+}
+
+// ParseConsumer returns the consumer [Scheme.Consumers] names name, the
+// inverse of Consumer.Name: "reviewer_b2" is the broadcast consumer of
+// "reviewer" at priority 2. A name that is not "<token>_p<N>" or
+// "<token>_b<N>" with a canonical token of a valid agent ID and N in 1..5
+// returns an error wrapping [ErrInvalidToken] and, when the agent or the
+// priority is at fault, [ErrInvalidAgentID] or [ErrInvalidPriority] as well.
+func (s Scheme) ParseConsumer(name string) (Consumer, error) {
+	i := len(name) - len(directSep) - 1 // where the suffix "_p<N>" or "_b<N>" starts
+	if i < 1 || (name[i:i+2] != directSep && name[i:i+2] != broadcastSep) {
+		return Consumer{}, fmt.Errorf("%w: consumer name %q does not end in %s<N> or %s<N>", ErrInvalidToken, name, directSep, broadcastSep)
+	}
+	p := int(name[len(name)-1]) - '0'
+	if err := ValidatePriority(p); err != nil {
+		return Consumer{}, fmt.Errorf("%w: consumer name %q: %w", ErrInvalidToken, name, err)
+	}
+	agent, err := decodeID("agent ID", name[:i])
+	if err != nil {
+		return Consumer{}, fmt.Errorf("%w: consumer name %q: %w", ErrInvalidToken, name, err)
+	}
+	return s.consumer(agent, name[:i], p, name[i:i+2] == broadcastSep), nil
+}
+
+// consumer builds one consumer of agent, whose token is tok, at priority p.
+func (s Scheme) consumer(agent, tok string, p int, broadcast bool) Consumer {
+	digit := string(rune('0' + p))
+	c := Consumer{Agent: agent, Priority: p, Broadcast: broadcast}
+	if broadcast {
+		c.Name = tok + broadcastSep + digit
+		c.Filter = s.Root() + "." + kindAll + "." + priorityPrefix + digit + "." + tail
+	} else {
+		c.Name = tok + directSep + digit
+		c.Filter = s.Root() + "." + kindAgent + "." + tok + "." + priorityPrefix + digit + "." + tail
+	}
+	return c
 }
 
 // AgentFilter returns the filter subject of every direct message to agent,

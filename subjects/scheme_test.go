@@ -252,85 +252,161 @@ func checkServerName(name string) error {
 	return nil
 }
 
-func TestConsumer(t *testing.T) {
+func TestConsumers(t *testing.T) {
 	tests := []struct {
-		name        string
-		root        string
-		agent       string
-		priority    int
-		wantName    string
-		wantFilters []string
-		wantErr     error
+		name    string
+		root    string
+		agent   string
+		want    []string // name and filter of the first consumers, in order
+		wantErr error
 	}{
-		{name: "plain", agent: "orchestrator", priority: 1, wantName: "orchestrator_p1",
-			wantFilters: []string{"agentbus.agent.orchestrator.p1.>", "agentbus.all.p1.>"}},
-		{name: "escaped", agent: "build orchestrator", priority: 5, wantName: "build%20orchestrator_p5",
-			wantFilters: []string{"agentbus.agent.build%20orchestrator.p5.>", "agentbus.all.p5.>"}},
-		{name: "other root", root: "prod.bus-1", agent: "@agent-cto", priority: 2, wantName: "%40agent-cto_p2",
-			wantFilters: []string{"prod.bus-1.agent.%40agent-cto.p2.>", "prod.bus-1.all.p2.>"}},
-		{name: "ends like a priority", agent: "a_p1", priority: 1, wantName: "a_p1_p1",
-			wantFilters: []string{"agentbus.agent.a_p1.p1.>", "agentbus.all.p1.>"}},
+		{name: "plain", agent: "orchestrator", want: []string{
+			"orchestrator_p1", "agentbus.agent.orchestrator.p1.>",
+			"orchestrator_b1", "agentbus.all.p1.>",
+			"orchestrator_p2", "agentbus.agent.orchestrator.p2.>",
+			"orchestrator_b2", "agentbus.all.p2.>",
+			"orchestrator_p3", "agentbus.agent.orchestrator.p3.>",
+			"orchestrator_b3", "agentbus.all.p3.>",
+			"orchestrator_p4", "agentbus.agent.orchestrator.p4.>",
+			"orchestrator_b4", "agentbus.all.p4.>",
+			"orchestrator_p5", "agentbus.agent.orchestrator.p5.>",
+			"orchestrator_b5", "agentbus.all.p5.>",
+		}},
+		{name: "escaped", agent: "build orchestrator", want: []string{
+			"build%20orchestrator_p1", "agentbus.agent.build%20orchestrator.p1.>",
+			"build%20orchestrator_b1", "agentbus.all.p1.>",
+		}},
+		{name: "other root", root: "prod.bus-1", agent: "@agent-cto", want: []string{
+			"%40agent-cto_p1", "prod.bus-1.agent.%40agent-cto.p1.>",
+			"%40agent-cto_b1", "prod.bus-1.all.p1.>",
+		}},
+		{name: "ends like a consumer name", agent: "a_b1", want: []string{
+			"a_b1_p1", "agentbus.agent.a_b1.p1.>",
+			"a_b1_b1", "agentbus.all.p1.>",
+		}},
 
-		{name: "broadcast", agent: "*", priority: 1, wantErr: ErrInvalidAgentID},
-		{name: "empty", agent: "", priority: 1, wantErr: ErrInvalidAgentID},
-		{name: "control", agent: "a\nb", priority: 1, wantErr: ErrInvalidAgentID},
-		{name: "priority 0", agent: "a", priority: 0, wantErr: ErrInvalidPriority},
-		{name: "priority 6", agent: "a", priority: 6, wantErr: ErrInvalidPriority},
+		{name: "broadcast", agent: "*", wantErr: ErrInvalidAgentID},
+		{name: "empty", agent: "", wantErr: ErrInvalidAgentID},
+		{name: "control", agent: "a\nb", wantErr: ErrInvalidAgentID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := mustNew(t, tt.root)
-			name, err := s.ConsumerName(tt.agent, tt.priority)
+			cs, err := s.Consumers(tt.agent)
 			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("ConsumerName(%q, %d) error = %v, want %v", tt.agent, tt.priority, err, tt.wantErr)
-			}
-			filters, err := s.ConsumerFilters(tt.agent, tt.priority)
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("ConsumerFilters(%q, %d) error = %v, want %v", tt.agent, tt.priority, err, tt.wantErr)
+				t.Fatalf("Consumers(%q) error = %v, want %v", tt.agent, err, tt.wantErr)
 			}
 			if tt.wantErr != nil {
 				return
 			}
-			if name != tt.wantName {
-				t.Errorf("ConsumerName(%q, %d) = %q, want %q", tt.agent, tt.priority, name, tt.wantName)
+			if len(cs) != 2*LowestPriority {
+				t.Fatalf("Consumers(%q) returned %d consumers, want %d", tt.agent, len(cs), 2*LowestPriority)
 			}
-			if !slices.Equal(filters, tt.wantFilters) {
-				t.Errorf("ConsumerFilters(%q, %d) = %q, want %q", tt.agent, tt.priority, filters, tt.wantFilters)
+			for i, c := range cs {
+				want := Consumer{Agent: tt.agent, Priority: i/2 + 1, Broadcast: i%2 == 1, Name: c.Name, Filter: c.Filter}
+				if 2*i+1 < len(tt.want) {
+					want.Name, want.Filter = tt.want[2*i], tt.want[2*i+1]
+				}
+				if c != want {
+					t.Errorf("Consumers(%q)[%d] = %+v, want %+v", tt.agent, i, c, want)
+				}
 			}
 		})
 	}
 }
 
-// TestConsumerNamesValid checks every consumer name against the server's rule,
-// for all priorities and for IDs up to the longest allowed.
+func TestParseConsumer(t *testing.T) {
+	tests := []struct {
+		name     string
+		root     string
+		consumer string
+		want     Consumer
+		wantErr  []error
+	}{
+		{name: "direct", consumer: "orchestrator_p1",
+			want: Consumer{Agent: "orchestrator", Name: "orchestrator_p1", Filter: "agentbus.agent.orchestrator.p1.>", Priority: 1}},
+		{name: "broadcast", consumer: "orchestrator_b5",
+			want: Consumer{Agent: "orchestrator", Name: "orchestrator_b5", Filter: "agentbus.all.p5.>", Priority: 5, Broadcast: true}},
+		{name: "escaped, other root", root: "prod.bus-1", consumer: "build%20orchestrator_b2",
+			want: Consumer{Agent: "build orchestrator", Name: "build%20orchestrator_b2", Filter: "prod.bus-1.all.p2.>", Priority: 2, Broadcast: true}},
+		{name: "agent ends like a consumer name", consumer: "a_p1_b3",
+			want: Consumer{Agent: "a_p1", Name: "a_p1_b3", Filter: "agentbus.all.p3.>", Priority: 3, Broadcast: true}},
+		{name: "one-byte agent", consumer: "a_p4",
+			want: Consumer{Agent: "a", Name: "a_p4", Filter: "agentbus.agent.a.p4.>", Priority: 4}},
+
+		{name: "empty", consumer: "", wantErr: []error{ErrInvalidToken}},
+		{name: "suffix only", consumer: "_p1", wantErr: []error{ErrInvalidToken}},
+		{name: "no suffix", consumer: "orchestrator", wantErr: []error{ErrInvalidToken}},
+		{name: "other kind", consumer: "a_x1", wantErr: []error{ErrInvalidToken}},
+		{name: "upper-case kind", consumer: "a_P1", wantErr: []error{ErrInvalidToken}},
+		{name: "two-digit priority", consumer: "a_p10", wantErr: []error{ErrInvalidToken}},
+		{name: "priority 0", consumer: "a_p0", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
+		{name: "priority 6", consumer: "a_b6", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
+		{name: "not a digit", consumer: "a_bx", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
+		{name: "non-canonical token", consumer: "%41_p1", wantErr: []error{ErrInvalidToken}},
+		{name: "raw dot", consumer: "a.b_p1", wantErr: []error{ErrInvalidToken}},
+		{name: "broadcast agent", consumer: "%2A_b1", wantErr: []error{ErrInvalidToken, ErrInvalidAgentID}},
+		{name: "too long", consumer: strings.Repeat("a", MaxTokenLen+1) + "_p1", wantErr: []error{ErrInvalidToken, ErrInvalidAgentID}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := mustNew(t, tt.root).ParseConsumer(tt.consumer)
+			for _, want := range tt.wantErr {
+				if !errors.Is(err, want) {
+					t.Errorf("ParseConsumer(%q) error = %v, want it to wrap %v", tt.consumer, err, want)
+				}
+			}
+			if tt.wantErr == nil && err != nil {
+				t.Errorf("ParseConsumer(%q) error = %v", tt.consumer, err)
+			}
+			if got != tt.want {
+				t.Errorf("ParseConsumer(%q) = %+v, want %+v", tt.consumer, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestConsumerNamesValid checks every consumer name against the server's
+// rule, for IDs up to the longest allowed, that names are unique per (agent,
+// priority, kind), including for IDs that end like a consumer name, and that
+// ParseConsumer inverts Consumers.
 func TestConsumerNamesValid(t *testing.T) {
 	ids := append([]string{
 		strings.Repeat("a", MaxTokenLen),
 		strings.Repeat(".", MaxTokenLen/3),
 		strings.Repeat("日", MaxTokenLen/9),
 		" .*>\\/",
+		"x", "x_p1", "x_b1", "x_p1_b1", "x_b1_p1", "_p1", "_b1",
 	}, realIDs...)
-	seen := make(map[string]string)
+	type key struct {
+		agent     string
+		priority  int
+		broadcast bool
+	}
+	seen := make(map[string]key)
 	for _, id := range ids {
 		if ValidateID(id) != nil {
 			continue
 		}
-		for p := HighestPriority; p <= LowestPriority; p++ {
-			name, err := Default().ConsumerName(id, p)
-			if err != nil {
-				t.Fatalf("ConsumerName(%q, %d): %v", id, p, err)
+		cs, err := Default().Consumers(id)
+		if err != nil {
+			t.Fatalf("Consumers(%q): %v", id, err)
+		}
+		for _, c := range cs {
+			if err := checkServerName(c.Name); err != nil {
+				t.Errorf("Consumers(%q): %v", id, err)
 			}
-			if err := checkServerName(name); err != nil {
-				t.Errorf("ConsumerName(%q, %d): %v", id, p, err)
+			if len(c.Name) > MaxTokenLen+3 {
+				t.Errorf("consumer name %q is %d bytes, more than MaxTokenLen+3", c.Name, len(c.Name))
 			}
-			if len(name) > MaxTokenLen+3 {
-				t.Errorf("ConsumerName(%q, %d) is %d bytes, more than MaxTokenLen+3", id, p, len(name))
+			k := key{id, c.Priority, c.Broadcast}
+			if prev, ok := seen[c.Name]; ok && prev != k {
+				t.Errorf("consumer name %q is shared by %+v and %+v", c.Name, prev, k)
 			}
-			key := id + "\x00" + string(rune('0'+p))
-			if prev, ok := seen[name]; ok && prev != key {
-				t.Errorf("ConsumerName %q is shared by %q and %q", name, prev, key)
+			seen[c.Name] = k
+			if back, err := Default().ParseConsumer(c.Name); err != nil || back != c {
+				t.Errorf("ParseConsumer(%q) = %+v, %v, want %+v", c.Name, back, err, c)
 			}
-			seen[name] = key
 		}
 	}
 }

@@ -1,0 +1,122 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+func TestLifecycleStates(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+
+	// Queued for an offline agent: pending.
+	done := publish(t, orch, bus.Message{To: "worker", Type: "DONE", CorrelationID: "conv-life"})
+	retried := publish(t, orch, bus.Message{To: "worker", Type: "RETRY", CorrelationID: "conv-life"})
+	rejected := publish(t, orch, bus.Message{To: "worker", Type: "REJECT", CorrelationID: "conv-life"})
+	if st := waitState(t, orch, done.ID, bus.StatePending); st.From != "orchestrator" || st.To != "worker" || st.Type != "DONE" || st.By != "orchestrator" {
+		t.Errorf("pending status = %+v", st)
+	}
+
+	subscribe(t, worker, func(_ context.Context, d *bus.Delivery) error {
+		switch {
+		case d.Type == "RETRY" && d.NumDelivered == 1:
+			return errors.New("try again")
+		case d.Type == "REJECT":
+			return bus.Permanent(errors.New("not for me"))
+		}
+		return nil
+	}, bus.WithBackoff(func(int) time.Duration { return 0 }))
+
+	if st := waitState(t, orch, done.ID, bus.StateCompleted); st.By != "worker" || st.Sequence != done.Sequence || st.Deliveries != 1 {
+		t.Errorf("completed status = %+v, want by worker, sequence %d, 1 delivery", st, done.Sequence)
+	}
+	if st := waitState(t, worker, retried.ID, bus.StateCompleted); st.Deliveries != 2 {
+		t.Errorf("retried status = %+v, want 2 deliveries", st)
+	}
+	if st := waitState(t, worker, rejected.ID, bus.StateDeadLettered); st.Reason == "" {
+		t.Errorf("dead-lettered status = %+v, want a reason", st)
+	}
+
+	// The conversation's records, in the order the messages were made.
+	conv, err := orch.Conversation(testContext(t), "conv-life")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, st := range conv {
+		ids = append(ids, st.ID)
+	}
+	if want := []string{done.ID, retried.ID, rejected.ID}; !slices.Equal(ids, want) {
+		t.Errorf("Conversation IDs = %v, want %v", ids, want)
+	}
+}
+
+func TestLifecycleExpired(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	ack := publish(t, orch, bus.Message{To: "offline", Type: "STALE", TTL: time.Second})
+	waitState(t, orch, ack.ID, bus.StateExpired)
+	// The lookup wrote it back: a fresh reader sees it too.
+	other := newBus(t, s, "operator")
+	sts, err := other.StatusAll(testContext(t), ack.ID)
+	if err != nil || len(sts) != 1 || sts[0].State != bus.StateExpired {
+		t.Fatalf("StatusAll = %+v, %v; want one expired record", sts, err)
+	}
+}
+
+func TestLifecycleBroadcast(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	for _, a := range []string{"w1", "w2"} {
+		subscribe(t, newBus(t, s, a), newRecorder().handle)
+	}
+	ack := publish(t, orch, bus.Message{To: bus.Broadcast, Type: "ANNOUNCE"})
+	waitFor(t, "both recipients completed", func() (bool, string) {
+		sts, err := orch.Status(testContext(t), ack.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := map[string]bus.State{}
+		for _, st := range sts {
+			got[st.To] = st.State
+		}
+		return got[bus.Broadcast] == bus.StatePending && got["w1"] == bus.StateCompleted && got["w2"] == bus.StateCompleted, fmt.Sprint(got)
+	})
+}
+
+func TestLifecycleScopeAndSwitch(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "T"})
+	waitState(t, orch, ack.ID, bus.StatePending)
+
+	// A third agent's lookup sees none of it; an operator's sees it all.
+	if _, err := newBus(t, s, "bystander").Status(testContext(t), ack.ID); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("bystander Status error = %v, want ErrNoStatus", err)
+	}
+	if sts, err := newBus(t, s, "operator").StatusAll(testContext(t), ack.ID); err != nil || len(sts) != 1 {
+		t.Errorf("operator StatusAll = %v, %v", sts, err)
+	}
+
+	// Switched off, nothing is written and lookups say so.
+	quiet := newBus(t, s, "quiet", bus.WithoutLifecycle())
+	untracked := publish(t, quiet, bus.Message{To: "worker", Type: "T"})
+	if _, err := quiet.Status(testContext(t), untracked.ID); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("Status with lifecycle off error = %v, want ErrInvalidOption", err)
+	}
+	// A record would have been written before the publish, on the same
+	// connection; flushing makes sure the server has it.
+	if err := quiet.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orch.StatusAll(testContext(t), untracked.ID); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("StatusAll of an untracked message error = %v, want ErrNoStatus", err)
+	}
+}

@@ -1,0 +1,52 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestTransient: what Publish retries, and what it returns at once.
+func TestTransient(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{nats.ErrTimeout, true},
+		{nats.ErrNoResponders, true},
+		{jetstream.ErrNoStreamResponse, true},
+		{fmt.Errorf("wrapped: %w", nats.ErrNoResponders), true},
+		{&jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10163, Description: "expected last sequence per subject temporarily unavailable"}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10071, Description: "wrong last sequence"}, false},
+		{jetstream.ErrStreamNotFound, false},
+		{nats.ErrMaxPayload, false},
+		{context.Canceled, false},
+		{errors.New("other"), false},
+	}
+	for _, tt := range tests {
+		if got := transient(tt.err); got != tt.want {
+			t.Errorf("transient(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestRecentSet: it keeps the last recentSetSize values and forgets older
+// ones.
+func TestRecentSet(t *testing.T) {
+	var s recentSet
+	for i := range recentSetSize + 10 {
+		s.add(fmt.Sprint(i))
+	}
+	if s.has("9") || !s.has("10") || !s.has(fmt.Sprint(recentSetSize+9)) {
+		t.Errorf("recentSet kept the wrong values: has(9)=%v has(10)=%v", s.has("9"), s.has("10"))
+	}
+	if len(s.set) != recentSetSize {
+		t.Errorf("recentSet holds %d values, want %d", len(s.set), recentSetSize)
+	}
+}

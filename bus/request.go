@@ -1,0 +1,258 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/codec"
+)
+
+// ExtReplyBy is the CloudEvents extension a Request sets on its request
+// and Reply copies onto the reply: the time, RFC 3339, until which the
+// requester waits. A reply that reaches the requester's handler after it is
+// marked Late.
+const ExtReplyBy = "replyby"
+
+// Request publishes m and waits for its reply: the first message to the
+// bus's agent whose ReplyTo (causationid) is m's ID, as Reply sends it and
+// as any message published inside the handler of m is (see Publish). m
+// needs one recipient, not Broadcast. Without a deadline on ctx it waits
+// WithRequestTimeout (5 minutes by default); it then returns
+// ErrRequestTimeout.
+//
+// The reply travels through JetStream like any message, and is processed
+// once: Request takes it as it is published, from a subscription of the
+// process listening on the agent's subjects for as long as it waits; if a
+// Subscription of the process receives it first, that hands it over
+// instead of running its handler. Either way the stored copy is recorded
+// completed and later never reaches a handler (with WithoutLifecycle that
+// holds only within this process). A reply that comes after Request gave
+// up goes to the agent's handler, with Delivery.Late set.
+//
+// The returned Delivery has no Stream, Consumer or Sequence when the reply
+// was taken as it was published.
+func (b *Bus) Request(ctx context.Context, m Message) (*Delivery, error) {
+	if m.To == Broadcast {
+		return nil, &codec.FieldError{Field: "To", Value: m.To, Err: fmt.Errorf("%w: a request needs one recipient", ErrInvalidMessage)}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.opts.requestTimeout)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	inherit(ctx, &m)
+	m.SetDefaults(time.Now())
+	setExtension(&m, ExtReplyBy, deadline.UTC().Format(time.RFC3339Nano))
+
+	reply, err := b.req.wait(b, m.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer b.req.forget(m.ID)
+	if _, err := b.Publish(ctx, m); err != nil {
+		return nil, err
+	}
+	select {
+	case d := <-reply:
+		return d, nil
+	case <-ctx.Done():
+	}
+	b.req.forget(m.ID) // after this no reply can be handed over
+	select {
+	case d := <-reply:
+		return d, nil
+	default:
+		return nil, fmt.Errorf("%w: request %s to %s: %w", ErrRequestTimeout, m.ID, m.To, ctx.Err())
+	}
+}
+
+// Reply sends m as the reply to request: to its sender, in its conversation
+// (the same correlation ID), with ReplyTo (causationid) set to its ID and,
+// unless m sets one, its priority. The request's lifecycle record becomes
+// replied. Inside the handler of the request, pass the handler's ctx. Errors
+// are Publish's.
+func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, error) {
+	if request == nil || request.ID == "" || request.From == "" {
+		return PubAck{}, fmt.Errorf("%w: reply to a request without ID or sender", ErrInvalidMessage)
+	}
+	if m.To == "" {
+		m.To = request.From
+	}
+	if m.CorrelationID == "" {
+		m.CorrelationID = conversationOf(request)
+	}
+	m.ReplyTo = request.ID
+	if m.Priority == 0 {
+		m.Priority = request.Priority
+	}
+	if by, ok := request.Extensions[ExtReplyBy]; ok {
+		setExtension(&m, ExtReplyBy, by)
+	}
+	ack, err := b.Publish(ctx, m)
+	if err != nil {
+		return PubAck{}, err
+	}
+	s := statusOf(request, b.agent, StateReplied, b.agent)
+	s.ReplyID = ack.ID
+	if h, ok := ctx.Value(handlingKey{}).(*handling); ok && h.d.ID == request.ID {
+		h.replied.Store(true)
+		s = s.withDelivery(h.d)
+	}
+	b.status.record(s, false)
+	return ack, nil
+}
+
+// handling is what the subscription knows about the delivery whose handler
+// runs, carried in the handler's context.
+type handling struct {
+	d       *Delivery
+	replied atomic.Bool // Reply answered d
+}
+
+type handlingKey struct{}
+
+// requests are a bus's Requests waiting for replies.
+type requests struct {
+	mu       sync.Mutex
+	waiting  map[string]chan *Delivery // by request ID
+	listener *nats.Subscription        // while any request waits
+	taken    recentSet                 // IDs of replies handed to a Request
+}
+
+// wait registers a Request for the reply to id and makes sure the process
+// listens on the agent's subjects.
+func (r *requests) wait(b *Bus, id string) (<-chan *Delivery, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waiting == nil {
+		r.waiting = make(map[string]chan *Delivery)
+	}
+	if _, dup := r.waiting[id]; dup {
+		return nil, &codec.FieldError{Field: "ID", Value: id, Err: fmt.Errorf("%w: a request with this ID is already waiting", ErrInvalidMessage)}
+	}
+	if r.listener == nil {
+		filter, err := b.opts.scheme.AgentFilter(b.agent)
+		if err != nil {
+			return nil, err
+		}
+		if r.listener, err = b.nc.Subscribe(filter, b.listen); err != nil {
+			return nil, fmt.Errorf("listen for replies on %s: %w", filter, err)
+		}
+	}
+	ch := make(chan *Delivery, 1)
+	r.waiting[id] = ch
+	return ch, nil
+}
+
+// forget removes the Request for id, and the listener with the last one.
+// It is idempotent.
+func (r *requests) forget(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.waiting, id)
+	if len(r.waiting) == 0 && r.listener != nil {
+		r.listener.Unsubscribe()
+		r.listener = nil
+	}
+}
+
+// take hands d to the Request waiting for it, if any, and reports whether
+// one was. A reply already taken also reports true, so that its other copy
+// is dropped.
+func (r *requests) take(d *Delivery) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.taken.has(d.ID) {
+		return true
+	}
+	ch, ok := r.waiting[d.ReplyTo]
+	if !ok {
+		return false
+	}
+	delete(r.waiting, d.ReplyTo)
+	r.taken.add(d.ID)
+	ch <- d
+	return true
+}
+
+// listen receives the messages published to the agent while a Request
+// waits, and hands over the replies.
+func (b *Bus) listen(nm *nats.Msg) {
+	m, err := codec.Decode(nm.Header, nm.Data)
+	if err != nil || m.ReplyTo == "" {
+		return // the subscription dead-letters what cannot be decoded
+	}
+	if b.checkSender(nm.Subject, m) != nil {
+		return
+	}
+	d := &Delivery{Message: *m, Subject: nm.Subject}
+	if b.req.take(d) {
+		b.recordTaken(d)
+	}
+}
+
+// recordTaken marks a reply a Request took as completed, so the stored copy
+// never reaches a handler.
+func (b *Bus) recordTaken(d *Delivery) {
+	s := statusOf(&d.Message, b.agent, StateCompleted, b.agent).withDelivery(d)
+	s.Reason = "taken by Request"
+	b.status.record(s, false)
+}
+
+// settledElsewhere decides what happens to a delivery before the handler
+// runs, and reports whether the handler is to be skipped (the message is
+// acknowledged). A reply goes to the Request waiting for it, or is skipped
+// when it was taken already in this process. A message of a Request's
+// exchange (it carries ExtReplyBy: the request, or a reply) is skipped when
+// its lifecycle record is final already: a reply taken by a Request in
+// another process, a request answered with Reply from outside its handler.
+// Otherwise a reply after the requester's deadline is marked Late.
+func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
+	if d.ReplyTo != "" && b.req.take(d) {
+		b.recordTaken(d)
+		return true
+	}
+	by, ok := d.Extensions[ExtReplyBy]
+	if !ok {
+		return false
+	}
+	if b.status != nil {
+		if s, err := b.status.get(ctx, &d.Message, b.agent); err == nil && s.State.Final() {
+			return true
+		}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, by); err == nil && d.ReplyTo != "" && time.Now().After(t) {
+		d.Late = true
+	}
+	return false
+}
+
+// recentSet remembers the last recentSetSize strings added.
+type recentSet struct {
+	ring [recentSetSize]string
+	next int
+	set  map[string]struct{}
+}
+
+const recentSetSize = 1024
+
+func (s *recentSet) add(v string) {
+	if s.set == nil {
+		s.set = make(map[string]struct{}, recentSetSize)
+	}
+	delete(s.set, s.ring[s.next])
+	s.ring[s.next] = v
+	s.set[v] = struct{}{}
+	s.next = (s.next + 1) % recentSetSize
+}
+
+func (s *recentSet) has(v string) bool {
+	_, ok := s.set[v]
+	return ok
+}

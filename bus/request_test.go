@@ -1,0 +1,158 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+)
+
+// replier subscribes agent with a handler that answers every REQUEST with a
+// RESULT carrying the request's data.
+func replier(t *testing.T, b *bus.Bus) {
+	t.Helper()
+	subscribe(t, b, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type != "REQUEST" {
+			return nil
+		}
+		_, err := b.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", Data: d.Data})
+		return err
+	})
+}
+
+// handledOnlySentinel publishes a SENTINEL to the agent whose handler is r
+// and checks that r saw nothing else before it: a reply taken by a Request
+// was queued ahead of the sentinel at the same priority, so had it reached
+// the handler it would have come first.
+func handledOnlySentinel(t *testing.T, from *bus.Bus, to string, r *recorder) {
+	t.Helper()
+	publish(t, from, bus.Message{To: to, Type: "SENTINEL"})
+	got := r.waitCount(t, 1)
+	if len(got) != 1 || got[0].Type != "SENTINEL" {
+		t.Fatalf("handler saw %v, want only the sentinel", r.types())
+	}
+}
+
+func TestRequestReplyWithSubscription(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	replier(t, worker)
+	r := newRecorder()
+	subscribe(t, orch, r.handle)
+
+	ctx := testContext(t)
+	d, err := orch.Request(ctx, bus.Message{To: "worker", Type: "REQUEST", CorrelationID: "conv-rr", Data: []byte("42")})
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	if d.Type != "RESULT" || string(d.Data) != "42" || d.From != "worker" || d.CorrelationID != "conv-rr" || d.Late {
+		t.Fatalf("reply = %+v", d)
+	}
+	handledOnlySentinel(t, worker, "orchestrator", r)
+
+	// The request is recorded replied, with the reply's ID.
+	st := waitState(t, orch, d.ReplyTo, bus.StateReplied)
+	if st.ReplyID != d.ID || st.By != "worker" {
+		t.Errorf("request status = %+v, want replied by worker with reply %s", st, d.ID)
+	}
+	waitState(t, orch, d.ID, bus.StateCompleted)
+}
+
+func TestRequestWithoutSubscription(t *testing.T) {
+	s := newServer(t)
+	worker := newBus(t, s, "worker")
+	replier(t, worker)
+
+	// A process of the orchestrator that only makes a request, like the CLI.
+	cli := newBus(t, s, "orchestrator")
+	d, err := cli.Request(testContext(t), bus.Message{To: "worker", Type: "REQUEST", Data: []byte("x")})
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	if d.Type != "RESULT" || d.Sequence != 0 {
+		t.Fatalf("reply = %+v, want a RESULT taken as published (no sequence)", d)
+	}
+	waitState(t, cli, d.ID, bus.StateCompleted)
+
+	// Another process of the orchestrator subscribes later: the stored copy
+	// of the reply does not reach its handler again.
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "orchestrator"), r.handle)
+	handledOnlySentinel(t, worker, "orchestrator", r)
+}
+
+func TestRequestTimeoutThenLateReply(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	gaveUp := make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case <-gaveUp:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err := worker.Reply(ctx, &d.Message, bus.Message{Type: "RESULT"})
+		return err
+	})
+	r := newRecorder()
+	subscribe(t, orch, r.handle)
+
+	ctx, cancel := context.WithTimeout(testContext(t), 300*time.Millisecond)
+	defer cancel()
+	_, err := orch.Request(ctx, bus.Message{To: "worker", Type: "REQUEST"})
+	if !errors.Is(err, bus.ErrRequestTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Request error = %v, want ErrRequestTimeout wrapping DeadlineExceeded", err)
+	}
+	close(gaveUp)
+	got := r.waitCount(t, 1)
+	if got[0].Type != "RESULT" || !got[0].Late {
+		t.Fatalf("handler got %+v, want the late RESULT", got[0])
+	}
+	if got[0].Extensions[bus.ExtReplyBy] == "" {
+		t.Errorf("late reply lacks %s", bus.ExtReplyBy)
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "orchestrator", bus.WithRequestTimeout(time.Minute))
+	ctx := testContext(t)
+	var fe *codec.FieldError
+	if _, err := b.Request(ctx, bus.Message{To: bus.Broadcast, Type: "REQUEST"}); !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "To" {
+		t.Errorf("broadcast Request error = %v, want ErrInvalidMessage on To", err)
+	}
+	if _, err := b.Reply(ctx, &bus.Message{}, bus.Message{Type: "RESULT"}); !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("Reply to an empty request error = %v, want ErrInvalidMessage", err)
+	}
+	if _, err := bus.Connect("nats://127.0.0.1:1", "x", bus.WithRequestTimeout(0)); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("WithRequestTimeout(0) error = %v, want ErrInvalidOption", err)
+	}
+	if _, err := bus.Connect("nats://127.0.0.1:1", "x", bus.WithPublishAttempts(0)); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("WithPublishAttempts(0) error = %v, want ErrInvalidOption", err)
+	}
+}
+
+// waitState polls the lifecycle record of message id, as b's agent sees it,
+// until it reaches want, and returns it.
+func waitState(t *testing.T, b *bus.Bus, id string, want bus.State) bus.Status {
+	t.Helper()
+	var got bus.Status
+	waitFor(t, "state "+string(want)+" of "+id, func() (bool, string) {
+		sts, err := b.Status(testContext(t), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, st := range sts {
+			if st.To != bus.Broadcast {
+				got = st
+			}
+		}
+		return got.State == want, string(got.State)
+	})
+	return got
+}

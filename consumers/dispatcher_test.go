@@ -1,0 +1,347 @@
+package consumers_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds every wait in these tests; generous for -race on a
+// loaded 2-core machine.
+const testTimeout = 20 * time.Second
+
+// stream is the stream of these tests. Each consumer c reads "s.c.>".
+const stream = "S"
+
+// setup starts a server with the stream and creates one consumer per name,
+// filtering "s.<name>.>".
+func setup(t *testing.T, names ...string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc := embeddedtest.Connect(t, embeddedtest.RunServer(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	levels := make([]consumers.Level, len(names))
+	for i, name := range names {
+		levels[i] = consumers.Level{Priority: 1, Name: name, FilterSubject: "s." + name + ".>"}
+	}
+	if _, err := consumers.Ensure(ctx, js, stream, levels, consumers.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// publish publishes one message to each consumer named in order, and
+// returns their stream sequences.
+func publish(t *testing.T, js jetstream.JetStream, order ...string) []uint64 {
+	t.Helper()
+	seqs := make([]uint64, len(order))
+	for i, name := range order {
+		ack, err := js.Publish(t.Context(), "s."+name+".m", []byte(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[i] = ack.Sequence
+	}
+	return seqs
+}
+
+// publishTo is publish for consumers that nobody reads and that have
+// nothing pending. It returns once every consumer counts its messages as
+// pending: the server tells consumers of new messages in the background, and
+// until then answers a no_wait pull request as if they were not there.
+func publishTo(t *testing.T, js jetstream.JetStream, order ...string) []uint64 {
+	t.Helper()
+	seqs := publish(t, js, order...)
+	want := make(map[string]uint64)
+	for _, name := range order {
+		want[name]++
+	}
+	waitFor(t, fmt.Sprintf("pending %v", want), func() (bool, string) {
+		got := make(map[string]uint64)
+		for name := range want {
+			got[name] = consumerInfo(t, js, name).NumPending
+		}
+		return maps.Equal(got, want), fmt.Sprint(got)
+	})
+	return seqs
+}
+
+// consumerInfo returns the server's current information on the consumer.
+func consumerInfo(t *testing.T, js jetstream.JetStream, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := js.Consumer(t.Context(), stream, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.CachedInfo()
+}
+
+// record keeps what a dispatcher handled, in the order the handlers started.
+type record struct {
+	mu   sync.Mutex
+	seqs []uint64
+	gate chan struct{} // handlers wait for it to close; nil means no wait
+}
+
+func (r *record) handle(ctx context.Context, m *consumers.Msg) error {
+	r.mu.Lock()
+	r.seqs = append(r.seqs, m.Metadata.StreamSeq)
+	r.mu.Unlock()
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (r *record) handled() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seqs)
+}
+
+// waitFor polls cond until it holds or the deadline passes, then fails with
+// the last state cond described.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// run starts a dispatcher over levels with one handler slot, waits until r
+// has handled n messages and stops it.
+func run(t *testing.T, nc *nats.Conn, levels [][]string, r *record, n int, opts consumers.Options) {
+	t.Helper()
+	opts.OnError = func(err error) { t.Errorf("dispatcher: %v", err) }
+	d, err := consumers.Start(nc, stream, levels, r.handle, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	if r.gate != nil {
+		want := make([]int, len(levels))
+		for i := range levels {
+			want[i] = len(levels[i]) * opts.Prefetch
+		}
+		// Every lane is full and one message is running: the next picks
+		// choose among everything in memory.
+		waitFor(t, fmt.Sprintf("buffers %v", want), func() (bool, string) {
+			got := d.Buffered()
+			return slices.Equal(got, want), fmt.Sprint(got)
+		})
+		close(r.gate)
+	}
+	waitFor(t, fmt.Sprintf("%d messages handled", n), func() (bool, string) {
+		got := r.handled()
+		return len(got) >= n, fmt.Sprint(got)
+	})
+}
+
+// TestLanesOfALevelKeepStreamOrder: the direct and broadcast lanes of one
+// level come out in stream order, interleaved as they were published, not
+// one lane after the other.
+func TestLanesOfALevelKeepStreamOrder(t *testing.T) {
+	nc, js := setup(t, "direct", "broadcast")
+	levels := [][]string{{"direct", "broadcast"}}
+	for _, prefetch := range []int{1, 4} {
+		t.Run(fmt.Sprintf("prefetch=%d", prefetch), func(t *testing.T) {
+			// Several rounds, since which lane answers first is up to the
+			// scheduler.
+			for round := range 3 {
+				want := publishTo(t, js, "broadcast", "direct", "direct", "broadcast", "direct",
+					"broadcast", "broadcast", "broadcast", "direct", "broadcast", "direct", "direct")
+				r := &record{}
+				run(t, nc, levels, r, len(want), consumers.Options{Prefetch: prefetch})
+				if got := r.handled(); !slices.Equal(got, want) {
+					t.Fatalf("round %d handled %v, want stream order %v", round, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestStrictLevelsWithLanes: with two lanes per level and the lower level's
+// backlog published first, Strict starts every message of the higher level
+// first, each level in stream order, also while the lanes' buffers are still
+// filling; Buffered reports each level's lanes together.
+func TestStrictLevelsWithLanes(t *testing.T) {
+	nc, js := setup(t, "high-d", "high-b", "low-d", "low-b")
+	levels := [][]string{{"high-d", "high-b"}, {"low-d", "low-b"}}
+	for _, prefetch := range []int{1, 2} {
+		t.Run(fmt.Sprintf("prefetch=%d", prefetch), func(t *testing.T) {
+			for round := range 3 {
+				low := publishTo(t, js, "low-d", "low-b", "low-b", "low-d", "low-d", "low-b", "low-d", "low-b")
+				high := publishTo(t, js, "high-b", "high-d", "high-b", "high-d", "high-d", "high-b", "high-b", "high-d")
+				want := append(high, low...)
+				r := &record{gate: make(chan struct{})}
+				run(t, nc, levels, r, len(want), consumers.Options{Prefetch: prefetch})
+				if got := r.handled(); !slices.Equal(got, want) {
+					t.Fatalf("round %d handled %v, want %v: the higher level first, each in stream order", round, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestEnsureNarrowsMultiFilterConsumer: a consumer created with two filter
+// subjects, as agentbus did before it gave direct messages and broadcasts a
+// consumer each, is updated in place to one filter. It keeps its acks, so
+// nothing it delivered comes again; the new broadcast consumer starts from
+// the stream's beginning and so delivers the retained broadcasts once more.
+// The single-filter create request carries the filter in its subject.
+func TestEnsureNarrowsMultiFilterConsumer(t *testing.T) {
+	nc, js := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	direct, broadcast := "s.agent.a.p1.>", "s.all.p1.>"
+	old, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: "a_p1", FilterSubjects: []string{direct, broadcast}, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"s.agent.a.p1.x.t", "s.all.p1.x.t", "s.agent.a.p1.x.t"} {
+		if _, err := js.Publish(ctx, subj, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := old.Fetch(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := batch.Error(); err != nil {
+		t.Fatal(err)
+	}
+
+	creates := make(chan *nats.Msg, 4)
+	spy, err := nc.ChanSubscribe("$JS.API.CONSUMER.CREATE."+stream+".>", creates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Unsubscribe()
+	levels := []consumers.Level{
+		{Priority: 1, Name: "a_p1", FilterSubject: direct},
+		{Priority: 1, Name: "a_b1", FilterSubject: broadcast},
+	}
+	if _, err := consumers.Ensure(ctx, js, stream, levels, consumers.Settings{}); err != nil {
+		t.Fatalf("Ensure over a two-filter consumer: %v", err)
+	}
+	var subjects []string
+	for range levels {
+		select {
+		case m := <-creates:
+			subjects = append(subjects, m.Subject)
+		case <-ctx.Done():
+			t.Fatalf("saw create requests %v, want %d", subjects, len(levels))
+		}
+	}
+	slices.Sort(subjects)
+	want := []string{
+		"$JS.API.CONSUMER.CREATE.S.a_b1." + broadcast,
+		"$JS.API.CONSUMER.CREATE.S.a_p1." + direct,
+	}
+	if !slices.Equal(subjects, want) {
+		t.Errorf("create requests on %q, want %q", subjects, want)
+	}
+
+	for _, tt := range []struct {
+		name                 string
+		filter               string
+		ackFloor, numPending uint64
+	}{
+		{"a_p1", direct, 3, 0},
+		{"a_b1", broadcast, 0, 1},
+	} {
+		info := consumerInfo(t, js, tt.name)
+		if info.Config.FilterSubject != tt.filter || len(info.Config.FilterSubjects) != 0 ||
+			info.AckFloor.Stream != tt.ackFloor || info.NumPending != tt.numPending {
+			t.Errorf("%s: filter %q %q, ack floor %d, pending %d; want filter %q, ack floor %d, pending %d",
+				tt.name, info.Config.FilterSubject, info.Config.FilterSubjects, info.AckFloor.Stream, info.NumPending,
+				tt.filter, tt.ackFloor, tt.numPending)
+		}
+	}
+}
+
+// TestStrictWaitsForARefilledLane: a lane whose waiting pull request was
+// filled may have more at the server, so Strict does not pass over it for a
+// lower level until it has asked again.
+func TestStrictWaitsForARefilledLane(t *testing.T) {
+	nc, js := setup(t, "high", "low")
+	r := &record{gate: make(chan struct{})}
+	d, err := consumers.Start(nc, stream, [][]string{{"high"}, {"low"}}, r.handle, consumers.Options{
+		Prefetch: 1,
+		OnError:  func(err error) { t.Errorf("dispatcher: %v", err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	waitFor(t, "both lanes drained, a request waiting at the server for each", func() (bool, string) {
+		h, l := consumerInfo(t, js, "high").NumWaiting, consumerInfo(t, js, "low").NumWaiting
+		return h == 1 && l == 1, fmt.Sprintf("waiting high %d, low %d", h, l)
+	})
+	want := publish(t, js, "low")
+	waitFor(t, "the low message running", func() (bool, string) {
+		return len(r.handled()) == 1, fmt.Sprint(r.handled())
+	})
+	// high-1 fills the waiting request of the high lane; high-2 stays at
+	// the server until the lane asks again.
+	more := publish(t, js, "high", "high", "low")
+	want = append(want, more...)
+	waitFor(t, "high-1 and low-2 in memory, high-2 at the server", func() (bool, string) {
+		b, pending := d.Buffered(), consumerInfo(t, js, "high").NumPending
+		return slices.Equal(b, []int{1, 1}) && pending == 1, fmt.Sprintf("buffered %v, high pending %d", b, pending)
+	})
+	close(r.gate)
+	waitFor(t, "4 messages handled", func() (bool, string) {
+		return len(r.handled()) == 4, fmt.Sprint(r.handled())
+	})
+	if got := r.handled(); !slices.Equal(got, want) {
+		t.Errorf("handled %v, want %v: both high messages before the second low", got, want)
+	}
+}

@@ -1,0 +1,164 @@
+package subjects
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// The message lifecycle status lives in a JetStream KeyValue bucket, one key
+// per message and recipient:
+//
+//	<conversation>.<id>.<from>.<to>
+//
+// <conversation> is [ConversationKey] of the message's correlation ID, so the
+// keys of one conversation share a literal prefix and a timeline is read
+// without scanning the bucket. <id>, <from> and <to> are [EncodeToken] tokens
+// with '%' written '=' (KeyValue keys allow [-/_=.A-Za-z0-9] only; '='
+// itself is escaped as "=3D", so the mapping stays one to one). <to> is the
+// recipient; a broadcast has one key for the sender with <to> "=2A" (the
+// encoded [Broadcast]) and one per recipient that received it. Because the
+// sender and the recipient are tokens of their own, server permissions can
+// limit an agent to the keys that name it (see [Scheme.StatusKeyPatterns]).
+const (
+	statusBucketSuffix = "_STATUS"
+	keyEscape          = '='
+	// maxKeyIDLen bounds the encoded message ID in a key; a longer ID is
+	// written as hashedIDPrefix and the hex SHA-256 of the ID. "=H" cannot
+	// come from encoding, where '=' is followed by two hex digits.
+	maxKeyIDLen    = 200
+	hashedIDPrefix = "=H"
+)
+
+// StatusBucket returns the name of the KeyValue bucket that holds the
+// lifecycle status of the messages of s: [Scheme.Stream] followed by
+// "_STATUS", such as "AGENTBUS_STATUS". Its stream is "KV_" and the name.
+func (s Scheme) StatusBucket() string {
+	return s.Stream() + statusBucketSuffix
+}
+
+// ConversationKey returns the key token of the conversation that
+// correlationID names: the first 16 bytes of its SHA-256 in lower-case hex,
+// 32 characters. It is the hex form of the trace ID that package bus gives
+// the conversation (bus.ConversationTraceID), so a trace ID found in a
+// tracing backend leads straight to the conversation's status keys.
+func ConversationKey(correlationID string) string {
+	sum := sha256.Sum256([]byte(correlationID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// StatusKey returns the status key of the message id from agent from to
+// recipient to (an agent ID or [Broadcast]) in the conversation named by
+// correlationID. from and to must pass [ValidateID] (to may be [Broadcast])
+// and id must not be empty; the error wraps [ErrInvalidAgentID] or
+// [ErrInvalidToken].
+func StatusKey(correlationID, id, from, to string) (string, error) {
+	if id == "" {
+		return "", fmt.Errorf("%w: empty message ID", ErrInvalidToken)
+	}
+	if err := validateID("sender", from); err != nil {
+		return "", err
+	}
+	if to != Broadcast {
+		if err := validateID("recipient", to); err != nil {
+			return "", err
+		}
+	}
+	return ConversationKey(correlationID) + "." + keyID(id) + "." + keyToken(from) + "." + keyToken(to), nil
+}
+
+// StatusKeysOfConversation returns the key filter that matches every status
+// key of the conversation named by correlationID: "<conversation>.>".
+func StatusKeysOfConversation(correlationID string) string {
+	return ConversationKey(correlationID) + "." + tail
+}
+
+// StatusKeysOfMessage returns the key filter that matches every status key
+// of message id, whatever its conversation: "*.<id>.*.*". The leading
+// wildcard makes the server look through the bucket's keys; prefer
+// StatusKey when the correlation ID is known.
+func StatusKeysOfMessage(id string) string {
+	return "*." + keyID(id) + ".*.*"
+}
+
+// StatusKeyPatterns returns the two key patterns that match the status keys
+// naming agent: as the sender ("*.*.<agent>.*") and as the recipient
+// ("*.*.*.<agent>"). They are what an agent's permissions allow it to read and
+// write. The error wraps [ErrInvalidAgentID].
+func StatusKeyPatterns(agent string) ([]string, error) {
+	return agentKeys("*", agent)
+}
+
+// StatusKeysOfAgent returns the two key filters that match the status keys
+// of message id that name agent, as the sender ("*.<id>.<agent>.*") and as
+// the recipient ("*.<id>.*.<agent>"). Both lie within [StatusKeyPatterns]
+// of agent. The error wraps [ErrInvalidAgentID].
+func StatusKeysOfAgent(id, agent string) ([]string, error) {
+	return agentKeys(keyID(id), agent)
+}
+
+// agentKeys returns the sender and recipient key filters of agent for the
+// ID token idTok.
+func agentKeys(idTok, agent string) ([]string, error) {
+	if err := ValidateID(agent); err != nil {
+		return nil, err
+	}
+	a := keyToken(agent)
+	return []string{"*." + idTok + "." + a + ".*", "*." + idTok + ".*." + a}, nil
+}
+
+// StatusKeyParts are the parts of a status key.
+type StatusKeyParts struct {
+	// Conversation is the ConversationKey of the message's correlation ID.
+	Conversation string
+	// ID is the message ID; for an ID longer than the key allows it is
+	// empty and IDHash holds the key's hashed form.
+	ID, IDHash string
+	// From is the sender, To the recipient or Broadcast.
+	From, To string
+}
+
+// ParseStatusKey splits a status key made by StatusKey. The error wraps
+// [ErrInvalidToken] or [ErrInvalidAgentID].
+func ParseStatusKey(key string) (StatusKeyParts, error) {
+	parts := strings.Split(key, ".")
+	if len(parts) != 4 || len(parts[0]) != 32 {
+		return StatusKeyParts{}, fmt.Errorf("%w: %q is not a status key <conversation>.<id>.<from>.<to>", ErrInvalidToken, key)
+	}
+	var p StatusKeyParts
+	p.Conversation = parts[0]
+	var err error
+	if strings.HasPrefix(parts[1], hashedIDPrefix) {
+		p.IDHash = parts[1]
+	} else if p.ID, err = DecodeToken(fromKeyToken(parts[1])); err != nil {
+		return StatusKeyParts{}, err
+	}
+	if p.From, err = decodeID("sender", fromKeyToken(parts[2])); err != nil {
+		return StatusKeyParts{}, err
+	}
+	if p.To, err = decodeRecipient(fromKeyToken(parts[3])); err != nil {
+		return StatusKeyParts{}, err
+	}
+	return p, nil
+}
+
+// keyToken is EncodeToken(s) with the escape '%' written '='.
+func keyToken(s string) string {
+	return strings.ReplaceAll(EncodeToken(s), "%", string(keyEscape))
+}
+
+// fromKeyToken undoes keyToken's change of escape character.
+func fromKeyToken(t string) string {
+	return strings.ReplaceAll(t, string(keyEscape), "%")
+}
+
+// keyID is the key token of a message ID: keyToken(id), or for an ID that
+// encodes to more than maxKeyIDLen bytes, "=H" and its SHA-256 in hex.
+func keyID(id string) string {
+	if encodedLen(id) <= maxKeyIDLen {
+		return keyToken(id)
+	}
+	sum := sha256.Sum256([]byte(id))
+	return hashedIDPrefix + hex.EncodeToString(sum[:])
+}
