@@ -126,7 +126,12 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 		a.provisionCommand(),
 		a.publishCommand(),
 		a.subscribeCommand(),
+		a.requestCommand(),
+		a.replyCommand(),
+		a.statusCommand(),
+		a.traceCommand(),
 		a.dlqCommand(),
+		a.benchCommand(),
 	)
 	return root
 }

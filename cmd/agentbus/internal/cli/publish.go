@@ -13,15 +13,11 @@ import (
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/codec/profiles"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func (a *app) publishCommand() *cobra.Command {
-	var (
-		m        bus.Message
-		data     string
-		dataFile string
-		profile  string
-	)
+	in := &messageInput{m: bus.Message{Priority: subjects.DefaultPriority}}
 	cmd := &cobra.Command{
 		Use:   "publish --from AGENT --to AGENT|'*' --type TYPE [flags]",
 		Short: "Publish one message",
@@ -31,6 +27,15 @@ with --to '*', and waits for the server to store it.
 The payload is --data, else the contents of --data-file, else all of stdin.
 Attributes left out get defaults: a random UUID for --id, priority 3, the
 message ID for --correlation-id, now for the time.
+
+With --profile NAME the payload is a native message of one of the agent
+protocols (docs/protocols.md): it is checked by the protocol's rules and sent
+byte for byte, and its own fields give the type, ID, conversation, sender,
+recipient and priority. --from and --to, when given, override the sender and
+recipient on the envelope (the native bytes stay unchanged), and supply them
+for formats that carry none; --priority overrides the protocol's priority.
+The message is sent as its final sender. The other attribute flags do not
+apply.
 
 On success it prints one line with the message ID and its stream sequence:
 
@@ -45,42 +50,16 @@ with the sequence of the copy stored first. A duplicate is not an error (the
 message is on the bus once) and exits 0, so a publish can be retried safely
 with the same --id.`,
 		Example: `  agentbus publish --from alice --to bob --type PING --data hello
-  echo '{"task":"build"}' | agentbus publish --from lead --to '*' --type TASK --priority 1 --content-type application/json`,
+  echo '{"task":"build"}' | agentbus publish --from lead --to '*' --type TASK --priority 1 --content-type application/json
+  agentbus publish --profile coordination --to reviewer --file result.json`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			if cmd.Flags().Changed("data") && (cmd.Flags().Changed("data-file") || cmd.Flags().Changed("file")) {
-				return usagef("--data and --data-file cannot be used together")
-			}
-			m.Data = []byte(data)
-			if !cmd.Flags().Changed("data") {
-				var err error
-				if m.Data, err = a.readData(dataFile); err != nil {
-					return err
-				}
-			}
-			if profile != "" {
-				return a.publishNative(cmd, profile, m)
-			}
-			for _, name := range []string{"from", "to", "type"} {
-				if !cmd.Flags().Changed(name) {
-					return usagef("required flag \"%s\" not set", name)
-				}
-			}
-			// Check the message before connecting, so that a bad flag is
-			// reported as such whether or not the server is up.
-			if m.Priority == 0 {
-				return usagef("--priority 0: must be 1 (most urgent) to 5")
-			}
-			check := m
-			check.SetDefaults(time.Now())
-			if err := check.Validate(); err != nil {
-				return usageError{flagError(err)}
-			}
-			b, err := a.connect(m.From, bus.WithRoot(a.root))
+			m, err := in.message(cmd, a, "from", "to", "type")
 			if err != nil {
-				if errors.Is(err, bus.ErrInvalidOption) {
-					return usageError{err}
-				}
+				return err
+			}
+			b, err := a.connectAs("from", m.From)
+			if err != nil {
 				return err
 			}
 			defer b.Close()
@@ -91,57 +70,167 @@ with the same --id.`,
 			return printAck(a.stdout, ack)
 		}),
 	}
-	f := cmd.Flags()
-	f.StringVar(&m.From, "from", "", "sending agent (required)")
-	f.StringVar(&m.To, "to", "", "receiving agent, or '*' for every agent (required)")
-	f.StringVar(&m.Type, "type", "", "message type, e.g. TASK_ASSIGNMENT (required)")
-	f.IntVar(&m.Priority, "priority", 3, "priority from 1, the most urgent, to 5")
-	f.StringVar(&m.ID, "id", "", "message ID and deduplication key (default a random UUID)")
-	f.StringVar(&m.CorrelationID, "correlation-id", "", "conversation the message belongs to (default the message ID)")
-	f.StringVar(&m.ReplyTo, "reply-to", "", "ID of the message this one answers")
-	f.DurationVar(&m.TTL, "ttl", 0, "how long the message stays deliverable, e.g. 30s or 5m (0: forever)")
-	f.StringVar(&m.ContentType, "content-type", "", "media type of the data, e.g. application/json")
-	f.StringVar(&data, "data", "", "payload")
-	f.StringVar(&dataFile, "data-file", "", "file whose contents are the payload")
-	f.StringVar(&dataFile, "file", "", "same as --data-file")
-	f.StringVar(&profile, "profile", "", "the payload is a native message of this protocol ("+strings.Join(profiles.Names(), ", ")+"); addressing and priority come from it: --from and --to fill in what the format lacks, --priority overrides")
+	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "reply-to", "ttl", "content-type")
 	return cmd
 }
 
-// publishNative publishes the native message m.Data of the named protocol
-// profile. --from and --to fill in what the format does not carry (front
-// matter, swarm); --priority overrides the protocol's priority; the bus
-// identity is the native sender.
-func (a *app) publishNative(cmd *cobra.Command, name string, m bus.Message) error {
-	p, ok := profiles.Lookup(name)
-	if !ok {
-		return usagef("--profile %q: not one of %s", name, strings.Join(profiles.Names(), ", "))
-	}
-	addr := profiles.Addressing{From: m.From, To: m.To}
-	if cmd.Flags().Changed("priority") {
-		addr.Priority = m.Priority
-	}
-	native, err := p.Decode(m.Data, addr)
-	if err != nil {
-		return usageError{fmt.Errorf("--profile %s: %w", name, err)}
-	}
-	b, err := a.connect(native.From, bus.WithRoot(a.root))
-	if err != nil {
-		if errors.Is(err, bus.ErrInvalidOption) || errors.Is(err, bus.ErrInvalidAgentID) {
-			return usageError{err}
-		}
-		return err
-	}
-	defer b.Close()
-	ack, err := b.PublishNative(cmd.Context(), p, m.Data, addr)
-	if err != nil {
-		return err
-	}
-	return printAck(a.stdout, ack)
+// messageInput is what the flags that make a message collect, for publish,
+// request and reply: its attributes, its payload and its protocol profile.
+type messageInput struct {
+	m        bus.Message // the attribute flags; its values are their defaults
+	data     string      // --data
+	dataFile string      // --data-file, --file
+	profile  string      // --profile
 }
 
-// readData reads the payload from file, or from stdin when file is "".
-func (a *app) readData(file string) ([]byte, error) {
+// attributeFlags adds, by flag name, the flag that sets one attribute of m,
+// with the value m holds as its default.
+var attributeFlags = map[string]func(cmd *cobra.Command, m *bus.Message){
+	"from": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.From, "from", m.From, "sending agent (required)")
+	},
+	"to": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.To, "to", m.To, "receiving agent, or '*' for every agent (required)")
+	},
+	"type": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.Type, "type", m.Type, "message type, e.g. TASK_ASSIGNMENT (required)")
+	},
+	"priority": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().IntVar(&m.Priority, "priority", m.Priority, "priority from 1, the most urgent, to 5")
+	},
+	"id": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.ID, "id", m.ID, "message ID and deduplication key (default a random UUID)")
+	},
+	"correlation-id": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.CorrelationID, "correlation-id", m.CorrelationID, "conversation the message belongs to (default the message ID)")
+	},
+	"reply-to": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.ReplyTo, "reply-to", m.ReplyTo, "ID of the message this one answers")
+	},
+	"ttl": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().DurationVar(&m.TTL, "ttl", m.TTL, "how long the message stays deliverable, e.g. 30s or 5m (0: forever)")
+	},
+	"content-type": func(cmd *cobra.Command, m *bus.Message) {
+		cmd.Flags().StringVar(&m.ContentType, "content-type", m.ContentType, "media type of the data, e.g. application/json")
+	},
+}
+
+// addFlags adds to cmd the attribute flags named attrs (keys of
+// attributeFlags) and the payload flags: --data, --data-file (alias --file)
+// and --profile.
+func (in *messageInput) addFlags(cmd *cobra.Command, attrs ...string) {
+	for _, name := range attrs {
+		attributeFlags[name](cmd, &in.m)
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.data, "data", "", "payload")
+	f.StringVar(&in.dataFile, "data-file", "", "file whose contents are the payload")
+	f.StringVar(&in.dataFile, "file", "", "same as --data-file")
+	f.StringVar(&in.profile, "profile", "", "the payload is a native message of this protocol ("+strings.Join(profiles.Names(), ", ")+
+		"); its fields address it: --from and --to, when given, override its sender and recipient, --priority its priority")
+}
+
+// message returns the message the flags of cmd describe, checked as Publish
+// checks it, so that a bad flag is reported as a usage error whether or not
+// the server is up. required are the flags a message needs without
+// --profile.
+func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) (bus.Message, error) {
+	if cmd.Flags().Changed("priority") && in.m.Priority == 0 {
+		return bus.Message{}, usagef("--priority 0: must be 1 (most urgent) to 5")
+	}
+	payload, err := in.payload(cmd, a)
+	if err != nil {
+		return bus.Message{}, err
+	}
+	var m bus.Message
+	if in.profile != "" {
+		m, err = in.native(cmd, payload)
+	} else {
+		m, err = in.plain(cmd, payload, required)
+	}
+	if err != nil {
+		return bus.Message{}, err
+	}
+	check := m
+	check.SetDefaults(time.Now())
+	if err := check.Validate(); err != nil {
+		return bus.Message{}, usageError{flagError(err)}
+	}
+	return m, nil
+}
+
+// payload returns --data, else the contents of --data-file, else stdin.
+func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
+	f := cmd.Flags()
+	if f.Changed("data") && (f.Changed("data-file") || f.Changed("file")) {
+		return nil, usagef("--data and --data-file cannot be used together")
+	}
+	if f.Changed("data") {
+		return []byte(in.data), nil
+	}
+	return a.readData(cmd.Name(), in.dataFile)
+}
+
+// plain returns the message the attribute flags describe, with payload as
+// its data, once the required flags are there.
+func (in *messageInput) plain(cmd *cobra.Command, payload []byte, required []string) (bus.Message, error) {
+	for _, name := range required {
+		if !cmd.Flags().Changed(name) {
+			return bus.Message{}, usagef("required flag \"%s\" not set", name)
+		}
+	}
+	m := in.m
+	m.Data = payload
+	return m, nil
+}
+
+// native returns the native message payload of --profile as the profile
+// prepares it (profiles.Prepare: decoded, checked by the protocol's rules,
+// the findings of a lenient one attached), with --from and --to supplying
+// the addressing the format lacks. When given, --from and --to then
+// override the sender and recipient on the envelope, and --priority the
+// priority; the data, the native bytes, stays unchanged.
+func (in *messageInput) native(cmd *cobra.Command, payload []byte) (bus.Message, error) {
+	p, ok := profiles.Lookup(in.profile)
+	if !ok {
+		return bus.Message{}, usagef("--profile %q: not one of %s", in.profile, strings.Join(profiles.Names(), ", "))
+	}
+	f := cmd.Flags()
+	addr := profiles.Addressing{From: in.m.From, To: in.m.To}
+	if f.Changed("priority") {
+		addr.Priority = in.m.Priority
+	}
+	m, err := profiles.Prepare(p, payload, addr)
+	if err != nil {
+		return bus.Message{}, usageError{fmt.Errorf("--profile %s: %w", in.profile, err)}
+	}
+	if f.Changed("from") {
+		m.From = in.m.From
+	}
+	if f.Changed("to") {
+		m.To = in.m.To
+	}
+	return *m, nil
+}
+
+// connectAs connects to the bus under --root as agent, named by the flag
+// --flag. A bad --root or an invalid agent ID is a usage error.
+func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error) {
+	b, err := a.connect(agent, append([]bus.Option{bus.WithRoot(a.root)}, opts...)...)
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, bus.ErrInvalidAgentID):
+		return nil, usageError{fmt.Errorf("--%s: %w", flag, err)}
+	case errors.Is(err, bus.ErrInvalidOption):
+		return nil, usageError{err}
+	}
+	return nil, err
+}
+
+// readData reads the payload of command name from file, or from stdin when
+// file is "".
+func (a *app) readData(name, file string) ([]byte, error) {
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -151,7 +240,7 @@ func (a *app) readData(file string) ([]byte, error) {
 	}
 	if f, ok := a.stdin.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			fmt.Fprintln(a.stderr, "agentbus publish: reading the payload from the terminal; end it with Ctrl-D")
+			fmt.Fprintf(a.stderr, "agentbus %s: reading the payload from the terminal; end it with Ctrl-D\n", name)
 		}
 	}
 	data, err := io.ReadAll(a.stdin)

@@ -1,0 +1,128 @@
+package benchmark
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/subjects"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr error
+	}{
+		{name: "zero is every default", cfg: Config{}},
+		{name: "smallest", cfg: Config{Messages: MinMessages, Size: MinSize, Agents: 1, Rate: 0.5}},
+		{name: "subset", cfg: Config{Only: []string{"sync", "priority"}}},
+		{name: "one message", cfg: Config{Messages: 1}, wantErr: ErrInvalidConfig},
+		{name: "negative messages", cfg: Config{Messages: -1}, wantErr: ErrInvalidConfig},
+		{name: "payload too small for the stamp", cfg: Config{Size: MinSize - 1}, wantErr: ErrInvalidConfig},
+		{name: "negative agents", cfg: Config{Agents: -1}, wantErr: ErrInvalidConfig},
+		{name: "negative rate", cfg: Config{Rate: -1}, wantErr: ErrInvalidConfig},
+		{name: "unknown scenario", cfg: Config{Only: []string{"sync", "bogus"}}, wantErr: ErrInvalidConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.cfg.Validate(); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Validate() = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRunWithoutDial(t *testing.T) {
+	if _, err := Run(context.Background(), Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Run without Dial = %v, want %v", err, ErrInvalidConfig)
+	}
+}
+
+func TestEndToEndMessages(t *testing.T) {
+	tests := []struct {
+		messages int
+		rate     float64
+		want     int
+	}{
+		{messages: 10_000, rate: 1000, want: 5000}, // bounded by EndToEndDuration
+		{messages: 200, rate: 1000, want: 200},
+		{messages: 10_000, rate: 0.1, want: MinMessages},
+	}
+	for _, tt := range tests {
+		c := Config{Messages: tt.messages, Rate: tt.rate}
+		if got := c.endToEndMessages(); got != tt.want {
+			t.Errorf("endToEndMessages(messages %d, rate %v) = %d, want %d", tt.messages, tt.rate, got, tt.want)
+		}
+	}
+}
+
+// TestRawConsumersMirrorTheBus checks that the raw side of the setup
+// scenario creates exactly the consumers package subjects names for an
+// agent, with the bus's settings.
+func TestRawConsumersMirrorTheBus(t *testing.T) {
+	s, err := subjects.New("bench-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.Consumers("agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rawConsumers(s, "agent-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rawConsumers made %d consumers, subjects names %d", len(got), len(want))
+	}
+	for i, c := range got {
+		if c.Durable != want[i].Name || c.FilterSubject != want[i].Filter {
+			t.Errorf("consumer %d = %s on %s, want %s on %s", i, c.Durable, c.FilterSubject, want[i].Name, want[i].Filter)
+		}
+	}
+	if _, err := rawConsumers(s, "*"); !errors.Is(err, subjects.ErrInvalidAgentID) {
+		t.Errorf("rawConsumers of %q = %v, want %v", "*", err, subjects.ErrInvalidAgentID)
+	}
+}
+
+func TestTally(t *testing.T) {
+	tl := newTally(3)
+	for _, v := range []int64{5, 4, 3, 2} { // the fourth is a redelivery
+		tl.add(v)
+	}
+	if err := tl.wait(context.Background()); err != nil {
+		t.Fatalf("wait after 3 of 3 calls: %v", err)
+	}
+	if got := tl.snapshot(); !slices.Equal(got, []int64{5, 4, 3}) {
+		t.Errorf("values = %v, want [5 4 3]", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := newTally(3).wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("wait with a cancelled context = %v, want %v", err, context.Canceled)
+	}
+}
+
+func TestStamp(t *testing.T) {
+	epoch := time.Now()
+	p := stamp(epoch, 16)
+	if len(p) != 16 {
+		t.Fatalf("stamp made %d bytes, want 16", len(p))
+	}
+	if d := since(epoch, p); d < 0 {
+		t.Errorf("since(stamp) = %v, want >= 0", d)
+	}
+	if d := since(epoch, []byte{1, 2, 3}); d != 0 {
+		t.Errorf("since(short payload) = %v, want 0", d)
+	}
+}

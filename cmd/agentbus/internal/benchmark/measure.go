@@ -1,0 +1,301 @@
+package benchmark
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+)
+
+// tally records what the handlers of one side receive: one value per call,
+// in the order of the calls, up to n calls, and when the first and the
+// n-th call started. It is safe for concurrent use.
+type tally struct {
+	mu          sync.Mutex
+	n           int
+	values      []int64
+	first, last time.Time
+	done        chan struct{} // closed at the n-th call
+}
+
+func newTally(n int) *tally {
+	return &tally{n: n, values: make([]int64, 0, n), done: make(chan struct{})}
+}
+
+// add records one handler call with its value.
+func (t *tally) add(v int64) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.values) == t.n {
+		return // a redelivery after the count was reached
+	}
+	t.values = append(t.values, v)
+	if len(t.values) == 1 {
+		t.first = now
+	}
+	if len(t.values) == t.n {
+		t.last = now
+		close(t.done)
+	}
+}
+
+func (t *tally) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.values)
+}
+
+// wait returns once n calls were recorded. It fails when ctx ends or when
+// no call arrives for stallTimeout.
+func (t *tally) wait(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, since := -1, time.Now()
+	for {
+		select {
+		case <-t.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("received %d of %d messages: %w", t.count(), t.n, ctx.Err())
+		case now := <-tick.C:
+			if c := t.count(); c != last {
+				last, since = c, now
+			} else if now.Sub(since) > stallTimeout {
+				return fmt.Errorf("received %d of %d messages, then nothing for %v", c, t.n, stallTimeout)
+			}
+		}
+	}
+}
+
+// rate returns the calls per second between the first and the n-th call.
+// It is finite even if the clock did not advance between them.
+func (t *tally) rate() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return float64(t.n-1) / max(t.last.Sub(t.first), time.Nanosecond).Seconds()
+}
+
+// snapshot returns the values recorded so far.
+func (t *tally) snapshot() []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]int64(nil), t.values...)
+}
+
+// timed returns n divided by the seconds f took.
+func timed(n int, f func() error) (float64, error) {
+	start := time.Now()
+	if err := f(); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// latencies calls f n times, one after another, and returns how long each
+// call took.
+func latencies(n int, f func(i int) error) ([]time.Duration, error) {
+	out := make([]time.Duration, n)
+	for i := range n {
+		start := time.Now()
+		if err := f(i); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		out[i] = time.Since(start)
+	}
+	return out, nil
+}
+
+// paced calls send(i) for i in [0, n) at rate calls per second, each on
+// its schedule counted from the first call; calls that fall behind are
+// made at once, so the average rate holds.
+func paced(ctx context.Context, n int, rate float64, send func(i int) error) error {
+	interval := time.Duration(float64(time.Second) / rate)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	start := time.Now()
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := send(i); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// stamp returns a payload of size bytes that starts with the time since
+// epoch, for since to read at the handler. The clock is monotonic: both
+// ends run in this process.
+func stamp(epoch time.Time, size int) []byte {
+	p := make([]byte, size)
+	binary.BigEndian.PutUint64(p, uint64(time.Since(epoch)))
+	return p
+}
+
+// since returns the time elapsed since p was stamped, or 0 for a payload
+// too short to carry a stamp.
+func since(epoch time.Time, p []byte) time.Duration {
+	if len(p) < 8 {
+		return 0
+	}
+	return time.Since(epoch) - time.Duration(binary.BigEndian.Uint64(p))
+}
+
+// unstalled calls publish until it does not fail with
+// jetstream.ErrTooManyStalledMsgs, waiting in between for every publish in
+// flight to be acknowledged (complete), as a well-behaved producer does
+// when the server falls behind.
+func unstalled[F any](ctx context.Context, complete func() <-chan struct{}, publish func() (F, error)) (F, error) {
+	for {
+		f, err := publish()
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		select {
+		case <-complete():
+		case <-ctx.Done():
+			return f, ctx.Err()
+		}
+	}
+}
+
+// publishBusAsync publishes msg(i) for i in [0, n) with b.PublishAsync and
+// returns once every publish is acknowledged, with the first failure.
+func publishBusAsync(ctx context.Context, b *bus.Bus, n int, msg func(i int) bus.Message) error {
+	futures := make([]*bus.PublishFuture, n)
+	for i := range n {
+		f, err := unstalled(ctx, b.PublishAsyncComplete, func() (*bus.PublishFuture, error) { return b.PublishAsync(ctx, msg(i)) })
+		if err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+		futures[i] = f
+	}
+	select {
+	case <-b.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for i, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// publishRawAsync publishes msg(i) for i in [0, n) with js.PublishMsgAsync
+// and returns once every publish is acknowledged, with the first failure.
+func publishRawAsync(ctx context.Context, js jetstream.JetStream, n int, msg func(i int) *nats.Msg) error {
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range n {
+		f, err := unstalled(ctx, js.PublishAsyncComplete, func() (jetstream.PubAckFuture, error) { return js.PublishMsgAsync(msg(i)) })
+		if err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+		futures[i] = f
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// busHeaders returns a function that returns the headers the bus writes
+// for a message of payload from senderAgent to receiverAgent, each time
+// with a fresh Nats-Msg-Id: what raw nats.go must send to give the server
+// the same bytes and the same deduplication work as the bus.
+func busHeaders(payload []byte) (func() nats.Header, error) {
+	m := &codec.Message{From: senderAgent, To: receiverAgent, Type: messageType, Data: payload}
+	m.SetDefaults(time.Now())
+	h, _, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode the bus's headers: %w", err)
+	}
+	return func() nats.Header {
+		c := make(nats.Header, len(h)+1)
+		for k, v := range h {
+			c[k] = v
+		}
+		c[jetstream.MsgIDHeader] = []string{nuid.Next()}
+		return c
+	}, nil
+}
+
+// subscribeBus subscribes agent on the bus side, on a connection of its
+// own, with a handler that records value(d) in t and returns nil. stop
+// ends the subscription and waits until it has.
+func (e *env) subscribeBus(ctx context.Context, agent string, t *tally, value func(*bus.Delivery) int64, opts ...bus.SubscribeOption) (stop func(), err error) {
+	nc, err := e.connect()
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.newBus(nc, agent)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := b.Subscribe(ctx, func(_ context.Context, d *bus.Delivery) error {
+		t.add(value(d))
+		return nil
+	}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", agent, err)
+	}
+	return func() { sub.Stop(); <-sub.Done() }, nil
+}
+
+// consumeRaw creates the durable consumer name with filter on the raw
+// stream, as a plain nats.go user would (explicit acks, the server's
+// defaults otherwise), and consumes it on a connection of its own with a
+// handler that records value(m) in t and acks. stop ends the consumption
+// and waits until it has.
+func (e *env) consumeRaw(ctx context.Context, name, filter string, t *tally, value func(jetstream.Msg) int64) (stop func(), err error) {
+	nc, err := e.connect()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("raw consumer %s: %w", name, err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, e.raw.Stream(), jetstream.ConsumerConfig{
+		Durable:       name,
+		FilterSubject: filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create raw consumer %s: %w", name, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		t.add(value(m))
+		_ = m.Ack() // as the bus does, a failed ack is left to redelivery
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consume raw consumer %s: %w", name, err)
+	}
+	return func() { cc.Stop(); <-cc.Closed() }, nil
+}

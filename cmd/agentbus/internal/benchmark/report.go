@@ -1,0 +1,227 @@
+package benchmark
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Report holds every figure of one run. Its JSON form is one object with a
+// member per scenario that ran, named as the scenario, and units in the
+// member names (msgs_per_s, us, ms). A scenario that did not run is nil and
+// left out. Every ratio is the bus's figure divided by raw nats.go's, and
+// null when raw's is zero.
+type Report struct {
+	Settings Settings    `json:"settings"`
+	Async    *Throughput `json:"async,omitempty"`
+	Sync     *Latency    `json:"sync,omitempty"`
+	Consume  *Throughput `json:"consume,omitempty"`
+	E2E      *Latency    `json:"e2e,omitempty"`
+	Priority *Inversions `json:"priority,omitempty"`
+	Setup    *SetupTime  `json:"setup,omitempty"`
+}
+
+// Settings describe the run.
+type Settings struct {
+	// Server is Config.Server.
+	Server string `json:"server"`
+	// ServerVersion is the nats-server version the server reported.
+	ServerVersion string `json:"server_version"`
+	// GoVersion and CPUs describe the client: runtime.Version and
+	// runtime.NumCPU.
+	GoVersion string `json:"go_version"`
+	CPUs      int    `json:"cpus"`
+	// Messages, SizeBytes, Agents and RateMsgsPerSec are the Config's,
+	// defaults applied.
+	Messages       int     `json:"messages"`
+	SizeBytes      int     `json:"size_bytes"`
+	Agents         int     `json:"agents"`
+	RateMsgsPerSec float64 `json:"rate_msgs_per_s"`
+	// RunID is part of every stream name of the run.
+	RunID string `json:"run_id"`
+}
+
+// Throughput compares messages per second: async publish and consume.
+type Throughput struct {
+	// Messages is how many messages each side sent or handled.
+	Messages      int     `json:"messages"`
+	BusMsgsPerSec float64 `json:"bus_msgs_per_s"`
+	RawMsgsPerSec float64 `json:"raw_msgs_per_s"`
+	// RawHeadersMsgsPerSec is raw nats.go sending the bus's headers; nil
+	// where the scenario does not measure it.
+	RawHeadersMsgsPerSec *float64 `json:"raw_headers_msgs_per_s,omitempty"`
+	RatioBusRaw          *float64 `json:"ratio_bus_raw"`
+	RatioBusRawHeaders   *float64 `json:"ratio_bus_raw_headers,omitempty"`
+}
+
+// Latency compares latency percentiles in microseconds: sync publish and
+// e2e.
+type Latency struct {
+	// Messages is how many messages each side sent.
+	Messages int `json:"messages"`
+	// RateMsgsPerSec is the publish rate, for e2e; 0 (left out) means as
+	// fast as each publish returns.
+	RateMsgsPerSec float64  `json:"rate_msgs_per_s,omitempty"`
+	BusP50Micros   float64  `json:"bus_p50_us"`
+	BusP99Micros   float64  `json:"bus_p99_us"`
+	RawP50Micros   float64  `json:"raw_p50_us"`
+	RawP99Micros   float64  `json:"raw_p99_us"`
+	RatioBusRawP50 *float64 `json:"ratio_bus_raw_p50"`
+	RatioBusRawP99 *float64 `json:"ratio_bus_raw_p99"`
+}
+
+// newLatency summarises the latencies of both sides.
+func newLatency(n int, rate float64, bus, raw []time.Duration) *Latency {
+	b, r := Percentiles(bus, 50, 99), Percentiles(raw, 50, 99)
+	l := &Latency{
+		Messages: n, RateMsgsPerSec: rate,
+		BusP50Micros: micros(b[0]), BusP99Micros: micros(b[1]),
+		RawP50Micros: micros(r[0]), RawP99Micros: micros(r[1]),
+	}
+	l.RatioBusRawP50 = Ratio(l.BusP50Micros, l.RawP50Micros)
+	l.RatioBusRawP99 = Ratio(l.BusP99Micros, l.RawP99Micros)
+	return l
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// Inversions compares priority inversions draining a backlog.
+type Inversions struct {
+	// Messages is the size of each side's backlog.
+	Messages      int      `json:"messages"`
+	BusInversions int      `json:"bus_inversions"`
+	RawInversions int      `json:"raw_inversions"`
+	RatioBusRaw   *float64 `json:"ratio_bus_raw"`
+}
+
+// SetupTime compares the time to set up the consumers of many agents, in
+// milliseconds.
+type SetupTime struct {
+	Agents int `json:"agents"`
+	// BusConsumers and RawConsumers count the consumers on each side's
+	// stream afterwards; they are equal when the raw side mirrors the bus.
+	BusConsumers int      `json:"bus_consumers"`
+	RawConsumers int      `json:"raw_consumers"`
+	BusMillis    float64  `json:"bus_ms"`
+	RawMillis    float64  `json:"raw_ms"`
+	RatioBusRaw  *float64 `json:"ratio_bus_raw"`
+}
+
+// Columns of the table WriteTable prints.
+var columns = []string{"scenario", "figure", "unit", "bus", "raw", "raw+headers", "bus/raw", "bus/raw+headers"}
+
+// textColumns is how many columns, from the left, are text; the others
+// are numbers and are aligned right.
+const textColumns = 3
+
+// WriteTable writes r as a table for people: a line describing the run, a
+// blank line, a header and one row per figure, each column aligned, then
+// a blank line and how to read the ratios. A figure that was not measured
+// or a ratio that is undefined is "-".
+func (r *Report) WriteTable(w io.Writer) error {
+	s := r.Settings
+	var b strings.Builder
+	fmt.Fprintf(&b, "agentbus bench: server %s (nats-server %s), %s, %d CPUs, %d messages of %d bytes, run %s\n\n",
+		orDash(s.Server), orDash(s.ServerVersion), s.GoVersion, s.CPUs, s.Messages, s.SizeBytes, s.RunID)
+	writeAligned(&b, append([][]string{columns}, r.rows()...))
+	b.WriteString("\nbus/raw is the bus's figure divided by raw nats.go's: for throughput below 1 means the bus is slower;\n" +
+		"for latency, time and inversions above 1 means the bus takes longer or inverts more.\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// rows returns the table's rows, in the order of the scenarios.
+func (r *Report) rows() [][]string {
+	var rows [][]string
+	if t := r.Async; t != nil {
+		rows = append(rows, []string{"async", "publish throughput", "msg/s",
+			formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), optional(formatWhole, t.RawHeadersMsgsPerSec),
+			optional(formatRatio, t.RatioBusRaw), optional(formatRatio, t.RatioBusRawHeaders)})
+	}
+	if l := r.Sync; l != nil {
+		rows = append(rows, latencyRows("sync", "publish latency", l)...)
+	}
+	if t := r.Consume; t != nil {
+		rows = append(rows, []string{"consume", fmt.Sprintf("subscribe+ack throughput, prefetch %d", ConsumePrefetch), "msg/s",
+			formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), "-", optional(formatRatio, t.RatioBusRaw), "-"})
+	}
+	if l := r.E2E; l != nil {
+		rows = append(rows, latencyRows("e2e", fmt.Sprintf("latency at %s msg/s", strconv.FormatFloat(l.RateMsgsPerSec, 'f', -1, 64)), l)...)
+	}
+	if p := r.Priority; p != nil {
+		rows = append(rows, []string{"priority", fmt.Sprintf("inversions, backlog of %d", p.Messages), "starts",
+			strconv.Itoa(p.BusInversions), strconv.Itoa(p.RawInversions), "-", optional(formatRatio, p.RatioBusRaw), "-"})
+	}
+	if t := r.Setup; t != nil {
+		rows = append(rows, []string{"setup", setupFigure(t), "ms",
+			formatTenths(t.BusMillis), formatTenths(t.RawMillis), "-", optional(formatRatio, t.RatioBusRaw), "-"})
+	}
+	return rows
+}
+
+// latencyRows returns the p50 and p99 rows of l.
+func latencyRows(scenario, figure string, l *Latency) [][]string {
+	return [][]string{
+		{scenario, figure + " p50", "µs", formatTenths(l.BusP50Micros), formatTenths(l.RawP50Micros), "-", optional(formatRatio, l.RatioBusRawP50), "-"},
+		{scenario, figure + " p99", "µs", formatTenths(l.BusP99Micros), formatTenths(l.RawP99Micros), "-", optional(formatRatio, l.RatioBusRawP99), "-"},
+	}
+}
+
+// setupFigure names the setup row, with the consumer counts of both sides
+// when they differ.
+func setupFigure(t *SetupTime) string {
+	if t.BusConsumers == t.RawConsumers {
+		return fmt.Sprintf("set up %d agents, %d consumers", t.Agents, t.BusConsumers)
+	}
+	return fmt.Sprintf("set up %d agents, %d bus / %d raw consumers", t.Agents, t.BusConsumers, t.RawConsumers)
+}
+
+// The number formats of the table: throughput in whole messages per
+// second, latency and time to a tenth, ratios to a hundredth.
+func formatWhole(v float64) string  { return strconv.FormatFloat(v, 'f', 0, 64) }
+func formatTenths(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func formatRatio(v float64) string  { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+// optional formats *v with format, or "-" for nil.
+func optional(format func(float64) string, v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return format(*v)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeAligned writes rows as columns two spaces apart, the first
+// textColumns aligned left and the rest right, without trailing blanks.
+func writeAligned(b *strings.Builder, rows [][]string) {
+	widths := make([]int, len(columns))
+	for _, row := range rows {
+		for i, cell := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+		}
+	}
+	for _, row := range rows {
+		var line strings.Builder
+		for i, cell := range row {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell))
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			if i < textColumns {
+				line.WriteString(cell + pad)
+			} else {
+				line.WriteString(pad + cell)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+}

@@ -1,0 +1,110 @@
+package benchmark
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func ptr(v float64) *float64 { return &v }
+
+// fullReport is a report of every scenario, with round figures.
+func fullReport() *Report {
+	return &Report{
+		Settings: Settings{Server: "embedded", ServerVersion: "2.15.2", GoVersion: "go1.26", CPUs: 2,
+			Messages: 100, SizeBytes: 1024, Agents: 3, RateMsgsPerSec: 1000, RunID: "0123abcd"},
+		Async: &Throughput{Messages: 100, BusMsgsPerSec: 50, RawMsgsPerSec: 100, RawHeadersMsgsPerSec: ptr(80),
+			RatioBusRaw: ptr(0.5), RatioBusRawHeaders: ptr(0.625)},
+		Sync: &Latency{Messages: 100, BusP50Micros: 30, BusP99Micros: 90, RawP50Micros: 20, RawP99Micros: 60,
+			RatioBusRawP50: ptr(1.5), RatioBusRawP99: ptr(1.5)},
+		Consume: &Throughput{Messages: 100, BusMsgsPerSec: 60, RawMsgsPerSec: 120, RatioBusRaw: ptr(0.5)},
+		E2E: &Latency{Messages: 100, RateMsgsPerSec: 1000, BusP50Micros: 300, BusP99Micros: 900, RawP50Micros: 200,
+			RawP99Micros: 600, RatioBusRawP50: ptr(1.5), RatioBusRawP99: ptr(1.5)},
+		Priority: &Inversions{Messages: 100, BusInversions: 0, RawInversions: 80, RatioBusRaw: ptr(0)},
+		Setup:    &SetupTime{Agents: 3, BusConsumers: 30, RawConsumers: 30, BusMillis: 12, RawMillis: 10, RatioBusRaw: ptr(1.2)},
+	}
+}
+
+// TestReportJSONNamesTheScenarios checks that the report's JSON has one
+// member per scenario, named as the scenario, besides the settings.
+func TestReportJSONNamesTheScenarios(t *testing.T) {
+	b, err := json.Marshal(fullReport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k := range members {
+		if k != "settings" {
+			got = append(got, k)
+		}
+	}
+	want := names()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("JSON members %v, want the scenario names %v", got, want)
+	}
+
+	b, err = json.Marshal(&Report{Sync: fullReport().Sync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); strings.Contains(s, `"async"`) || !strings.Contains(s, `"sync"`) {
+		t.Errorf("JSON of a sync-only report %s, want sync and no other scenario", s)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	rep := fullReport()
+	rep.Setup.RatioBusRaw = nil // undefined ratios print as "-"
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.HasPrefix(lines[0], "agentbus bench: server embedded (nats-server 2.15.2)") || lines[1] != "" {
+		t.Fatalf("table starts %q, want the run's description and a blank line", lines[:2])
+	}
+	if got := strings.Fields(lines[2]); !slices.Equal(got, columns) {
+		t.Errorf("header %q, want %q", got, columns)
+	}
+	byScenario := map[string][][]string{}
+	for _, l := range lines[3:] {
+		if l == "" {
+			break
+		}
+		if strings.HasSuffix(l, " ") {
+			t.Errorf("row %q ends in a blank", l)
+		}
+		// The figure has spaces in it: take the numbers from the right.
+		f := strings.Fields(l)
+		byScenario[f[0]] = append(byScenario[f[0]], f[len(f)-5:])
+	}
+	for _, s := range Scenarios() {
+		if len(byScenario[s.Name]) == 0 {
+			t.Errorf("no row for scenario %s in\n%s", s.Name, b.String())
+		}
+	}
+	want := map[string][]string{
+		"async":    {"50", "100", "80", "0.50", "0.62"},
+		"consume":  {"60", "120", "-", "0.50", "-"},
+		"priority": {"0", "80", "-", "0.00", "-"},
+		"setup":    {"12.0", "10.0", "-", "-", "-"},
+	}
+	for name, cells := range want {
+		if got := byScenario[name][0]; !slices.Equal(got, cells) {
+			t.Errorf("%s row ends %q, want %q", name, got, cells)
+		}
+	}
+	if got := len(byScenario["sync"]) + len(byScenario["e2e"]); got != 4 {
+		t.Errorf("%d latency rows, want p50 and p99 for sync and e2e", got)
+	}
+	if !strings.Contains(b.String(), "bus/raw is the bus's figure divided by raw nats.go's") {
+		t.Errorf("table does not say how to read the ratios:\n%s", b.String())
+	}
+}

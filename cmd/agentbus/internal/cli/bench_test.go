@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/cmd/agentbus/internal/benchmark"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+// benchTiny are bench flags small enough for a test under -race; the
+// figures they give mean nothing and no test looks at them.
+var benchTiny = []string{"bench", "--messages", "200", "--agents", "3", "--rate", "2000/s"}
+
+// privateTempDir points $TMPDIR, where bench's embedded server keeps its
+// store, at a directory of the test's own, out of reach of whatever cleans
+// the shared temporary directory, and returns it.
+func privateTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	return dir
+}
+
+// checkRemoved fails the test unless dir is empty: bench removed its
+// embedded server's store.
+func checkRemoved(t *testing.T, dir string) {
+	t.Helper()
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("bench left %s in the temporary directory", e.Name())
+	}
+}
+
+// scenarioNames returns the name of every bench scenario.
+func scenarioNames() []string {
+	var out []string
+	for _, s := range benchmark.Scenarios() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+func TestBenchTable(t *testing.T) {
+	tmp := privateTempDir(t)
+	r := runIn(t, "", benchTiny...)
+	checkRemoved(t, tmp)
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r.stderr != "" {
+		t.Errorf("stderr %q, want nothing when it is not a terminal", r.stderr)
+	}
+	lines := strings.Split(r.stdout, "\n")
+	if !strings.HasPrefix(lines[0], "agentbus bench: server embedded") {
+		t.Fatalf("first line %q, want the run's description", lines[0])
+	}
+	header := strings.Fields(lines[2])
+	if !slices.Equal(header, []string{"scenario", "figure", "unit", "bus", "raw", "raw+headers", "bus/raw", "bus/raw+headers"}) {
+		t.Fatalf("header %q", lines[2])
+	}
+	rows := map[string]int{}
+	for _, l := range lines[3:] {
+		if l == "" {
+			break
+		}
+		f := strings.Fields(l)
+		rows[f[0]]++
+		// bus, raw, raw+headers, bus/raw, bus/raw+headers from the right;
+		// the figure has spaces in it.
+		cells := f[len(f)-5:]
+		for i, c := range []string{cells[0], cells[1], cells[3]} {
+			if _, err := strconv.ParseFloat(c, 64); err != nil {
+				t.Errorf("row %q: cell %d %q is not a number", l, i, c)
+			}
+		}
+		withHeaders := f[0] == "async"
+		if _, err := strconv.ParseFloat(cells[4], 64); (err == nil) != withHeaders {
+			t.Errorf("row %q: bus/raw+headers %q, want a number for async only", l, cells[4])
+		}
+	}
+	want := map[string]int{"async": 1, "sync": 2, "consume": 1, "e2e": 2, "priority": 1, "setup": 1}
+	for _, name := range scenarioNames() {
+		if rows[name] != want[name] {
+			t.Errorf("%d rows for %s, want %d; output:\n%s", rows[name], name, want[name], r.stdout)
+		}
+	}
+}
+
+func TestBenchJSON(t *testing.T) {
+	tmp := privateTempDir(t)
+	out := mustRun(t, append(benchTiny, "--json")...)
+	checkRemoved(t, tmp)
+	var rep map[string]map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output is not one JSON object of objects: %v\n%s", err, out)
+	}
+	settings := rep["settings"]
+	if settings["server"] != "embedded, file storage" || settings["messages"] != 200.0 || settings["agents"] != 3.0 ||
+		settings["size_bytes"] != 1024.0 || settings["rate_msgs_per_s"] != 2000.0 {
+		t.Errorf("settings %v", settings)
+	}
+	ratios := map[string][]string{
+		"async":    {"ratio_bus_raw", "ratio_bus_raw_headers"},
+		"sync":     {"ratio_bus_raw_p50", "ratio_bus_raw_p99"},
+		"consume":  {"ratio_bus_raw"},
+		"e2e":      {"ratio_bus_raw_p50", "ratio_bus_raw_p99"},
+		"priority": {"ratio_bus_raw"},
+		"setup":    {"ratio_bus_raw"},
+	}
+	for _, name := range scenarioNames() {
+		s, ok := rep[name]
+		if !ok {
+			t.Errorf("no member %q in %s", name, out)
+			continue
+		}
+		for _, k := range ratios[name] {
+			if _, ok := s[k].(float64); !ok {
+				t.Errorf("%s.%s = %v, want a number", name, k, s[k])
+			}
+		}
+	}
+	if got := rep["priority"]["raw_inversions"]; got == 0.0 {
+		// A backlog of 5, 4, 3, 2, 1, ... drained in stream order inverts.
+		t.Errorf("priority.raw_inversions = %v, want more than 0", got)
+	}
+	if got := rep["setup"]; got["bus_consumers"] != got["raw_consumers"] {
+		t.Errorf("setup made %v bus and %v raw consumers, want the same", got["bus_consumers"], got["raw_consumers"])
+	}
+}
+
+// TestBenchServer runs a subset of bench against a server given with
+// --server and checks that it leaves no stream behind.
+func TestBenchServer(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	out := mustRun(t, "--server", s.ClientURL(), "bench", "--messages", "50", "--only", "sync,priority", "--json")
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	var got []string
+	for k := range rep {
+		got = append(got, k)
+	}
+	slices.Sort(got)
+	if want := []string{"priority", "settings", "sync"}; !slices.Equal(got, want) {
+		t.Errorf("members %v, want %v", got, want)
+	}
+	if !strings.Contains(string(rep["settings"]), s.ClientURL()) {
+		t.Errorf("settings %s do not name the server %s", rep["settings"], s.ClientURL())
+	}
+
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := js.StreamNames(context.Background())
+	var left []string
+	for n := range names.Name() {
+		left = append(left, n)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("bench left streams %v on the server", left)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // in the error line
+	}{
+		{name: "unknown scenario", args: []string{"--only", "async,bogus"}, want: `"bogus"`},
+		{name: "bad rate", args: []string{"--rate", "fast"}, want: "--rate"},
+		{name: "zero rate", args: []string{"--rate", "0/s"}, want: "--rate"},
+		{name: "small payload", args: []string{"--size", "4"}, want: "size 4"},
+		{name: "one message", args: []string{"--messages", "1"}, want: "messages 1"},
+		{name: "no agents", args: []string{"--agents", "0"}, want: "--agents 0"},
+		{name: "argument", args: []string{"extra"}, want: "extra"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runIn(t, "", append([]string{"bench"}, tt.args...)...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d", r.code, exitUsage)
+			}
+			if !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("stderr %q, want it to mention %s", r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    float64
+		wantErr bool
+	}{
+		{in: "1000/s", want: 1000},
+		{in: "250", want: 250},
+		{in: "0.5/s", want: 0.5},
+		{in: "", wantErr: true},
+		{in: "/s", wantErr: true},
+		{in: "-1/s", wantErr: true},
+		{in: "1000/m", wantErr: true},
+		{in: "Inf", wantErr: true},
+		{in: "NaN", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseRate(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("parseRate(%q) = %v, %v, want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+// TestPublishProfileOverridesAddressing: with --profile, an explicit --to
+// (and --from) replaces the native message's addressing on the envelope,
+// while the native bytes travel unchanged.
+func TestPublishProfileOverridesAddressing(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	file := "../../../../codec/profiles/testdata/coordination/result.json" // database-build-agent -> orchestrator
+	native, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *bus.Delivery, 2)
+	handle(t, agentBus(t, url, "reviewer"), func(_ context.Context, d *bus.Delivery) error {
+		got <- d
+		return nil
+	})
+
+	for _, tt := range []struct {
+		args     []string
+		wantFrom string
+	}{
+		{args: []string{"--to", "reviewer"}, wantFrom: "database-build-agent"},
+		{args: []string{"--to", "reviewer", "--from", "lead"}, wantFrom: "lead"},
+	} {
+		id := publish(t, url, append([]string{"--profile", "coordination", "--file", file}, tt.args...)...)
+		var d *bus.Delivery
+		select {
+		case d = <-got:
+		case <-testContext(t).Done():
+			t.Fatalf("publish %v: reviewer got nothing", tt.args)
+		}
+		if d.ID != id || d.From != tt.wantFrom || d.To != "reviewer" || !bytes.Equal(d.Data, native) {
+			t.Errorf("publish %v: reviewer got %s %s -> %s %q, want %s from %s with the native bytes", tt.args, d.ID, d.From, d.To, d.Data, id, tt.wantFrom)
+		}
+		// Its one record names the new addressing, not the native recipient.
+		want := id + " " + tt.wantFrom + " -> reviewer "
+		waitFor(t, "the record of "+id, func() (bool, string) {
+			r := runIn(t, "", "--server", url, "status", id)
+			return r.code == exitOK && strings.Count(r.stdout, "\n") == 1 && strings.HasPrefix(r.stdout, want), r.stdout + r.stderr
+		})
+	}
+	// An invalid override is a usage error naming the flag.
+	r := runIn(t, "", "--server", url, "publish", "--profile", "coordination", "--file", file, "--to", "b\nc")
+	checkOneErrorLine(t, r)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--to") {
+		t.Errorf("invalid --to: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestReplyProfile answers a request with a native message: it goes to the
+// requester, from the replier, whatever the native message names.
+func TestReplyProfile(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	file := "../../../../codec/profiles/testdata/coordination/result.json" // database-build-agent -> orchestrator
+	native, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, url, "--from", "lead", "--to", "worker", "--type", "QUESTION", "--id", "q-1", "--correlation-id", "conv-q")
+	waitFor(t, "the reply to q-1", func() (bool, string) {
+		r := runIn(t, "", "--server", url, "reply", "--profile", "coordination", "--from", "worker", "--to-message", "q-1", "--file", file)
+		return r.code == exitOK, r.stderr
+	})
+	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "lead", "--count", "1", "--json"))
+	if len(evs) != 1 {
+		t.Fatalf("lead got %d messages, want the reply", len(evs))
+	}
+	m := evs[0].msg
+	if m.From != "worker" || m.To != "lead" || m.ReplyTo != "q-1" || m.CorrelationID != "conv-q" || m.Type != "result" || !bytes.Equal(m.Data, native) {
+		t.Errorf("reply = %+v, want the native result from worker to lead answering q-1 in conv-q", m)
+	}
+}

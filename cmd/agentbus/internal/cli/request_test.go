@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
+)
+
+// agentBus connects to url as agent with the bus library, closed when the
+// test ends.
+func agentBus(t *testing.T, url, agent string) *bus.Bus {
+	t.Helper()
+	b, err := bus.Connect(url, agent, bus.WithErrorHandler(func(err error) { t.Logf("%s: %v", agent, err) }))
+	if err != nil {
+		t.Fatalf("connect %s: %v", agent, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// handle subscribes b with h until the test ends.
+func handle(t *testing.T, b *bus.Bus, h bus.Handler) {
+	t.Helper()
+	sub, err := b.Subscribe(testContext(t), h)
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	t.Cleanup(func() {
+		sub.Stop()
+		<-sub.Done()
+	})
+}
+
+// replyWorker runs agent as a worker that answers every message with a
+// RESULT whose data is "re: " and the request's data.
+func replyWorker(t *testing.T, url, agent string) {
+	t.Helper()
+	b := agentBus(t, url, agent)
+	handle(t, b, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := b.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", ContentType: "text/plain", Data: append([]byte("re: "), d.Data...)})
+		return err
+	})
+}
+
+func TestRequestReplyRoundTrip(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	replyWorker(t, url, "worker")
+	req := []string{"--server", url, "request", "--from", "lead", "--to", "worker", "--type", "REVIEW", "--timeout", "1m"}
+
+	t.Run("human", func(t *testing.T) {
+		out := mustRun(t, append(req, "--data", "PR 42", "--priority", "2")...)
+		re := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z p2 worker -> lead RESULT id=\S+ data="re: PR 42"\n$`)
+		if !re.MatchString(out) {
+			t.Errorf("request printed %q, want a line matching %s", out, re)
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		evs := events(t, mustRun(t, append(req, "--id", "req-json", "--correlation-id", "conv-json", "--data", "PR 43", "--json")...))
+		if len(evs) != 1 {
+			t.Fatalf("got %d events, want 1", len(evs))
+		}
+		m := evs[0].msg
+		if m.Type != "RESULT" || m.From != "worker" || m.To != "lead" || m.ReplyTo != "req-json" || m.CorrelationID != "conv-json" || string(m.Data) != "re: PR 43" {
+			t.Errorf("reply = %+v, want the worker's RESULT to req-json in conv-json", m)
+		}
+	})
+}
+
+// TestRequestProfile sends a native coordination question with its
+// addressing overridden by the flags, and prints the native reply.
+func TestRequestProfile(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	question := "../../../../codec/profiles/testdata/coordination/question.json"
+	answer, err := os.ReadFile("../../../../codec/profiles/testdata/coordination/result.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordination, _ := profiles.Lookup("coordination")
+	worker := agentBus(t, url, "worker")
+	asked := make(chan *bus.Delivery, 1)
+	handle(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case asked <- d:
+		default: // a redelivery
+		}
+		m, err := profiles.Prepare(coordination, answer, profiles.Addressing{})
+		if err != nil {
+			return err
+		}
+		m.From, m.To = "", "" // the replier and the requester
+		_, err = worker.Reply(ctx, &d.Message, *m)
+		return err
+	})
+
+	out := mustRun(t, "--server", url, "request", "--profile", "coordination", "--from", "lead", "--to", "worker", "--file", question)
+	var want bytes.Buffer
+	if err := json.Compact(&want, answer); err != nil {
+		t.Fatal(err)
+	}
+	if out != want.String()+"\n" {
+		t.Errorf("request --profile printed\n%s\nwant\n%s", out, want.String())
+	}
+	var d *bus.Delivery
+	select {
+	case d = <-asked:
+	default:
+		t.Fatal("the worker answered without being asked")
+	}
+	native, err := os.ReadFile(question)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.From != "lead" || d.To != "worker" || !bytes.Equal(d.Data, native) {
+		t.Errorf("worker got %s -> %s %q, want lead -> worker with the native question unchanged", d.From, d.To, d.Data)
+	}
+}
+
+// TestRequestTimeoutThenReply: a request nobody answers in time fails with
+// its ID; it stays queued, and reply answers it from the command line.
+func TestRequestTimeoutThenReply(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	r := runIn(t, "", "--server", url, "request", "--from", "lead", "--to", "worker", "--type", "REVIEW", "--data", "PR 7", "--timeout", "200ms")
+	checkOneErrorLine(t, r)
+	if r.code != exitError || r.stdout != "" {
+		t.Fatalf("request without a worker: exit %d, stdout %q; want exit 1 and no output", r.code, r.stdout)
+	}
+	match := regexp.MustCompile(`request (\S+) to worker: no reply within 200ms.*'agentbus status (\S+)'`).FindStringSubmatch(r.stderr)
+	if match == nil || match[1] != match[2] {
+		t.Fatalf("stderr %q does not name the request and how to look it up", r.stderr)
+	}
+	id := match[1]
+
+	// Only its recipient can answer it.
+	r = runIn(t, "", "--server", url, "reply", "--from", "bystander", "--to-message", id, "--type", "RESULT", "--data", "x")
+	checkOneErrorLine(t, r)
+	if r.code != exitError || !strings.Contains(r.stderr, "no message "+id+" to bystander") {
+		t.Errorf("reply from a bystander: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	var replyID string
+	waitFor(t, "reply to the queued request", func() (bool, string) {
+		// The pending record is written beside the request, asynchronously.
+		r := runIn(t, "", "--server", url, "reply", "--from", "worker", "--to-message", id, "--type", "RESULT", "--data", "merged")
+		if r.code != exitOK {
+			return false, r.stderr
+		}
+		m := regexp.MustCompile(`^id=(\S+) seq=\d+\n$`).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("reply printed %q, want id=<ID> seq=<N>", r.stdout)
+		}
+		replyID = m[1]
+		return true, ""
+	})
+	waitFor(t, "the request replied", func() (bool, string) {
+		out := mustRun(t, "--server", url, "status", id)
+		return regexp.MustCompile(`^` + regexp.QuoteMeta(id) + ` lead -> worker replied reply=` + regexp.QuoteMeta(replyID) + ` updated=\S+\n$`).MatchString(out), out
+	})
+
+	// The late reply waits in the requester's inbox.
+	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "lead", "--count", "1", "--json"))
+	if len(evs) != 1 || evs[0].msg.ID != replyID || evs[0].msg.ReplyTo != id || string(evs[0].msg.Data) != "merged" {
+		t.Errorf("lead got %+v, want the reply %s to %s", evs, replyID, id)
+	}
+}
+
+func TestRequestReplyUsageErrors(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	request := []string{"--server", url, "request", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}
+	reply := []string{"--server", url, "reply", "--from", "b", "--type", "T", "--data", "x"}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // a part of the error line
+	}{
+		{name: "request bad timeout", args: append(request, "--timeout", "soon"), wantErr: "timeout"},
+		{name: "request zero timeout", args: append(request, "--timeout", "0s"), wantErr: "--timeout"},
+		{name: "request broadcast", args: append(request[:6:6], "*", "--type", "T", "--data", "x"), wantErr: "--to"},
+		{name: "request missing to", args: []string{"--server", url, "request", "--from", "a", "--type", "T", "--data", "x"}, wantErr: `"to"`},
+		{name: "request profile and json", args: append(request, "--profile", "pipeline", "--json"), wantErr: "--json"},
+		{name: "request unknown profile", args: append(request, "--profile", "nope"), wantErr: "nope"},
+		{name: "request bad priority", args: append(request, "--priority", "0"), wantErr: "--priority"},
+		{name: "reply missing to-message", args: reply, wantErr: `"to-message"`},
+		{name: "reply missing from", args: []string{"--server", url, "reply", "--to-message", "m", "--type", "T", "--data", "x"}, wantErr: `"from"`},
+		{name: "reply missing type", args: []string{"--server", url, "reply", "--from", "b", "--to-message", "m", "--data", "x"}, wantErr: `"type"`},
+		{name: "reply invalid from", args: []string{"--server", url, "reply", "--from", "*", "--to-message", "m", "--type", "T", "--data", "x"}, wantErr: "--from"},
+		{name: "reply bad priority", args: append(reply, "--to-message", "m", "--priority", "9"), wantErr: "--priority"},
+		{name: "reply positional argument", args: append(reply, "--to-message", "m", "extra"), wantErr: "extra"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runIn(t, "", tt.args...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d (stderr %q)", r.code, exitUsage, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tt.wantErr) {
+				t.Errorf("stderr %q does not mention %q", r.stderr, tt.wantErr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+		})
+	}
+}
