@@ -119,7 +119,10 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 
 // Connect dials url (comma-separated for a cluster) and returns the bus of
 // agent on the new connection, which Close closes. The connection reconnects
-// without limit; WithNATSOptions adds or overrides nats.Connect options.
+// without limit and takes its replies on the agent's inbox prefix
+// (InboxPrefix), which the agent's server permissions allow;
+// WithNATSOptions adds or overrides nats.Connect options, a
+// nats.CustomInboxPrefix among them.
 func Connect(url, agent string, opts ...Option) (*Bus, error) {
 	if err := subjects.ValidateID(agent); err != nil {
 		return nil, err
@@ -132,6 +135,7 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 	}
 	natsOpts := append([]nats.Option{
 		nats.Name("agentbus " + agent),
+		nats.CustomInboxPrefix(InboxPrefix(agent)),
 		nats.MaxReconnects(-1),
 		// nats.go prints asynchronous errors to stderr unless told otherwise;
 		// the library never prints.
@@ -150,6 +154,21 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 	}
 	b.opts.ownsConn = true
 	return b, nil
+}
+
+// InboxPrefix returns the reply inbox prefix of agent, "_INBOX.<token>"
+// (subjects.InboxPrefix), or "" for an invalid agent ID. Connect uses it; a
+// program that dials for itself and passes the connection to New gives it
+// to nats.CustomInboxPrefix when the server enforces per-agent permissions
+// (docs/security.md), which allow an agent no other inbox:
+//
+//	nc, err := nats.Connect(url, nats.CustomInboxPrefix(bus.InboxPrefix("worker-1")), ...)
+func InboxPrefix(agent string) string {
+	p, err := subjects.InboxPrefix(agent)
+	if err != nil {
+		return ""
+	}
+	return p
 }
 
 // Agent returns the agent this bus publishes as and consumes for.

@@ -86,9 +86,14 @@ type deadLetter struct {
 }
 
 // deadLetterID identifies a dead letter for deduplication: one per original
-// message and receiving agent, whichever way it arrives.
-func deadLetterID(stream string, seq uint64, agent string) string {
-	return "dlq/" + stream + "/" + strconv.FormatUint(seq, 10) + "/" + subjects.EncodeToken(agent)
+// message and receiving agent, whichever way it arrives. It ends with the
+// message's own ID: deduplication spans the whole dead-letter stream, and
+// an agent that could predict another agent's dead-letter IDs could file
+// one of its own under such an ID first and so have the real one dropped
+// (docs/security.md).
+func deadLetterID(dl deadLetter) string {
+	return "dlq/" + dl.stream + "/" + strconv.FormatUint(dl.seq, 10) + "/" + subjects.EncodeToken(dl.agent) +
+		"/" + dl.header.Get(jetstream.MsgIDHeader)
 }
 
 // writeDeadLetter stores dl on the dead-letter stream and waits for the ack.
@@ -110,7 +115,7 @@ func (b *Bus) writeDeadLetter(ctx context.Context, dl deadLetter) error {
 			h[k] = v
 		}
 	}
-	h[jetstream.MsgIDHeader] = []string{deadLetterID(dl.stream, dl.seq, dl.agent)}
+	h[jetstream.MsgIDHeader] = []string{deadLetterID(dl)}
 	h[HeaderDeadLetterReason] = []string{string(dl.reason)}
 	if dl.err != nil {
 		h[HeaderDeadLetterError] = []string{oneLine(dl.err.Error(), maxErrorHeader)}

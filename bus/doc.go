@@ -22,6 +22,12 @@
 //
 // [New] takes an existing *nats.Conn instead, and leaves it open on Close.
 //
+// On a server that gives each agent its own permissions (package bus/auth,
+// docs/security.md) an agent connects with its own credentials, passed with
+// [WithNATSOptions]; [Connect] takes replies on the agent's inbox prefix,
+// [InboxPrefix], which a connection for [New] sets with
+// nats.CustomInboxPrefix.
+//
 // # Messages
 //
 // Every message is a CloudEvent (see package codec and docs/cloudevents.md):

@@ -186,7 +186,29 @@ func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	if _, err := js.CreateOrUpdateKeyValue(ctx, kvc); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
+	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
+		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
+	}
 	return info, nil
+}
+
+// denyRollups turns rollups off on stream. nats.go creates KeyValue buckets
+// with rollups allowed, and an agent that may write one key of the status
+// bucket could then purge every key with one "Nats-Rollup: all" header
+// (docs/security.md). The bus never rolls up a record. The message streams
+// allow no rollups from the start.
+func denyRollups(ctx context.Context, js jetstream.JetStream, stream string) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowRollup {
+		return nil
+	}
+	cfg.AllowRollup = false
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }
 
 // defaultTimeout bounds calls to the server when the caller's context has

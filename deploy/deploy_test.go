@@ -17,7 +17,10 @@ import (
 	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
+	"golang.org/x/crypto/bcrypt"
 	"gopkg.in/yaml.v3"
+
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // The admin user of nats/auth.conf and its documented sample password.
@@ -127,11 +130,18 @@ func checkAccounts(t *testing.T, o *server.Options) {
 	}
 }
 
+// sampleAgents are the agents nats/auth.conf was generated for.
+var sampleAgents = []string{"orchestrator", "worker-1", "worker-2", "reviewer"}
+
 // TestAuthFragment: auth.conf stands alone (it is included by the node files
-// and by the Helm chart's config), enables JetStream for the AGENTBUS account
-// and documents the sample passwords it holds.
+// and by the Helm chart's config), enables JetStream for the AGENTBUS account,
+// documents the sample passwords it holds and how it was generated, and is
+// still what `agentbus auth init` writes: its admin and sys passwords are the
+// documented ones, and every sample agent has exactly the permissions the
+// subject scheme gives it today.
 func TestAuthFragment(t *testing.T) {
-	m, err := conf.ParseFile(filepath.Join("nats", "auth.conf"))
+	file := filepath.Join("nats", "auth.conf")
+	m, err := conf.ParseFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +150,39 @@ func TestAuthFragment(t *testing.T) {
 	if js := agentbus["jetstream"]; js != "enabled" {
 		t.Errorf("accounts.AGENTBUS.jetstream = %v, want enabled", js)
 	}
-	text := readFile(t, filepath.Join("nats", "auth.conf"))
-	for _, want := range []string{"agentbus auth init", "only the admin user", adminPassword, "change-me-sys"} {
+	text := readFile(t, file)
+	for _, want := range []string{"agentbus auth init --mode passwords", strings.Join(sampleAgents, ","), adminPassword, "change-me-sys"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("auth.conf does not mention %q", want)
 		}
+	}
+
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := map[string]*server.User{}
+	for _, u := range opts.Users {
+		users[u.Username] = u
+	}
+	for user, password := range map[string]string{adminUser: adminPassword, "sys": "change-me-sys"} {
+		if u := users[user]; u == nil || bcrypt.CompareHashAndPassword([]byte(u.Password), []byte(password)) != nil {
+			t.Errorf("user %s does not have the sample password %s", user, password)
+		}
+	}
+	for _, agent := range sampleAgents {
+		want, err := subjects.Default().AgentPermissions(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := users[agent]
+		if u == nil || u.Account == nil || u.Account.Name != "AGENTBUS" || u.Permissions == nil ||
+			!slices.Equal(u.Permissions.Publish.Allow, want.Publish) || !slices.Equal(u.Permissions.Subscribe.Allow, want.Subscribe) {
+			t.Errorf("agent %s: user %+v, want the permissions of subjects.AgentPermissions; regenerate auth.conf", agent, u)
+		}
+	}
+	if len(users) != len(sampleAgents)+2 {
+		t.Errorf("%d users, want admin, sys and the %d sample agents", len(users), len(sampleAgents))
 	}
 }
 

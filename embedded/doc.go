@@ -34,10 +34,12 @@
 //
 // # Configuration and logging
 //
-// Options covers what agentbus needs, client TLS included (Options.TLS);
-// Options.Configure receives the nats-server options before the server is
-// created, for the rest (authorization, TLS on cluster routes, a monitoring
-// port, debug logging). The server logs nothing
+// Options covers what agentbus needs, client TLS included (Options.TLS).
+// Options.ConfigFile starts the server from a nats-server configuration
+// file, such as the accounts and permissions `agentbus auth init` writes,
+// with the other fields applied over it; Options.Configure receives the
+// nats-server options before the server is created, for the rest (TLS on
+// cluster routes, a monitoring port, debug logging). The server logs nothing
 // unless Options.Logger is set; [SlogLogger] adapts a *slog.Logger. nats-server
 // reports start-up failures through its logger's Fatalf, which its own
 // loggers implement with os.Exit: this package intercepts those reports,

@@ -89,6 +89,16 @@ type Options struct {
 	// for connections. Zero means DefaultStartTimeout (10s).
 	StartTimeout time.Duration
 
+	// ConfigFile, if set, is a nats-server configuration file, as for
+	// nats-server --config, that the server starts from: typically the
+	// accounts, users and permissions of an authorization fragment. The
+	// fields above are applied over it: Host, Port, StoreDir and ServerName
+	// always (their defaults included, so a port in the file is not used),
+	// MaxPayload, JetStreamMaxMemory, JetStreamMaxStore, Cluster and TLS
+	// when set; JetStream is always enabled. Start reports a file the server
+	// cannot load with an error wrapping ErrInvalidOptions.
+	ConfigFile string
+
 	// Configure, if set, is called with the server options just before the
 	// server is created, after every field above has been applied, for
 	// anything this type does not cover (authorization, accounts, TLS
@@ -221,20 +231,31 @@ func randomHex(n int) string {
 
 // serverOptions translates o, with defaults applied, to nats-server options.
 func (o Options) serverOptions() (*server.Options, error) {
-	so := &server.Options{
-		ServerName:         o.ServerName,
-		Host:               o.Host,
-		Port:               orRandom(o.Port),
-		MaxPayload:         o.MaxPayload,
-		JetStream:          true,
-		StoreDir:           o.StoreDir,
-		JetStreamMaxMemory: o.JetStreamMaxMemory,
-		JetStreamMaxStore:  o.JetStreamMaxStore,
-		// An embedded server must never install signal handlers: the
-		// process that embeds it owns its signals.
-		NoSigs: true,
-		NoLog:  true,
+	so := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if so, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("%w: config file: %w", ErrInvalidOptions, err)
+		}
 	}
+	so.ServerName = o.ServerName
+	so.Host = o.Host
+	so.Port = orRandom(o.Port)
+	so.JetStream = true
+	so.StoreDir = o.StoreDir
+	if o.MaxPayload != 0 {
+		so.MaxPayload = o.MaxPayload
+	}
+	if o.JetStreamMaxMemory != 0 {
+		so.JetStreamMaxMemory = o.JetStreamMaxMemory
+	}
+	if o.JetStreamMaxStore != 0 {
+		so.JetStreamMaxStore = o.JetStreamMaxStore
+	}
+	// An embedded server must never install signal handlers: the process
+	// that embeds it owns its signals.
+	so.NoSigs = true
+	so.NoLog = true
 	if c := o.Cluster; c != nil {
 		routes, err := parseRoutes(c.Routes)
 		if err != nil {
@@ -412,7 +433,11 @@ func (s *Server) ClientURL() string {
 //
 // On a server with TLS the connection stays plain, and no client
 // certificate is asked for, unless opts ask for TLS (nats.Secure,
-// nats.RootCAs, ...): the pipe never leaves the process.
+// nats.RootCAs, ...): the pipe never leaves the process. On a server with
+// authorization (ConfigFile, Configure) opts carry the credentials; a
+// login the server refuses fails only after the server's write deadline
+// (10 s by default), with "read/write on closed pipe", where a TCP
+// connection fails at once with nats.ErrAuthorization.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("connect to %s: %w", s.opts.ServerName, ErrShutdown)

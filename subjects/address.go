@@ -34,8 +34,8 @@ func (k Kind) String() string {
 type Address struct {
 	// Kind is the subject form. The zero Kind is invalid.
 	Kind Kind
-	// To is the recipient agent ID. It is [Broadcast] for KindBroadcast and
-	// may be [Broadcast] for KindDeadLetter.
+	// To is the recipient agent ID: [Broadcast] for KindBroadcast, and for
+	// KindDeadLetter the agent that received the message and gave it up.
 	To string
 	// From is the sender agent ID.
 	From string
@@ -135,7 +135,7 @@ func (s Scheme) Parse(subject string) (Address, error) {
 			return Address{}, arity(subject, KindDeadLetter, n, 4)
 		}
 		a.Kind = KindDeadLetter
-		if a.To, err = decodeRecipient(tok[1]); err != nil {
+		if a.To, err = decodeID("recipient", tok[1]); err != nil {
 			break
 		}
 		if a.From, err = decodeID("sender", tok[2]); err != nil {

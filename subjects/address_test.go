@@ -45,8 +45,6 @@ func TestParse(t *testing.T) {
 			want: Address{Kind: KindBroadcast, To: Broadcast, From: "orchestrator", Type: "shutdown", Priority: 3}},
 		{name: "dead letter", subject: "agentbus.dlq.reviewer.orchestrator.review_request",
 			want: Address{Kind: KindDeadLetter, To: "reviewer", From: "orchestrator", Type: "review_request"}},
-		{name: "dead letter of broadcast", subject: "agentbus.dlq.%2A.orchestrator.shutdown",
-			want: Address{Kind: KindDeadLetter, To: Broadcast, From: "orchestrator", Type: "shutdown"}},
 		{name: "two-token root", root: "prod.bus-1", subject: "prod.bus-1.agent.a.p4.b.c",
 			want: Address{Kind: KindDirect, To: "a", From: "b", Type: "c", Priority: 4}},
 		{name: "root word as ID", subject: "agentbus.agent.agent.p1.all.dlq",
@@ -88,6 +86,7 @@ func TestParse(t *testing.T) {
 		{name: "broadcast sender", subject: "agentbus.all.p1.%2A.c", wantErr: []error{ErrInvalidSubject, ErrInvalidAgentID}},
 		{name: "control in sender", subject: "agentbus.all.p1.a%0Ab.c", wantErr: []error{ErrInvalidSubject, ErrInvalidAgentID}},
 		{name: "broadcast sender of dead letter", subject: "agentbus.dlq.a.%2A.c", wantErr: []error{ErrInvalidSubject, ErrInvalidAgentID}},
+		{name: "broadcast recipient of dead letter", subject: "agentbus.dlq.%2A.orchestrator.shutdown", wantErr: []error{ErrInvalidSubject, ErrInvalidAgentID}},
 		{name: "NUL in type", subject: "agentbus.all.p1.a.b%00", wantErr: []error{ErrInvalidSubject, ErrInvalidType}},
 		{name: "129-byte recipient", subject: "agentbus.dlq." + long + "a.b.c", wantErr: []error{ErrInvalidSubject, ErrInvalidAgentID}},
 		{name: "129-byte type", subject: "agentbus.all.p1.b." + long + "a", wantErr: []error{ErrInvalidSubject, ErrInvalidType}},
@@ -132,8 +131,8 @@ func TestAddressSubject(t *testing.T) {
 			want: "agentbus.agent.a%20b.p1.c.d"},
 		{name: "broadcast", addr: Address{Kind: KindBroadcast, To: Broadcast, From: "c", Type: "d", Priority: 5},
 			want: "agentbus.all.p5.c.d"},
-		{name: "dead letter", addr: Address{Kind: KindDeadLetter, To: Broadcast, From: "c", Type: "d"},
-			want: "agentbus.dlq.%2A.c.d"},
+		{name: "dead letter", addr: Address{Kind: KindDeadLetter, To: "a", From: "c", Type: "d"},
+			want: "agentbus.dlq.a.c.d"},
 
 		{name: "zero", addr: Address{}, wantErr: ErrInvalidSubject},
 		{name: "unknown kind", addr: Address{Kind: 9, To: "a", From: "b", Type: "c", Priority: 1}, wantErr: ErrInvalidSubject},
@@ -143,6 +142,7 @@ func TestAddressSubject(t *testing.T) {
 		{name: "broadcast to an agent", addr: Address{Kind: KindBroadcast, To: "a", From: "c", Type: "d", Priority: 1}, wantErr: ErrInvalidAgentID},
 		{name: "dead letter with priority", addr: Address{Kind: KindDeadLetter, To: "a", From: "c", Type: "d", Priority: 1}, wantErr: ErrInvalidPriority},
 		{name: "dead letter without type", addr: Address{Kind: KindDeadLetter, To: "a", From: "c"}, wantErr: ErrInvalidType},
+		{name: "dead letter of every agent", addr: Address{Kind: KindDeadLetter, To: Broadcast, From: "c", Type: "d"}, wantErr: ErrInvalidAgentID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -58,6 +58,13 @@
 // can pin a consumer's name and filter together and so stop an agent from
 // creating a consumer that reads another agent's messages.
 //
+// # Permissions
+//
+// [Scheme.AgentPermissions] lists every subject one agent may publish and
+// subscribe to: its messages as sender, its consumers, its dead letters,
+// the status records that name it, and its reply inbox ([InboxPrefix]).
+// Package bus/auth turns the lists into a nats-server configuration.
+//
 // docs/subjects.md in the repository is the full contract, with the exact
 // encoding rules and a table of examples.
 package subjects

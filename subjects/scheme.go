@@ -30,7 +30,7 @@ const (
 	dlqStreamSuffix = "_DLQ" // dead-letter stream: <STREAM>_DLQ
 	tail            = ">"    // matches the remaining tokens in a filter
 
-	broadcastToken = "%2A" // EncodeToken(Broadcast), the <to> of a broadcast dead letter
+	broadcastToken = "%2A" // EncodeToken(Broadcast)
 )
 
 // Scheme builds and parses the subjects under one root. Values are small
@@ -136,15 +136,16 @@ func (s Scheme) Broadcast(from, typ string, priority int) (string, error) {
 	return b.String(), nil
 }
 
-// DeadLetter returns the subject a message from from to to is moved to when
-// it cannot be delivered: <root>.dlq.<to>.<from>.<type>. The priority is not
-// part of it. to is an agent ID or [Broadcast] (written "%2A"); from must pass
-// [ValidateID] and typ [ValidateType].
+// DeadLetter returns the subject a message from from is moved to when agent
+// to, which received it, gives it up: <root>.dlq.<to>.<from>.<type>. The
+// priority is not part of it. to is always the receiving agent, also for a
+// broadcast, so that each agent files its dead letters under its own
+// subjects (which its permissions allow, see [Scheme.AgentPermissions]); the
+// original subject travels in the dead letter's headers. to and from must
+// pass [ValidateID] and typ [ValidateType].
 func (s Scheme) DeadLetter(to, from, typ string) (string, error) {
-	if to != Broadcast {
-		if err := validateID("recipient", to); err != nil {
-			return "", err
-		}
+	if err := validateID("recipient", to); err != nil {
+		return "", err
 	}
 	if err := validateID("sender", from); err != nil {
 		return "", err

@@ -177,13 +177,12 @@ func TestDeadLetter(t *testing.T) {
 	}{
 		{name: "plain", to: "reviewer", from: "orchestrator", typ: "review_request",
 			want: "agentbus.dlq.reviewer.orchestrator.review_request"},
-		{name: "broadcast", to: "*", from: "orchestrator", typ: "shutdown",
-			want: "agentbus.dlq.%2A.orchestrator.shutdown"},
 		{name: "escaped", to: "@agent-cto", from: "build orchestrator", typ: "a.b",
 			want: "agentbus.dlq.%40agent-cto.build%20orchestrator.a%2Eb"},
 
 		{name: "empty recipient", to: "", from: "a", typ: "t", wantErr: ErrInvalidAgentID},
 		{name: "control in recipient", to: "a\nb", from: "a", typ: "t", wantErr: ErrInvalidAgentID},
+		{name: "broadcast recipient", to: "*", from: "orchestrator", typ: "shutdown", wantErr: ErrInvalidAgentID},
 		{name: "broadcast sender", to: "a", from: "*", typ: "t", wantErr: ErrInvalidAgentID},
 		{name: "empty type", to: "a", from: "b", typ: "", wantErr: ErrInvalidType},
 	}

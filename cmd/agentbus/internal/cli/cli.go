@@ -132,6 +132,7 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 		a.traceCommand(),
 		a.dlqCommand(),
 		a.benchCommand(),
+		a.authCommand(),
 	)
 	return root
 }
@@ -273,6 +274,29 @@ func (c connFlags) withEnv(getenv func(string) string) connFlags {
 // contradiction between flags is a usage error; a credential that cannot
 // be read is a runtime error.
 func (c connFlags) natsOptions() ([]nats.Option, error) {
+	opts, err := c.identityOptions()
+	if err != nil {
+		return nil, err
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, usagef("--tlscert and --tlskey go together")
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(c.tlsCA))
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
+	}
+	if c.tlsFirst {
+		opts = append(opts, nats.TLSHandshakeFirst())
+	}
+	return opts, nil
+}
+
+// identityOptions returns the nats.Connect option of the identity that
+// --creds, --nkey, or --user and --password name, or none, leaving TLS
+// aside.
+func (c connFlags) identityOptions() ([]nats.Option, error) {
 	var ids []string
 	for _, f := range []struct{ name, v string }{{"--creds", c.creds}, {"--nkey", c.nkey}, {"--user", c.user}} {
 		if f.v != "" {
@@ -284,8 +308,6 @@ func (c connFlags) natsOptions() ([]nats.Option, error) {
 		return nil, usagef("%s cannot be used together: give one identity", strings.Join(ids, " and "))
 	case c.password != "" && c.user == "":
 		return nil, usagef("--password needs --user")
-	case (c.tlsCert == "") != (c.tlsKey == ""):
-		return nil, usagef("--tlscert and --tlskey go together")
 	}
 	var opts []nats.Option
 	switch {
@@ -301,15 +323,6 @@ func (c connFlags) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.Token(c.user))
 	case c.user != "":
 		opts = append(opts, nats.UserInfo(c.user, c.password))
-	}
-	if c.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(c.tlsCA))
-	}
-	if c.tlsCert != "" {
-		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
-	}
-	if c.tlsFirst {
-		opts = append(opts, nats.TLSHandshakeFirst())
 	}
 	return opts, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/agentbus/agentbus/bus"
@@ -26,6 +27,7 @@ func (a *app) serveCommand() *cobra.Command {
 	var (
 		store    string
 		listen   string
+		authFile string
 		tlsFlags embedded.TLSOptions
 	)
 	cmd := &cobra.Command{
@@ -39,14 +41,20 @@ Messages are kept in --store, so they survive restarts. The default store is
 $XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus.
 
 --listen takes HOST:PORT; port 0 picks a free port, and an empty host
-(":4222") listens on every interface. The server has no authentication:
-keep it on loopback unless the network is trusted.
+(":4222") listens on every interface. Without --auth the server has no
+authentication: keep it on loopback unless the network is trusted.
+
+--auth FILE runs the server with the accounts, users and permissions of
+FILE, as 'agentbus auth init' writes it: every client must log in, each
+agent only to its own subjects. serve's own connection (it provisions the
+stream and dead-letters unsettled messages) then logs in with the global
+--nkey, --creds, or --user and --password: give it the admin's.
 
 --tls-cert and --tls-key make the server require TLS; clients then pass
 --tlsca with the CA that issued the certificate. --tls-verify with --tls-ca
 also requires every client to present a certificate issued by that CA
-(--tlscert and --tlskey). The global connection flags (--creds, --tlsca, ...)
-are for clients; serve does not use them.
+(--tlscert and --tlskey). The global TLS flags (--tlsca, ...) are for
+clients; serve talks to its server in-process.
 
 Once the server is ready, serve prints its client URL on stdout as one line
 and nothing else, so that a script can read it:
@@ -68,6 +76,10 @@ on stderr.`,
 			if err != nil {
 				return usageError{err}
 			}
+			login, err := a.serveLogin(authFile)
+			if err != nil {
+				return err
+			}
 			if store == "" {
 				if store, err = defaultStore(); err != nil {
 					return err
@@ -84,11 +96,12 @@ on stderr.`,
 			log := &heldWriter{w: a.stderr}
 			logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			s, err := embedded.Start(embedded.Options{
-				Host:     host,
-				Port:     port,
-				StoreDir: store,
-				Logger:   embedded.SlogLogger(logger),
-				TLS:      tlsOpts,
+				Host:       host,
+				Port:       port,
+				StoreDir:   store,
+				Logger:     embedded.SlogLogger(logger),
+				TLS:        tlsOpts,
+				ConfigFile: authFile,
 			})
 			if err != nil {
 				return err
@@ -98,7 +111,10 @@ on stderr.`,
 				return err
 			}
 
-			nc, err := s.Connect()
+			nc, err := s.Connect(login...)
+			if err != nil && authFile != "" {
+				return fmt.Errorf("log in to the server with the admin's credentials of %s: %w", authFile, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -152,11 +168,29 @@ on stderr.`,
 	f := cmd.Flags()
 	f.StringVar(&store, "store", "", "directory for the server's data (default $XDG_DATA_HOME/agentbus or ~/.local/share/agentbus)")
 	f.StringVar(&listen, "listen", defaultListen, "HOST:PORT for clients; port 0 picks a free port")
+	f.StringVar(&authFile, "auth", "", "accounts, users and permissions file from 'agentbus auth init'; serve logs in with --nkey, --creds or --user/--password")
 	f.StringVar(&tlsFlags.CertFile, "tls-cert", "", "server certificate file (PEM); with --tls-key, clients must use TLS")
 	f.StringVar(&tlsFlags.KeyFile, "tls-key", "", "private key file (PEM) of --tls-cert")
 	f.StringVar(&tlsFlags.CAFile, "tls-ca", "", "CA certificate file (PEM) that client certificates must chain to; needs --tls-verify")
 	f.BoolVar(&tlsFlags.VerifyClients, "tls-verify", false, "require a client certificate issued by --tls-ca")
 	return cmd
+}
+
+// serveLogin returns the options serve's own connection logs in with:
+// none without --auth, else the identity of the global connection flags,
+// which --auth needs.
+func (a *app) serveLogin(authFile string) ([]nats.Option, error) {
+	if authFile == "" {
+		return nil, nil
+	}
+	login, err := a.conn.withEnv(os.Getenv).identityOptions()
+	if err != nil {
+		return nil, err
+	}
+	if len(login) == 0 {
+		return nil, usagef("--auth needs the admin's credentials for serve's own connection: --nkey, --creds, or --user and --password")
+	}
+	return login, nil
 }
 
 // serveTLS checks serve's --tls-* flags and returns the server's TLS

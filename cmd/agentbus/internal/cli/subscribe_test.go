@@ -158,8 +158,3 @@ func TestSubscribeExecRetry(t *testing.T) {
 		t.Errorf("message left after it was handled: %q", out)
 	}
 }
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}

@@ -1,0 +1,542 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/bus/auth"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// authServer is an embedded server running the authorization auth.Generate
+// writes for some agents, with the bus provisioned by the admin.
+type authServer struct {
+	s     *embedded.Server
+	setup *auth.Setup
+	admin *bus.Bus // to look at what the agents did
+}
+
+func newAuthServer(t *testing.T, agents ...string) *authServer {
+	t.Helper()
+	setup, err := auth.Generate(auth.Config{Agents: agents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), auth.ConfigFileName)
+	if err := os.WriteFile(file, setup.ServerConfig(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := embeddedtest.RunServer(t, func(o *embedded.Options) { o.ConfigFile = file })
+	nc := embeddedtest.Connect(t, s, setup.Admin().Option())
+	admin, err := bus.New(nc, "agentbus-admin", bus.WithProvision(bus.StreamConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return &authServer{s: s, setup: setup, admin: admin}
+}
+
+// identity returns the generated identity of agent.
+func (a *authServer) identity(t *testing.T, agent string) auth.Identity {
+	t.Helper()
+	id, ok := a.setup.Agent(agent)
+	if !ok {
+		t.Fatalf("no identity for %q", agent)
+	}
+	return id
+}
+
+// agentBus connects agent over TCP with its own credentials, as any
+// program does with bus.Connect; background errors go to onError.
+func (a *authServer) agentBus(t *testing.T, agent string, onError func(error), opts ...bus.Option) *bus.Bus {
+	t.Helper()
+	opts = append([]bus.Option{
+		bus.WithNATSOptions(a.identity(t, agent).Option()),
+		bus.WithErrorHandler(onError),
+	}, opts...)
+	b, err := bus.Connect(a.s.ClientURL(), agent, opts...)
+	if err != nil {
+		t.Fatalf("bus.Connect(%q): %v", agent, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// errorList collects background errors.
+type errorList struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (e *errorList) add(err error) {
+	e.mu.Lock()
+	e.errs = append(e.errs, err)
+	e.mu.Unlock()
+}
+
+func (e *errorList) all() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.errs)
+}
+
+// TestAgentPermissionsAllowNormalWork: under the generated authorization
+// agents do all their work (subscribe, publish, publish asynchronously,
+// request and reply, read their status records, dead-letter, report their
+// backlog), and the server refuses none of it.
+func TestAgentPermissionsAllowNormalWork(t *testing.T) {
+	srv := newAuthServer(t, "lead", "build worker")
+	var leadErrs, workerErrs errorList
+	lead := srv.agentBus(t, "lead", leadErrs.add)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	worker := srv.agentBus(t, "build worker", workerErrs.add, bus.WithMeterProvider(mp))
+	ctx := testContext(t)
+
+	// The worker answers questions, rejects poison for good and records
+	// the rest.
+	r := newRecorder()
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		switch d.Type {
+		case "poison":
+			return bus.Permanent(errors.New("cannot handle it"))
+		case "question":
+			_, err := worker.Reply(ctx, &d.Message, bus.Message{Type: "answer", Data: []byte("42")})
+			return err
+		}
+		return r.handle(ctx, d)
+	})
+	subscribe(t, lead, func(context.Context, *bus.Delivery) error { return nil })
+
+	task := publish(t, lead, bus.Message{To: worker.Agent(), Type: "task", Priority: 1})
+	f, err := lead.PublishAsync(ctx, bus.Message{To: worker.Agent(), Type: "async-task"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Wait(ctx); err != nil {
+		t.Fatalf("PublishAsync: %v", err)
+	}
+	publish(t, lead, bus.Message{To: bus.Broadcast, Type: "note"})
+	r.waitCount(t, 3)
+	if types := r.types(); !slices.Contains(types, "task") || !slices.Contains(types, "async-task") || !slices.Contains(types, "note") {
+		t.Fatalf("worker handled %v, want task, async-task and note", types)
+	}
+
+	reply, err := lead.Request(ctx, bus.Message{To: worker.Agent(), Type: "question"})
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	if reply.Type != "answer" || string(reply.Data) != "42" {
+		t.Fatalf("reply %s %q, want answer 42", reply.Type, reply.Data)
+	}
+
+	// Sender and recipient read the record that names them.
+	waitFor(t, "the task recorded completed", func() (bool, string) {
+		for _, b := range []*bus.Bus{lead, worker} {
+			sts, err := b.Status(ctx, task.ID)
+			if err != nil || len(sts) != 1 || sts[0].State != bus.StateCompleted {
+				return false, fmt.Sprintf("%s: %+v, %v", b.Agent(), sts, err)
+			}
+		}
+		return true, ""
+	})
+
+	// The worker files its dead letters under its own name, a broadcast's
+	// too.
+	publish(t, lead, bus.Message{To: worker.Agent(), Type: "poison"})
+	publish(t, lead, bus.Message{To: bus.Broadcast, Type: "poison"})
+	var dls []bus.DeadLetter
+	waitFor(t, "two dead letters", func() (bool, string) {
+		dls, err = srv.admin.DeadLetters(ctx, bus.DeadLetterFilter{Agent: worker.Agent()})
+		return err == nil && len(dls) == 2, fmt.Sprintf("%d dead letters, %v", len(dls), err)
+	})
+	var originals []string
+	for _, dl := range dls {
+		originals = append(originals, dl.Subject)
+		if dl.Agent != worker.Agent() || dl.Reason != bus.ReasonRejected {
+			t.Errorf("dead letter of %s by %q, reason %s; want the worker, rejected", dl.Subject, dl.Agent, dl.Reason)
+		}
+	}
+	slices.Sort(originals)
+	if want := []string{"agentbus.agent.build%20worker.p3.lead.poison", "agentbus.all.p3.lead.poison"}; !slices.Equal(originals, want) {
+		t.Errorf("dead letters of %q, want %q", originals, want)
+	}
+
+	// The backlog gauges read the worker's consumers.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	if !hasMetric(rm, "agentbus.backlog") {
+		t.Error("no agentbus.backlog reported")
+	}
+
+	for agent, errs := range map[string]*errorList{"lead": &leadErrs, "build worker": &workerErrs} {
+		for _, err := range errs.all() {
+			t.Errorf("%s: background error %v", agent, err)
+		}
+	}
+}
+
+func hasMetric(rm metricdata.ResourceMetrics, name string) bool {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// intruder is an agent that tries what its permissions forbid, with plain
+// nats.go on its own credentials. Every permission error the server sends
+// it arrives on errs.
+type intruder struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	bus  *bus.Bus // its bus, on a connection of its own
+	errs chan error
+}
+
+func newIntruder(t *testing.T, srv *authServer, agent string) *intruder {
+	t.Helper()
+	in := &intruder{errs: make(chan error, 64)}
+	report := func(err error) {
+		select {
+		case in.errs <- err:
+		default:
+			t.Errorf("error dropped: %v", err)
+		}
+	}
+	nc, err := nats.Connect(srv.s.ClientURL(),
+		srv.identity(t, agent).Option(),
+		nats.CustomInboxPrefix(bus.InboxPrefix(agent)),
+		nats.PermissionErrOnSubscribe(true),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { report(err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	in.nc = nc
+	if in.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	in.bus = srv.agentBus(t, agent, report)
+	return in
+}
+
+// violation waits for the server's permission error for op ("Publish" or
+// "Subscription") on a subject that matches pattern, where a "*" token
+// stands for any one token. Any other error fails the test.
+func (in *intruder) violation(t *testing.T, op, pattern string) {
+	t.Helper()
+	timer := time.NewTimer(testTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-in.errs:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("error %v, want a permissions violation", err)
+			}
+			_, subject, ok := strings.Cut(err.Error(), "Permissions Violation for "+op+" to ")
+			if ok && subjectMatches(pattern, strings.Trim(subject, `"`)) {
+				return
+			}
+			t.Fatalf("error %v, want the violation for %s to %q", err, op, pattern)
+		case <-timer.C:
+			t.Fatalf("no permissions violation for %s to %q", op, pattern)
+		}
+	}
+}
+
+// subjectMatches reports whether subject has pattern's tokens, a "*" in
+// pattern matching any one.
+func subjectMatches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	if len(p) != len(s) {
+		return false
+	}
+	for i := range p {
+		if p[i] != "*" && p[i] != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// denied runs call, a request the server must refuse, until the server's
+// permission error for publishing to a subject matching pattern arrives;
+// the request itself gets no answer and ends when its context does. call
+// must then have failed.
+func (in *intruder) denied(t *testing.T, pattern string, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testContext(t))
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	in.violation(t, "Publish", pattern)
+	cancel()
+	if err := <-done; err == nil {
+		t.Errorf("the call succeeded after the server refused it")
+	}
+}
+
+// request sends a raw request, as a client that bypasses the bus would.
+func (in *intruder) request(subject string, body any) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		_, err = in.nc.RequestWithContext(ctx, subject, data)
+		return err
+	}
+}
+
+// TestAgentPermissionsDenyOtherAgents: an agent that goes around the bus
+// with plain nats.go on its own credentials can neither read, take, forge
+// nor destroy another agent's messages, consumers, dead letters or status
+// records, nor the streams: the server refuses each attempt with a
+// permissions violation, which nats.go reports to the connection's error
+// handler (and, for a subscription, from NextMsg).
+func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
+	srv := newAuthServer(t, "alice", "bob", "mallory")
+	var aliceErrs, bobErrs errorList
+	alice := srv.agentBus(t, "alice", aliceErrs.add)
+	bob := srv.agentBus(t, "bob", bobErrs.add)
+	mallory := newIntruder(t, srv, "mallory")
+	ctx := testContext(t)
+	s := subjects.Default()
+
+	// Alice's consumers exist; bob's message waits in them, with its
+	// status record.
+	sub, err := alice.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Stop()
+	<-sub.Done()
+	sent := publish(t, bob, bus.Message{To: "alice", Type: "secret", Data: []byte("for alice")})
+	key, err := subjects.StatusKey(sent.ID, sent.ID, "bob", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	statusKey := "$KV." + s.StatusBucket() + "." + key
+	waitFor(t, "the pending record", func() (bool, string) {
+		sts, err := srv.admin.StatusAll(ctx, sent.ID)
+		return err == nil && len(sts) == 1, fmt.Sprintf("%+v, %v", sts, err)
+	})
+
+	const stream = "AGENTBUS"
+	for _, tt := range []struct {
+		name, subject string
+	}{
+		{"subscribe to alice's messages", "agentbus.agent.alice.>"},
+		{"subscribe to alice's inbox", "_INBOX.alice.>"},
+		{"subscribe to every message", "agentbus.>"},
+		{"subscribe to the dead letters", "agentbus.dlq.>"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sub, err := mallory.nc.SubscribeSync(tt.subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if _, err := sub.NextMsg(testTimeout); !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("NextMsg error %v, want a permissions violation", err)
+			}
+			mallory.violation(t, "Subscription", tt.subject)
+		})
+	}
+
+	t.Run("pull from alice's consumer", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.MSG.NEXT."+stream+".alice_p3",
+			mallory.request("$JS.API.CONSUMER.MSG.NEXT."+stream+".alice_p3", map[string]any{"batch": 1}))
+	})
+	t.Run("read alice's consumer", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.INFO."+stream+".alice_p3", func(ctx context.Context) error {
+			_, err := mallory.js.Consumer(ctx, stream, "alice_p3")
+			return err
+		})
+	})
+	t.Run("ack alice's message", func(t *testing.T) {
+		ack := fmt.Sprintf("$JS.ACK.%s.alice_p3.1.%d.1.%d.0", stream, sent.Sequence, time.Now().UnixNano())
+		mallory.denied(t, ack, func(ctx context.Context) error {
+			_, err := mallory.nc.RequestWithContext(ctx, ack, []byte("+ACK"))
+			return err
+		})
+	})
+	t.Run("create a consumer on alice's subjects", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.CREATE."+stream+".mallory_p3.agentbus.agent.alice.p3.>", func(ctx context.Context) error {
+			_, err := mallory.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+				Durable: "mallory_p3", FilterSubject: "agentbus.agent.alice.p3.>"})
+			return err
+		})
+	})
+	t.Run("take over alice's consumer", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.CREATE."+stream+".alice_p3.agentbus.agent.alice.p3.>", func(ctx context.Context) error {
+			_, err := mallory.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+				Durable: "alice_p3", FilterSubject: "agentbus.agent.alice.p3.>", AckPolicy: jetstream.AckNonePolicy})
+			return err
+		})
+	})
+	t.Run("create a consumer with two filters", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.CREATE."+stream+".mallory_p3", func(ctx context.Context) error {
+			_, err := mallory.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+				Durable: "mallory_p3", FilterSubjects: []string{"agentbus.agent.mallory.p3.>", "agentbus.agent.alice.p3.>"}})
+			return err
+		})
+	})
+	t.Run("hide another filter in its own consumer", func(t *testing.T) {
+		// The subject is one mallory may use; the server itself refuses a
+		// configured filter that is not the subject's.
+		subject := "$JS.API.CONSUMER.CREATE." + stream + ".mallory_p3.agentbus.agent.mallory.p3.>"
+		body, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
+			"durable_name": "mallory_p3", "filter_subject": "agentbus.agent.alice.p3.>", "ack_policy": "explicit"}})
+		m, err := mallory.nc.RequestWithContext(ctx, subject, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error == nil || resp.Error.ErrorCode != 10131 {
+			t.Fatalf("response %s, want error 10131 (filter does not match the subject's)", m.Data)
+		}
+	})
+	t.Run("publish as alice", func(t *testing.T) {
+		for _, subject := range []string{"agentbus.agent.bob.p1.alice.order", "agentbus.all.p1.alice.order"} {
+			mallory.denied(t, subject, func(ctx context.Context) error {
+				_, err := mallory.js.Publish(ctx, subject, []byte("forged"))
+				return err
+			})
+		}
+	})
+	t.Run("file a dead letter as alice", func(t *testing.T) {
+		mallory.denied(t, "agentbus.dlq.alice.bob.secret", func(ctx context.Context) error {
+			_, err := mallory.js.Publish(ctx, "agentbus.dlq.alice.bob.secret", []byte("forged"))
+			return err
+		})
+	})
+	t.Run("delete the stream", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.STREAM.DELETE."+stream, func(ctx context.Context) error {
+			return mallory.js.DeleteStream(ctx, stream)
+		})
+	})
+	t.Run("purge the stream", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.STREAM.PURGE."+stream, mallory.request("$JS.API.STREAM.PURGE."+stream, struct{}{}))
+	})
+	t.Run("purge the dead letters", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.STREAM.PURGE."+stream+"_DLQ", mallory.request("$JS.API.STREAM.PURGE."+stream+"_DLQ", struct{}{}))
+	})
+	t.Run("list the stream's subjects", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.STREAM.INFO."+stream, mallory.request("$JS.API.STREAM.INFO."+stream, map[string]any{"subjects_filter": ">"}))
+	})
+	t.Run("get a message by sequence", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.STREAM.MSG.GET."+stream, mallory.request("$JS.API.STREAM.MSG.GET."+stream, map[string]any{"seq": sent.Sequence}))
+		mallory.denied(t, "$JS.API.DIRECT.GET."+stream, mallory.request("$JS.API.DIRECT.GET."+stream, map[string]any{"seq": sent.Sequence}))
+	})
+	t.Run("read alice's dead letters", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.CREATE."+stream+"_DLQ.*.agentbus.dlq.alice.*.*", func(ctx context.Context) error {
+			_, err := mallory.bus.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "alice"})
+			return err
+		})
+	})
+	t.Run("read alice's status record", func(t *testing.T) {
+		// mallory may bind the bucket, not read alice's keys.
+		kv, err := mallory.js.KeyValue(ctx, s.StatusBucket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mallory.denied(t, "$JS.API.DIRECT.GET.KV_"+s.StatusBucket()+"."+statusKey, func(ctx context.Context) error {
+			_, err := kv.Get(ctx, key)
+			return err
+		})
+	})
+	t.Run("read any record through its own key's subject", func(t *testing.T) {
+		// mallory may direct-get its own keys; the server refuses a request
+		// there that asks for a sequence instead.
+		own, err := subjects.StatusKey("c", "m", "mallory", "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mallory.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+s.StatusBucket()+".$KV."+s.StatusBucket()+"."+own, []byte(`{"seq":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status := m.Header.Get("Status"); status != "408" || len(m.Data) != 0 {
+			t.Fatalf("reply status %q with %q, want 408 and nothing", status, m.Data)
+		}
+	})
+	t.Run("look up alice's status records", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.CREATE.KV_"+s.StatusBucket()+".*.$KV."+s.StatusBucket()+".*."+sent.ID+".*.*", func(ctx context.Context) error {
+			_, err := mallory.bus.StatusAll(ctx, sent.ID)
+			return err
+		})
+	})
+	t.Run("write alice's status record", func(t *testing.T) {
+		mallory.denied(t, statusKey, func(ctx context.Context) error {
+			_, err := mallory.js.Publish(ctx, statusKey, []byte(`{"state":"completed"}`))
+			return err
+		})
+	})
+	t.Run("list the lookups' consumers", func(t *testing.T) {
+		subject := "$JS.API.CONSUMER.NAMES.KV_" + s.StatusBucket()
+		mallory.denied(t, subject, mallory.request(subject, struct{}{}))
+	})
+	t.Run("roll up a stream", func(t *testing.T) {
+		// mallory may write to subjects of each stream, but not purge the
+		// stream with a rollup: the message streams allow none, and
+		// Provision turns them off on the status bucket.
+		own, err := subjects.StatusKey("c", "m", "mallory", "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, subject := range []string{"$KV." + s.StatusBucket() + "." + own, "agentbus.agent.bob.p1.mallory.x", "agentbus.dlq.mallory.bob.x"} {
+			m := &nats.Msg{Subject: subject, Header: nats.Header{"Nats-Rollup": []string{"all"}}}
+			_, err = mallory.js.PublishMsg(ctx, m)
+			var apiErr *jetstream.APIError
+			if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10111 || !strings.Contains(apiErr.Description, "rollup not permitted") {
+				t.Errorf("rollup on %s: error %v, want 10111 rollup not permitted", subject, err)
+			}
+		}
+	})
+
+	// Nothing mallory tried reached alice's message or its record.
+	if sts, err := srv.admin.StatusAll(ctx, sent.ID); err != nil || len(sts) != 1 {
+		t.Errorf("bob's message to alice has records %+v, %v; want its one record", sts, err)
+	}
+	r := newRecorder()
+	subscribe(t, alice, r.handle)
+	if got := r.waitCount(t, 1); got[0].ID != sent.ID || string(got[0].Data) != "for alice" || got[0].NumDelivered != 1 {
+		t.Errorf("alice got %+v, want bob's message on its first delivery", got[0])
+	}
+	select {
+	case err := <-mallory.errs:
+		t.Errorf("unexpected error for mallory: %v", err)
+	default:
+	}
+	for agent, errs := range map[string]*errorList{"alice": &aliceErrs, "bob": &bobErrs} {
+		for _, err := range errs.all() {
+			t.Errorf("%s: background error %v", agent, err)
+		}
+	}
+}

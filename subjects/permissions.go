@@ -1,0 +1,118 @@
+package subjects
+
+// An agent's server permissions follow from the scheme: the subjects it
+// sends on, its ten consumers, its dead letters, the status records naming
+// it and its reply inbox. This file spells out the NATS and JetStream API
+// subjects those take; docs/security.md explains each.
+const (
+	inboxRoot = "_INBOX" // nats.go's reply inbox root
+
+	jsAPI            = "$JS.API."
+	jsConsumerCreate = jsAPI + "CONSUMER.CREATE." // <stream>.<name>.<filter>
+	jsConsumerInfo   = jsAPI + "CONSUMER.INFO."   // <stream>.<name>
+	jsConsumerNext   = jsAPI + "CONSUMER.MSG.NEXT."
+	jsConsumerDelete = jsAPI + "CONSUMER.DELETE."
+	jsStreamInfo     = jsAPI + "STREAM.INFO."
+	jsDirectGet      = jsAPI + "DIRECT.GET." // <stream>.<subject>
+	jsAck            = "$JS.ACK."            // <stream>.<consumer>.<5 tokens>
+	kvPrefix         = "$KV."                // <bucket>.<key>
+	kvStreamPrefix   = "KV_"                 // a bucket's stream
+	anyToken         = "*"
+)
+
+// Permissions are the subjects one NATS user may publish and subscribe to,
+// as they go into a server's authorization: everything else is denied.
+// Wildcards have their NATS meaning.
+type Permissions struct {
+	// Publish lists the subjects the user may publish to, JetStream API
+	// requests and acknowledgements included.
+	Publish []string
+	// Subscribe lists the subjects the user may subscribe to.
+	Subscribe []string
+}
+
+// InboxPrefix returns the reply inbox prefix of agent, "_INBOX.<token>".
+// An agent's connection uses it in place of nats.go's random "_INBOX"
+// prefix (nats.CustomInboxPrefix), so that its permissions can allow the
+// replies to its own requests, and only those. The token has no '*', '>'
+// or '.', as nats.go requires of a prefix. An inbox prefix has no root: an
+// agent ID names one principal in every bus (root) of an account. The
+// error wraps [ErrInvalidAgentID].
+func InboxPrefix(agent string) (string, error) {
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	return inboxRoot + "." + EncodeToken(agent), nil
+}
+
+// AgentPermissions returns what agent needs for its work on the bus of s,
+// and nothing more. With R the root, t the agent's token, S the stream, B
+// the status bucket and P each of the agent's two [StatusKeyPatterns], it
+// may publish to:
+//
+//   - R.agent.*.*.t.* and R.all.*.t.*: messages that name it as the sender;
+//   - R.dlq.t.*.*: the dead letters it files (see [Scheme.DeadLetter]);
+//   - for each of its consumers C with filter F ([Scheme.Consumers]):
+//     $JS.API.CONSUMER.CREATE.S.C.F, create or update C with filter F and
+//     no other (the server refuses a request whose configured filter is not
+//     the one in the subject); $JS.API.CONSUMER.INFO.S.C, read by the
+//     backlog metrics; $JS.API.CONSUMER.MSG.NEXT.S.C, pull; $JS.ACK.S.C.>,
+//     acknowledge;
+//   - $KV.B.P: write the status records that name it;
+//   - $JS.API.DIRECT.GET.KV_B.$KV.B.P: read one of them by key;
+//   - $JS.API.CONSUMER.CREATE.KV_B.*.$KV.B.P, then
+//     $JS.API.CONSUMER.MSG.NEXT.KV_B.* and $JS.API.CONSUMER.DELETE.KV_B.*:
+//     the short-lived ordered consumers that look records up by message ID
+//     (nats.go deletes each one it replaces; their names are random);
+//   - $JS.API.STREAM.INFO.KV_B: bind the bucket (nats.go's KeyValue).
+//
+// It may subscribe to its reply inbox, [InboxPrefix] followed by ".>", and
+// to R.agent.t.>, where Request listens for replies while it waits.
+//
+// The error wraps [ErrInvalidAgentID].
+func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
+	cs, err := s.Consumers(agent)
+	if err != nil {
+		return Permissions{}, err
+	}
+	patterns, err := StatusKeyPatterns(agent)
+	if err != nil {
+		return Permissions{}, err
+	}
+	inbox, err := InboxPrefix(agent)
+	if err != nil {
+		return Permissions{}, err
+	}
+	root, tok, stream := s.Root(), EncodeToken(agent), s.Stream()
+	pub := []string{
+		root + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tok + "." + anyToken,
+		root + "." + kindAll + "." + anyToken + "." + tok + "." + anyToken,
+		root + "." + kindDLQ + "." + tok + "." + anyToken + "." + anyToken,
+	}
+	for _, c := range cs {
+		pub = append(pub,
+			jsConsumerCreate+stream+"."+c.Name+"."+c.Filter,
+			jsConsumerInfo+stream+"."+c.Name,
+			jsConsumerNext+stream+"."+c.Name,
+			jsAck+stream+"."+c.Name+"."+tail,
+		)
+	}
+	bucket := s.StatusBucket()
+	kvStream, kv := kvStreamPrefix+bucket, kvPrefix+bucket+"."
+	for _, p := range patterns {
+		pub = append(pub,
+			kv+p,
+			jsDirectGet+kvStream+"."+kv+p,
+			jsConsumerCreate+kvStream+"."+anyToken+"."+kv+p,
+		)
+	}
+	pub = append(pub,
+		jsConsumerNext+kvStream+"."+anyToken,
+		jsConsumerDelete+kvStream+"."+anyToken,
+		jsStreamInfo+kvStream,
+	)
+	return Permissions{
+		Publish:   pub,
+		Subscribe: []string{inbox + "." + tail, root + "." + kindAgent + "." + tok + "." + tail},
+	}, nil
+}
