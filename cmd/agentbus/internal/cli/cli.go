@@ -132,6 +132,7 @@ error is reported as one line "agentbus: <error>" on stderr.`,
 		a.traceCommand(),
 		a.dlqCommand(),
 		a.benchCommand(),
+		a.demoCommand(),
 		a.authCommand(),
 	)
 	return root

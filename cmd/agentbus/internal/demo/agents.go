@@ -1,0 +1,120 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
+)
+
+// poisonIssue is the work item no worker can do.
+const poisonIssue = "JOP-666"
+
+// startWorker starts process n (1 or 2) of agent worker: it connects and
+// subscribes to the agent's inbox. Both processes subscribe with the same
+// settings; they share the agent's durable consumers, so they split the
+// work, and a message one of them abandons goes to the other.
+func (d *demo) startWorker(ctx context.Context, n int) (*agent, error) {
+	w, err := d.connect(worker, fmt.Sprintf("%s#%d", worker, n))
+	if err != nil {
+		return nil, err
+	}
+	d.workers = append(d.workers, w)
+	w.sub, err = w.bus.Subscribe(ctx, d.workerHandler(w),
+		bus.WithAckWait(ackWait),
+		bus.WithMaxDeliver(maxDeliver),
+		bus.WithBackoff(func(int) time.Duration { return retryDelay }),
+	)
+	if err != nil {
+		return nil, err
+	}
+	d.emit(Event{From: w.label, Event: EventOnline,
+		Detail: fmt.Sprintf("%s comes online: a process of agent %s subscribes to its inbox", w.label, worker)})
+	return w, nil
+}
+
+// workerHandler is the worker's handler: it does the work of a pipeline
+// "develop" item or an escalation, and tells the demo what it did.
+// Returning nil acks the message; an error has it redelivered after the
+// backoff, until its last allowed delivery, when it is dead-lettered.
+func (d *demo) workerHandler(w *agent) bus.Handler {
+	return func(ctx context.Context, dl *bus.Delivery) error {
+		if w.stall.Load() {
+			// The crash scene: this process hangs on the message until it is
+			// killed, and never acks it.
+			d.observe(ctx, w, dl, errStalled)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		err := work(dl)
+		d.observe(ctx, w, dl, err)
+		return err
+	}
+}
+
+// work does a worker's job: it reads the native message, which the bus
+// hands over byte for byte, and fails on the one issue that cannot be
+// built, every time.
+func work(dl *bus.Delivery) error {
+	switch dl.Type {
+	case "develop":
+		var item pipelineMessage
+		if err := json.Unmarshal(dl.Data, &item); err != nil {
+			return bus.Permanent(fmt.Errorf("read work item: %w", err))
+		}
+		if issue, _ := item.Body["issue"].(string); issue == poisonIssue {
+			return fmt.Errorf("check out %s: branch not found", issue)
+		}
+	case "ESCALATION_REQUEST":
+		// Drop everything and fix it.
+	}
+	return nil
+}
+
+// startReviewer starts the reviewer: it connects and subscribes.
+func (d *demo) startReviewer(ctx context.Context) error {
+	r, err := d.connect(reviewer, reviewer)
+	if err != nil {
+		return err
+	}
+	d.reviewer = r
+	if r.sub, err = r.bus.Subscribe(ctx, d.reviewerHandler(r)); err != nil {
+		return err
+	}
+	d.emit(Event{From: reviewer, Event: EventOnline, Detail: "reviewer comes online and subscribes to its inbox"})
+	return nil
+}
+
+// reviewerHandler is the reviewer's handler: it answers a basemessage
+// VALIDATION_REQUEST with a VALIDATION_RESPONSE through Reply, which
+// addresses the reply to the requester, in its conversation, and records
+// the request as replied.
+func (d *demo) reviewerHandler(r *agent) bus.Handler {
+	return func(ctx context.Context, dl *bus.Delivery) error {
+		if dl.Type != "VALIDATION_REQUEST" {
+			d.observe(ctx, r, dl, nil)
+			return nil
+		}
+		var req struct {
+			MessageID string            `json:"messageId"`
+			Payload   validationRequest `json:"payload"`
+		}
+		if err := json.Unmarshal(dl.Data, &req); err != nil {
+			return bus.Permanent(fmt.Errorf("read validation request: %w", err))
+		}
+		reply, err := prepare(profiles.BaseMessage{}, baseMessage{
+			MessageID: req.MessageID + "-reply", CorrelationID: dl.CorrelationID, Timestamp: now(),
+			From: reviewer, To: dl.From, Type: "VALIDATION_RESPONSE", Version: "1.0", ReplyTo: req.MessageID,
+			Payload: validationResponse{TaskID: req.Payload.TaskID, Decision: "APPROVED",
+				Reasons: []string{"tests pass", "the change is limited to " + req.Payload.Subject}},
+		})
+		if err == nil {
+			_, err = r.bus.Reply(ctx, &dl.Message, *reply)
+		}
+		d.observe(ctx, r, dl, err)
+		return err
+	}
+}

@@ -1,0 +1,250 @@
+package demo_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/cmd/agentbus/internal/demo"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// privateTempDir points $TMPDIR, where the demo's embedded server keeps its
+// store, at a directory of the test's own and returns it.
+func privateTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	return dir
+}
+
+// checkRemoved fails the test unless dir is empty: the demo removed its
+// server's store.
+func checkRemoved(t *testing.T, dir string) {
+	t.Helper()
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("the demo left %s in the temporary directory", e.Name())
+	}
+}
+
+// TestRun runs the whole demo once, writing both output modes, and checks
+// that every scene succeeded and showed its events. It asserts nothing
+// about timing.
+func TestRun(t *testing.T) {
+	tmp := privateTempDir(t)
+	var text, jsonl bytes.Buffer
+	textOut, jsonOut := demo.NewPrinter(&text, false), demo.NewPrinter(&jsonl, true)
+	var events []demo.Event
+	rep, err := demo.Run(context.Background(), demo.Options{Events: func(e demo.Event) {
+		events = append(events, e)
+		textOut.Event(e)
+		jsonOut.Event(e)
+	}})
+	textOut.Report(rep)
+	jsonOut.Report(rep)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, text.String())
+	}
+	if perr := errors.Join(textOut.Err(), jsonOut.Err()); perr != nil {
+		t.Fatal(perr)
+	}
+	checkRemoved(t, tmp)
+	t.Logf("timeline:\n%s", text.String())
+
+	if !rep.OK || rep.Error != "" {
+		t.Errorf("report OK %t, error %q", rep.OK, rep.Error)
+	}
+	if rep.Conversation != demo.Conversation || len(rep.TraceID) != 32 {
+		t.Errorf("report conversation %q trace %q", rep.Conversation, rep.TraceID)
+	}
+	var ran []string
+	for _, s := range rep.Scenes {
+		ran = append(ran, s.Scene)
+		if !s.OK || s.Detail == "" {
+			t.Errorf("scene %s: ok %t, detail %q", s.Scene, s.OK, s.Detail)
+		}
+	}
+	if !slices.Equal(ran, demo.Scenes()) {
+		t.Errorf("scenes %v, want %v", ran, demo.Scenes())
+	}
+
+	// Every scene shows its events.
+	kinds := map[string]map[string]bool{}
+	for _, e := range events {
+		if kinds[e.Scene] == nil {
+			kinds[e.Scene] = map[string]bool{}
+		}
+		kinds[e.Scene][e.Event] = true
+		if e.Event == demo.EventWarning || e.Event == demo.EventFail {
+			t.Errorf("%s event: %s", e.Event, e.Detail)
+		}
+	}
+	want := map[string][]string{
+		"setup":     {demo.EventStart},
+		"priority":  {demo.EventScene, demo.EventQueued, demo.EventOnline, demo.EventHandled, demo.EventOK},
+		"crash":     {demo.EventScene, demo.EventPublished, demo.EventTaken, demo.EventCrashed, demo.EventOnline, demo.EventRedelivered, demo.EventOK},
+		"duplicate": {demo.EventScene, demo.EventPublished, demo.EventDuplicate, demo.EventHandled, demo.EventOK},
+		"ttl":       {demo.EventScene, demo.EventQueued, demo.EventExpired, demo.EventOK},
+		"request":   {demo.EventScene, demo.EventOnline, demo.EventRequest, demo.EventHandled, demo.EventReply, demo.EventReplied, demo.EventOK},
+		"poison":    {demo.EventScene, demo.EventPublished, demo.EventFailed, demo.EventHandled, demo.EventDeadLettered, demo.EventOK},
+		"trace":     {demo.EventScene, demo.EventTrace, demo.EventRecord, demo.EventOK},
+		"teardown":  {demo.EventStop},
+	}
+	for scene, ks := range want {
+		for _, k := range ks {
+			if !kinds[scene][k] {
+				t.Errorf("scene %s has no %q event", scene, k)
+			}
+		}
+	}
+
+	// The escalation, queued last, is handled first.
+	var handled []string
+	for _, e := range events {
+		if e.Scene == "priority" && e.Event == demo.EventHandled {
+			handled = append(handled, e.ID)
+		}
+	}
+	if want := []string{"esc-1", "dev-101", "dev-102", "dev-103"}; !slices.Equal(handled, want) {
+		t.Errorf("priority scene handled %v, want %v", handled, want)
+	}
+	// The messages of two protocols reach the trace, with their priorities.
+	records := map[string]demo.Event{}
+	for _, e := range events {
+		if e.Event == demo.EventRecord {
+			records[e.ID] = e
+		}
+	}
+	for id, want := range map[string]struct {
+		typ      string
+		priority int
+		state    string
+	}{
+		"esc-1":   {"ESCALATION_REQUEST", 1, "completed"},
+		"dev-104": {"develop", 3, "completed after 2 deliveries"},
+		"pr-7":    {"review_pr", 2, "expired"},
+		"val-1":   {"VALIDATION_REQUEST", 3, "replied"},
+		"dev-666": {"develop", 3, "dead_lettered"},
+	} {
+		r, ok := records[id]
+		if !ok || r.Type != want.typ || r.Priority != want.priority || !strings.HasPrefix(r.Detail, want.state) {
+			t.Errorf("trace record of %s = %+v, want %s p%d %s", id, r, want.typ, want.priority, want.state)
+		}
+	}
+
+	checkJSONLines(t, jsonl.Bytes(), len(events))
+	checkText(t, text.String(), len(events))
+}
+
+// checkJSONLines checks the --json output: n event lines with every member,
+// then the summary.
+func checkJSONLines(t *testing.T, out []byte, n int) {
+	t.Helper()
+	members := []string{"elapsed_ms", "scene", "from", "to", "type", "priority", "id", "event", "detail"}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	var lines []map[string]any
+	for sc.Scan() {
+		var v map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("line %d is not JSON: %v: %s", len(lines)+1, err, sc.Bytes())
+		}
+		lines = append(lines, v)
+	}
+	if len(lines) != n+1 {
+		t.Fatalf("%d JSON lines, want %d events and the summary", len(lines), n)
+	}
+	for i, v := range lines[:n] {
+		for _, m := range members {
+			if _, ok := v[m]; !ok {
+				t.Errorf("line %d has no %q: %v", i+1, m, v)
+			}
+		}
+	}
+	sum := lines[n]
+	if sum["event"] != "summary" || sum["ok"] != true || sum["conversation"] != demo.Conversation || sum["trace_id"] == "" {
+		t.Errorf("summary %v", sum)
+	}
+	if scenes, _ := sum["scenes"].([]any); len(scenes) != len(demo.Scenes()) {
+		t.Errorf("summary has %d scenes, want %d", len(scenes), len(demo.Scenes()))
+	}
+}
+
+// checkText checks the human output: a heading, a line per event (a
+// scene's heading with a blank line before it), and the closing line.
+func checkText(t *testing.T, out string, n int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if !strings.HasPrefix(lines[0], "agentbus demo:") {
+		t.Errorf("first line %q", lines[0])
+	}
+	// The heading, n events, a blank line before each scene and before the
+	// closing line.
+	if want := 1 + n + len(demo.Scenes()) + 2; len(lines) != want {
+		t.Errorf("%d lines, want %d:\n%s", len(lines), want, out)
+	}
+	for _, s := range demo.Scenes() {
+		if !strings.Contains(out, "\n["+s+"] ") {
+			t.Errorf("no heading for scene %s", s)
+		}
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "agentbus demo: all 7 scenes ok in ") {
+		t.Errorf("last line %q", last)
+	}
+}
+
+// TestRunTimeout: a run that cannot finish in time fails, says why, and
+// still removes everything it started.
+func TestRunTimeout(t *testing.T) {
+	tmp := privateTempDir(t)
+	var events []demo.Event
+	rep, err := demo.Run(context.Background(), demo.Options{
+		Timeout: 500 * time.Millisecond, // less than the crash scene's ack wait
+		Events:  func(e demo.Event) { events = append(events, e) },
+	})
+	if err == nil || !strings.Contains(err.Error(), "did not finish within 500ms") {
+		t.Fatalf("Run error %v, want it not to finish within 500ms", err)
+	}
+	if rep.OK || rep.Error != err.Error() {
+		t.Errorf("report OK %t, error %q", rep.OK, rep.Error)
+	}
+	if last := events[len(events)-1]; last.Event != demo.EventStop {
+		t.Errorf("last event %+v, want the teardown", last)
+	}
+	checkRemoved(t, tmp)
+}
+
+// TestRunCancelled: cancelling the context stops the demo with the
+// context's error.
+func TestRunCancelled(t *testing.T) {
+	privateTempDir(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rep, err := demo.Run(ctx, demo.Options{Events: func(e demo.Event) {
+		if e.Event == demo.EventCrashed {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) || rep.OK {
+		t.Fatalf("Run error %v, OK %t; want context.Canceled", err, rep.OK)
+	}
+	if n := len(rep.Scenes); n != 2 || rep.Scenes[1].OK {
+		t.Errorf("scenes %+v, want priority ok and crash failed", rep.Scenes)
+	}
+}

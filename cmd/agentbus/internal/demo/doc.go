@@ -1,0 +1,50 @@
+// Package demo is `agentbus demo`: a few agents talking over the bus on an
+// embedded server, showing in a few seconds what the bus promises. It uses
+// only the public API of packages bus, codec/profiles and embedded, and is
+// meant to be read as an example.
+//
+// [Run] starts an embedded NATS server with JetStream (file storage in a
+// temporary directory), provisions the bus with [bus.Provision], and
+// connects each agent process on a connection of its own, as separate
+// programs would: an orchestrator, two processes of the agent "worker"
+// (worker#1 and worker#2, which share the agent's durable consumers), a
+// reviewer, and an operator that watches for dead letters and reads what
+// agents' permissions would not let them. The messages are native messages
+// of two agent protocols (docs/protocols.md): Pipeline Broker work items,
+// which carry their own priority, and basemessage escalations, requests and
+// replies, published with [bus.Bus.PublishNative] or decoded with
+// [profiles.Prepare] and published with [bus.Bus.Publish].
+//
+// The scenes, in order:
+//
+//   - priority: work items at priorities 4, 4 and 5 are queued for the
+//     worker while it is offline, then a priority-1 ESCALATION_REQUEST;
+//     the worker comes online and handles the escalation first.
+//   - crash: worker#1 takes a work item and crashes (its connection closes
+//     without an ack); after the ack wait the server redelivers it to
+//     worker#2 ([bus.WithAckWait]), which sees delivery 2.
+//   - duplicate: a work item is published twice with the same ID; the
+//     second [bus.PubAck] is a Duplicate and the worker handles it once.
+//   - ttl: a review request with a one-second TTL waits for the offline
+//     reviewer and expires; its lifecycle record ([bus.Bus.Status]) reads
+//     expired.
+//   - request: the orchestrator's [bus.Bus.Request] gets the reviewer's
+//     [bus.Bus.Reply]; the request's record reads replied.
+//   - poison: a work item the worker always fails on is retried
+//     ([bus.WithMaxDeliver], [bus.WithBackoff]) and dead-lettered with the
+//     reason ([bus.Bus.DeadLetters]); the item behind it flows past.
+//   - trace: every message shares the correlation ID [Conversation], so
+//     they form one trace ([bus.ConversationTraceID]);
+//     [bus.Bus.Conversation] lists them with where each ended.
+//
+// Each scene checks that it saw what it is meant to show, so the demo is
+// also a smoke test of a build: Run returns an error naming the first scene
+// that did not. The scenes wait for events (a handler running, a reply, a
+// publish acknowledgement), never for a fixed time, except the TTL scene,
+// which waits out its TTL. The bus writes lifecycle records and dead
+// letters asynchronously; reading one right after the event it describes
+// reads again until it is there.
+//
+// Run reports the timeline as [Event] values; [Printer] writes them for a
+// person or as JSON Lines.
+package demo

@@ -1,0 +1,425 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
+)
+
+// priority: with no worker online, the orchestrator queues three work
+// items at priorities 4, 4 and 5, then an ESCALATION_REQUEST, priority 1.
+// When worker#1 comes online it handles the escalation first, then the
+// rest by priority, in publish order within a priority.
+func (d *demo) priority(ctx context.Context) (string, error) {
+	for _, item := range []pipelineMessage{
+		develop("dev-101", worker, "JOP-101", 4, 1, 3),
+		develop("dev-102", worker, "JOP-102", 4, 2, 3),
+		develop("dev-103", worker, "JOP-103", 5, 3, 3),
+	} {
+		_, m, err := d.orch.sendInConversation(ctx, profiles.Pipeline{}, item, 0)
+		if err != nil {
+			return "", err
+		}
+		d.expect(m.ID, bus.StateCompleted, 1)
+		d.emit(messageEvent(m, EventQueued, "pipeline work item queued; no worker is online"))
+	}
+	_, m, err := d.orch.send(ctx, profiles.BaseMessage{}, baseMessage{
+		MessageID: "esc-1", CorrelationID: Conversation, Timestamp: now(),
+		From: orchestrator, To: worker, Type: "ESCALATION_REQUEST", Version: "1.0",
+		Payload: escalationRequest{
+			TaskID: "JOP-100", EscalationType: "HUMAN", Reason: "main does not build; fix it before anything else",
+			FailureHistory: []failureAttempt{{Agent: "ci", Attempts: 3, LastError: "go build: undefined: config.Load"}},
+			Context:        map[string]any{"branch": "main"},
+		},
+	})
+	if err != nil {
+		return "", err
+	}
+	d.expect(m.ID, bus.StateCompleted, 1)
+	d.emit(messageEvent(m, EventQueued, "basemessage escalation queued last"))
+
+	if _, err := d.startWorker(ctx, 1); err != nil {
+		return "", err
+	}
+	want := []string{"esc-1", "dev-101", "dev-102", "dev-103"}
+	var got []string
+	for i := range want {
+		o, err := d.next(ctx, "work at worker#1")
+		if err != nil {
+			return "", err
+		}
+		got = append(got, o.d.ID)
+		if o.err != nil {
+			return "", fmt.Errorf("%s failed %s: %w", o.by.label, o.d.ID, o.err)
+		}
+		d.emit(messageEvent(&o.d.Message, EventHandled, fmt.Sprintf("handled %s by %s", ordinal(i+1), o.by.label)))
+	}
+	if !slices.Equal(got, want) {
+		return "", fmt.Errorf("handled %v, want %v", got, want)
+	}
+	return "the p1 escalation, queued last, was handled first; then p4, p4, p5 in publish order", nil
+}
+
+// crash: worker#1 takes a work item and its process dies before it acks
+// (its connection closes). worker#2, another process of agent worker,
+// comes online; after the ack wait the server gives it the message, as
+// delivery 2.
+func (d *demo) crash(ctx context.Context) (string, error) {
+	w1 := d.workers[0]
+	w1.stall.Store(true)
+	_, m, err := d.orch.sendInConversation(ctx, profiles.Pipeline{}, develop("dev-104", worker, "JOP-104", 3, 1, 1), 0)
+	if err != nil {
+		return "", err
+	}
+	d.expect(m.ID, bus.StateCompleted, 2)
+	d.emit(messageEvent(m, EventPublished, "pipeline work item published"))
+
+	o, err := d.next(ctx, "dev-104 at worker#1")
+	if err != nil {
+		return "", err
+	}
+	if o.by != w1 || o.d.ID != m.ID || !errors.Is(o.err, errStalled) {
+		return "", unexpected(o, "dev-104 taken by worker#1")
+	}
+	d.emit(messageEvent(&o.d.Message, EventTaken, fmt.Sprintf("taken by %s (delivery %d)", w1.label, o.d.NumDelivered)))
+	w1.crash()
+	d.emit(Event{From: w1.label, Event: EventCrashed,
+		Detail: fmt.Sprintf("%s crashes: its connection closes before it acks dev-104 or gives it back", w1.label)})
+
+	w2, err := d.startWorker(ctx, 2)
+	if err != nil {
+		return "", err
+	}
+	o, err = d.next(ctx, "dev-104 redelivered to worker#2")
+	if err != nil {
+		return "", err
+	}
+	if o.by != w2 || o.d.ID != m.ID || o.err != nil || o.d.NumDelivered != 2 {
+		return "", unexpected(o, "dev-104 handled by worker#2 on delivery 2")
+	}
+	d.emit(messageEvent(&o.d.Message, EventRedelivered, fmt.Sprintf("redelivered after the %s ack wait to %s (delivery %d), handled",
+		ackWait, w2.label, o.d.NumDelivered)))
+	return fmt.Sprintf("dev-104, abandoned by the crashed %s, was handled by %s on delivery 2", w1.label, w2.label), nil
+}
+
+// duplicate: the orchestrator publishes a work item, then publishes it
+// again with the same ID, as a retry after a lost ack does. The server
+// stores it once and the worker handles it once.
+func (d *demo) duplicate(ctx context.Context) (string, error) {
+	m, err := prepare(profiles.Pipeline{}, develop("dev-105", worker, "JOP-105", 3, 1, 1))
+	if err != nil {
+		return "", err
+	}
+	first, err := d.orch.bus.Publish(ctx, *m)
+	if err != nil {
+		return "", err
+	}
+	d.expect(m.ID, bus.StateCompleted, 1)
+	d.emit(messageEvent(m, EventPublished, fmt.Sprintf("pipeline work item published, stored at stream sequence %d", first.Sequence)))
+	again, err := d.orch.bus.Publish(ctx, *m)
+	if err != nil {
+		return "", err
+	}
+	if !again.Duplicate || again.Sequence != first.Sequence {
+		return "", fmt.Errorf("second publish of %s: duplicate %t at sequence %d, want a duplicate of sequence %d",
+			m.ID, again.Duplicate, again.Sequence, first.Sequence)
+	}
+	d.emit(messageEvent(m, EventDuplicate, fmt.Sprintf("published again with the same ID (a retry): the server reports a duplicate of sequence %d and drops it", again.Sequence)))
+
+	o, err := d.next(ctx, "dev-105 at the worker")
+	if err != nil {
+		return "", err
+	}
+	if o.d.ID != m.ID || o.err != nil || o.d.NumDelivered != 1 {
+		return "", unexpected(o, "dev-105 handled on delivery 1")
+	}
+	d.emit(messageEvent(&o.d.Message, EventHandled, "handled once, by "+o.by.label))
+	return "the second publish was reported Duplicate, and the worker handled dev-105 once", nil
+}
+
+// ttl: the orchestrator asks the reviewer, who is offline, for a review
+// that is only worth doing within a second. The second passes; the message
+// expires, and its lifecycle record says so.
+func (d *demo) ttl(ctx context.Context) (string, error) {
+	const ttl = time.Second
+	_, m, err := d.orch.sendInConversation(ctx, profiles.Pipeline{}, pipelineMessage{
+		ID: "pr-7", From: orchestrator, To: reviewer, Subject: "review_pr", Priority: 2,
+		Body:      map[string]any{"prUrl": "https://git.example.com/acme/app/pull/7", "phase": 2, "issues": []string{"JOP-104", "JOP-105"}, "repo": "acme/app"},
+		Timestamp: now(), Status: "pending",
+	}, ttl)
+	if err != nil {
+		return "", err
+	}
+	d.expect(m.ID, bus.StateExpired, 0)
+	d.emit(messageEvent(m, EventQueued, fmt.Sprintf("pipeline review request queued with a TTL of %s; the reviewer is offline", ttl)))
+
+	// Waiting out the TTL is the point of the scene.
+	t := time.NewTimer(time.Until(m.ExpiresAt()))
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return "", ctx.Err()
+	}
+	// The server removes the message when its TTL passes, without a trace;
+	// the sender's lookup finds its record still pending past the expiry
+	// and records it expired.
+	st, err := awaitState(ctx, d.orch.bus, m.ID, reviewer, bus.StateExpired)
+	if err != nil {
+		return "", err
+	}
+	d.emit(messageEvent(m, EventExpired, fmt.Sprintf("expired unread: lifecycle record %s (%s)", st.State, st.Reason)))
+	return "pr-7 expired before the reviewer came online; its record reads expired", nil
+}
+
+// request: the reviewer comes online. The orchestrator sends it a
+// basemessage VALIDATION_REQUEST with Request, which waits for the reply;
+// the reviewer's handler answers with Reply. The reviewer never sees the
+// expired pr-7, although at priority 2 it would have come first.
+func (d *demo) request(ctx context.Context) (string, error) {
+	if err := d.startReviewer(ctx); err != nil {
+		return "", err
+	}
+	m, err := prepare(profiles.BaseMessage{}, baseMessage{
+		MessageID: "val-1", CorrelationID: Conversation, Timestamp: now(),
+		From: orchestrator, To: reviewer, Type: "VALIDATION_REQUEST", Version: "1.0",
+		Payload: validationRequest{TaskID: "JOP-104", ValidationType: "QUALITY", Subject: "config loading",
+			Details: map[string]any{"files": []string{"config/load.go"}, "changes": "fix the build of main"}},
+	})
+	if err != nil {
+		return "", err
+	}
+	d.expect(m.ID, bus.StateReplied, 1)
+	d.expect(m.ID+"-reply", bus.StateCompleted, 0)
+
+	type result struct {
+		reply *bus.Delivery
+		err   error
+		took  time.Duration
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	done := make(chan result, 1)
+	d.emit(messageEvent(m, EventRequest, "basemessage request sent; the orchestrator waits for the reply"))
+	sent := time.Now()
+	wg.Go(func() {
+		reply, err := d.orch.bus.Request(rctx, *m)
+		done <- result{reply, err, time.Since(sent)}
+	})
+
+	o, err := d.next(ctx, "val-1 at the reviewer")
+	if err != nil {
+		return "", err
+	}
+	if o.by != d.reviewer || o.d.ID != m.ID || o.err != nil {
+		return "", unexpected(o, "val-1 answered by the reviewer; pr-7 expired and must not arrive")
+	}
+	d.emit(messageEvent(&o.d.Message, EventHandled, "handled by the reviewer, its first message: the expired pr-7 never arrived"))
+
+	r := <-done
+	if r.err != nil {
+		return "", r.err
+	}
+	if r.reply.ReplyTo != m.ID || r.reply.CorrelationID != Conversation || r.reply.Type != "VALIDATION_RESPONSE" {
+		return "", fmt.Errorf("reply %s %s replying to %q in %q, want a VALIDATION_RESPONSE to %s in %s",
+			r.reply.ID, r.reply.Type, r.reply.ReplyTo, r.reply.CorrelationID, m.ID, Conversation)
+	}
+	d.emit(messageEvent(&r.reply.Message, EventReply,
+		fmt.Sprintf("basemessage reply reaches the waiting Request %s after it was sent", r.took.Round(time.Millisecond))))
+
+	st, err := awaitState(ctx, d.orch.bus, m.ID, reviewer, bus.StateReplied)
+	if err != nil {
+		return "", err
+	}
+	d.emit(messageEvent(m, EventReplied, fmt.Sprintf("lifecycle record %s, reply %s", st.State, st.ReplyID)))
+	return fmt.Sprintf("Request returned the reply %s in %s; the request's record reads replied", r.reply.ID, r.took.Round(time.Millisecond)), nil
+}
+
+// poison: a work item the worker fails on every time. It is retried after
+// the backoff, and after its last allowed delivery it goes to the
+// dead-letter stream with the reason. The item queued behind it is handled
+// meanwhile.
+func (d *demo) poison(ctx context.Context) (string, error) {
+	var poison *bus.Message
+	for i, item := range []pipelineMessage{
+		develop("dev-666", worker, poisonIssue, 3, 1, 2),
+		develop("dev-106", worker, "JOP-106", 3, 2, 2),
+	} {
+		_, m, err := d.orch.sendInConversation(ctx, profiles.Pipeline{}, item, 0)
+		if err != nil {
+			return "", err
+		}
+		if i == 0 {
+			poison = m
+			d.expect(m.ID, bus.StateDeadLettered, maxDeliver)
+		} else {
+			d.expect(m.ID, bus.StateCompleted, 1)
+		}
+		d.emit(messageEvent(m, EventPublished, "pipeline work item published"))
+	}
+
+	failures, flowed := 0, false
+	for failures < maxDeliver || !flowed {
+		o, err := d.next(ctx, "work at the worker")
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case o.d.ID == poison.ID && o.err != nil:
+			failures++
+			detail := fmt.Sprintf("failed on delivery %d of %d (%v); retried after %s", o.d.NumDelivered, maxDeliver, o.err, retryDelay)
+			if o.d.NumDelivered >= maxDeliver {
+				detail = fmt.Sprintf("failed on delivery %d of %d (%v): it goes to the dead-letter stream", o.d.NumDelivered, maxDeliver, o.err)
+			}
+			d.emit(messageEvent(&o.d.Message, EventFailed, detail))
+		case o.d.ID == "dev-106" && o.err == nil:
+			flowed = true
+			detail := "handled by " + o.by.label
+			if failures > 0 && failures < maxDeliver {
+				detail += " while dev-666 waits for its retry: the poison blocks nothing"
+			}
+			d.emit(messageEvent(&o.d.Message, EventHandled, detail))
+		default:
+			return "", unexpected(o, "dev-666 failing or dev-106 handled")
+		}
+	}
+
+	// The operator reads the dead-letter stream.
+	var dl bus.DeadLetter
+	err := reread(ctx, "dead letter of dev-666", func(ctx context.Context) (bool, string, error) {
+		dls, err := d.operator.DeadLetters(ctx, bus.DeadLetterFilter{Agent: worker})
+		if err != nil {
+			return false, "", err
+		}
+		for _, x := range dls {
+			if x.Message != nil && x.Message.ID == poison.ID {
+				dl = x
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%d other dead letters", len(dls)), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if dl.Reason != bus.ReasonMaxDeliveries || dl.Deliveries != maxDeliver {
+		return "", fmt.Errorf("dead letter of %s: reason %s after %d deliveries, want %s after %d",
+			poison.ID, dl.Reason, dl.Deliveries, bus.ReasonMaxDeliveries, maxDeliver)
+	}
+	d.emit(messageEvent(poison, EventDeadLettered, fmt.Sprintf("on the dead-letter stream at sequence %d: reason %s, %d deliveries, error %q",
+		dl.Sequence, dl.Reason, dl.Deliveries, dl.Error)))
+	return fmt.Sprintf("dev-666 was dead-lettered (%s) after %d deliveries; dev-106 behind it was handled", dl.Reason, dl.Deliveries), nil
+}
+
+// trace: every message of the demo carries one correlation ID, so they form
+// one conversation and one OpenTelemetry trace. The operator reads the
+// conversation's lifecycle records, every message in the order it was
+// created with where it ended.
+func (d *demo) trace(ctx context.Context) (string, error) {
+	traceID := bus.ConversationTraceID(Conversation)
+	d.emit(Event{From: operator, Event: EventTrace,
+		Detail: fmt.Sprintf("conversation %s is trace %s (bus.ConversationTraceID)", Conversation, traceID)})
+
+	var records []bus.Status
+	err := reread(ctx, "conversation "+Conversation, func(ctx context.Context) (bool, string, error) {
+		sts, err := d.operator.Conversation(ctx, Conversation)
+		if err != nil {
+			return false, "", err
+		}
+		records = sts
+		return settled(sts, d.expected), describe(sts), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	var wrong []string
+	for _, st := range records {
+		d.emit(Event{From: st.From, To: st.To, Type: st.Type, Priority: st.Priority, ID: st.ID,
+			Event: EventRecord, Detail: recordDetail(st)})
+		want, ok := d.expected[st.ID]
+		switch {
+		case !ok:
+			wrong = append(wrong, st.ID+" is not one of the demo's messages")
+		case st.State != want.state:
+			wrong = append(wrong, fmt.Sprintf("%s is %s, want %s", st.ID, st.State, want.state))
+		case want.deliveries > 0 && st.Deliveries != want.deliveries:
+			wrong = append(wrong, fmt.Sprintf("%s took %d deliveries, want %d", st.ID, st.Deliveries, want.deliveries))
+		}
+	}
+	if len(records) != len(d.expected) {
+		wrong = append(wrong, fmt.Sprintf("%d records, want %d", len(records), len(d.expected)))
+	}
+	if len(wrong) > 0 {
+		return "", errors.New(strings.Join(wrong, "; "))
+	}
+	return fmt.Sprintf("%d messages of two protocols, one conversation, trace %s", len(records), traceID), nil
+}
+
+// settled reports whether every expected message has a record in a final
+// state.
+func settled(sts []bus.Status, expected map[string]expectation) bool {
+	final := 0
+	for _, st := range sts {
+		if _, ok := expected[st.ID]; ok && st.State.Final() {
+			final++
+		}
+	}
+	return final == len(expected)
+}
+
+// describe lists the records' states, for an error.
+func describe(sts []bus.Status) string {
+	parts := make([]string, len(sts))
+	for i, st := range sts {
+		parts[i] = st.ID + "=" + string(st.State)
+	}
+	return strings.Join(parts, " ")
+}
+
+// recordDetail says where a message ended.
+func recordDetail(st bus.Status) string {
+	s := string(st.State)
+	switch {
+	case st.State == bus.StateReplied:
+		s += ", reply " + st.ReplyID
+	case st.State == bus.StateDeadLettered:
+		reason, _, _ := strings.Cut(st.Reason, ":")
+		s += " (" + reason + ")"
+	}
+	if st.Deliveries > 1 {
+		s += fmt.Sprintf(" after %d deliveries", st.Deliveries)
+	}
+	return s
+}
+
+// unexpected is the error for a handler doing something else than the
+// scene waits for.
+func unexpected(o observation, want string) error {
+	outcome := "handled"
+	if o.err != nil {
+		outcome = o.err.Error()
+	}
+	return fmt.Errorf("%s got %s (delivery %d, %s), want %s", o.by.label, o.d.ID, o.d.NumDelivered, outcome, want)
+}
+
+// ordinal returns "1st", "2nd", "3rd", "4th" ...
+func ordinal(n int) string {
+	switch n {
+	case 1:
+		return "1st"
+	case 2:
+		return "2nd"
+	case 3:
+		return "3rd"
+	}
+	return fmt.Sprintf("%dth", n)
+}
