@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -85,28 +84,24 @@ func conversationEnv(b *testing.B, n int) *bus.Bus {
 			b.Fatal(err)
 		}
 		if i%chunk == chunk-1 {
-			<-pb.PublishAsyncComplete()
+			if err := pb.Flush(ctx); err != nil { // the messages and their records
+				b.Fatal(err)
+			}
 		}
 	}
-	<-pb.PublishAsyncComplete()
+	if err := pb.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	kv := "KV_" + pb.Subjects().StatusBucket()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		st, err := js.Stream(ctx, kv)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if st.CachedInfo().State.Msgs >= uint64(n+10) {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("status bucket holds %d records, want %d", st.CachedInfo().State.Msgs, n+10)
-		}
-		time.Sleep(100 * time.Millisecond)
+	st, err := js.Stream(ctx, "KV_"+pb.Subjects().StatusBucket())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != uint64(n+10) {
+		b.Fatalf("status bucket holds %d records, want %d", got, n+10)
 	}
 	runtime.GC()
 	var ms runtime.MemStats

@@ -2,13 +2,18 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func TestLifecycleStates(t *testing.T) {
@@ -118,5 +123,75 @@ func TestLifecycleScopeAndSwitch(t *testing.T) {
 	}
 	if _, err := orch.StatusAll(testContext(t), untracked.ID); !errors.Is(err, bus.ErrNoStatus) {
 		t.Errorf("StatusAll of an untracked message error = %v, want ErrNoStatus", err)
+	}
+}
+
+// TestLifecycleDeliveredOnlyWhileWorking: a handler that is still working
+// after DeliveredAfter shows its message as delivered; a fast handler takes
+// its message from pending to completed in one write, with no delivered
+// record in between, and no delivered record ever follows the outcome.
+func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	release := make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "SLOW" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+
+	fast := publish(t, orch, bus.Message{To: "worker", Type: "FAST", CorrelationID: "conv-work"})
+	waitState(t, orch, fast.ID, bus.StateCompleted)
+	slow := publish(t, orch, bus.Message{To: "worker", Type: "SLOW", CorrelationID: "conv-work"})
+	if st := waitState(t, orch, slow.ID, bus.StateDelivered); st.By != "worker" || st.Deliveries != 1 {
+		t.Errorf("delivered status = %+v, want by worker, 1 delivery", st)
+	}
+	close(release)
+	waitState(t, orch, slow.ID, bus.StateCompleted)
+	if err := worker.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The records' histories, as an operator reads them from the bucket.
+	nc := embeddedtest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(testContext(t), orch.Subjects().StatusBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		ack  bus.PubAck
+		want []bus.State
+	}{
+		{fast, []bus.State{bus.StatePending, bus.StateCompleted}},
+		{slow, []bus.State{bus.StatePending, bus.StateDelivered, bus.StateCompleted}},
+	} {
+		key, err := subjects.StatusKey("conv-work", tt.ack.ID, "orchestrator", "worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := kv.History(testContext(t), key)
+		if err != nil {
+			t.Fatalf("history of %s: %v", key, err)
+		}
+		var got []bus.State
+		for _, e := range entries {
+			var st bus.Status
+			if err := json.Unmarshal(e.Value(), &st); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, st.State)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("history of %s = %v, want %v", key, got, tt.want)
+		}
 	}
 }

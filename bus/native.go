@@ -22,6 +22,12 @@ import (
 // *profiles.ValidationError that lists the findings; a lenient one's
 // (coordination) is sent with the findings attached (profiles.AttachedFindings).
 // A native sender other than the bus's agent is refused.
+//
+// Inside a handler, pass the handler's ctx: the message joins the handled
+// message's conversation, as with Publish. To set what addr does not
+// cover, such as a TTL or the correlation ID of a format that carries none
+// (frontmatter, swarm), call profiles.Prepare, set the fields on the
+// Message it returns, and Publish that.
 func (b *Bus) PublishNative(ctx context.Context, p profiles.Profile, native []byte, addr profiles.Addressing) (PubAck, error) {
 	if addr.From == "" {
 		addr.From = b.agent

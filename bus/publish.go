@@ -131,6 +131,27 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 // has been acknowledged or has failed.
 func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }
 
+// Flush waits until the server has acknowledged, or the bus has given up
+// on, every asynchronous publish and every lifecycle record this bus has
+// sent so far, or until ctx ends, and returns ctx's error then. Lifecycle
+// records are written asynchronously so that they never slow down the
+// messages they describe; Flush is how a program makes sure they are
+// stored, before it reads them back or before it exits.
+func (b *Bus) Flush(ctx context.Context) error {
+	chans := []<-chan struct{}{b.js.PublishAsyncComplete()}
+	if b.status != nil {
+		chans = append(chans, b.status.js.PublishAsyncComplete())
+	}
+	for _, c := range chans {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // prepare fills m's defaults, checks it and encodes it as a NATS message.
 func (b *Bus) prepare(m *Message) (*nats.Msg, error) {
 	if b.isClosed() {

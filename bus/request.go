@@ -74,15 +74,23 @@ func (b *Bus) Request(ctx context.Context, m Message) (*Delivery, error) {
 
 // Reply sends m as the reply to request: to its sender, in its conversation
 // (the same correlation ID), with ReplyTo (causationid) set to its ID and,
-// unless m sets one, its priority. The request's lifecycle record becomes
-// replied. Inside the handler of the request, pass the handler's ctx. Errors
+// unless m sets one, its priority. m.To may be left empty; any other
+// recipient than the request's sender is an error wrapping
+// ErrInvalidMessage, as a reply sent elsewhere would never reach the
+// Request waiting for it. The request's lifecycle record becomes replied.
+// Inside the handler of the request, pass the handler's ctx. Other errors
 // are Publish's.
 func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, error) {
 	if request == nil || request.ID == "" || request.From == "" {
 		return PubAck{}, fmt.Errorf("%w: reply to a request without ID or sender", ErrInvalidMessage)
 	}
-	if m.To == "" {
+	switch m.To {
+	case "":
 		m.To = request.From
+	case request.From:
+	default:
+		return PubAck{}, &codec.FieldError{Field: "To", Value: m.To,
+			Err: fmt.Errorf("%w: a reply goes to the request's sender %q", ErrInvalidMessage, request.From)}
 	}
 	if m.CorrelationID == "" {
 		m.CorrelationID = conversationOf(request)
@@ -101,6 +109,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	s := statusOf(request, b.agent, StateReplied, b.agent)
 	s.ReplyID = ack.ID
 	if h, ok := ctx.Value(handlingKey{}).(*handling); ok && h.d.ID == request.ID {
+		h.delivered.cancel()
 		h.replied.Store(true)
 		s = s.withDelivery(h.d)
 	}
@@ -111,8 +120,9 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 // handling is what the subscription knows about the delivery whose handler
 // runs, carried in the handler's context.
 type handling struct {
-	d       *Delivery
-	replied atomic.Bool // Reply answered d
+	d         *Delivery
+	delivered *deliveredTimer // the pending delivered record of d
+	replied   atomic.Bool     // Reply answered d
 }
 
 type handlingKey struct{}

@@ -129,6 +129,10 @@ func TestRequestErrors(t *testing.T) {
 	if _, err := b.Reply(ctx, &bus.Message{}, bus.Message{Type: "RESULT"}); !errors.Is(err, bus.ErrInvalidMessage) {
 		t.Errorf("Reply to an empty request error = %v, want ErrInvalidMessage", err)
 	}
+	request := &bus.Message{ID: "req-1", From: "worker", To: "orchestrator", Type: "REQUEST"}
+	if _, err := b.Reply(ctx, request, bus.Message{To: "reviewer", Type: "RESULT"}); !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "To" {
+		t.Errorf("Reply to another agent than the requester error = %v, want ErrInvalidMessage on To", err)
+	}
 	if _, err := bus.Connect("nats://127.0.0.1:1", "x", bus.WithRequestTimeout(0)); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("WithRequestTimeout(0) error = %v, want ErrInvalidOption", err)
 	}

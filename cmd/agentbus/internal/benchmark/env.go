@@ -107,7 +107,15 @@ func (e *env) newBus(nc *nats.Conn, agent string) (*bus.Bus, error) {
 // deletion with a context of its own.
 func (e *env) close() error {
 	var errs []error
+	flushCtx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
 	for _, b := range e.buses {
+		// The lifecycle records still in flight are work the scenario gave
+		// the server: wait for them, so that it does not spill into the
+		// next scenario's figures.
+		if err := b.Flush(flushCtx); err != nil {
+			errs = append(errs, fmt.Errorf("flush bus of %s: %w", b.Agent(), err))
+		}
 		if err := b.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close bus of %s: %w", b.Agent(), err))
 		}
