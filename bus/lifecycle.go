@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -142,20 +141,19 @@ func (c StreamConfig) StatusBucketConfig() (jetstream.KeyValueConfig, error) {
 // slow down or fail the message they describe; a failed write goes to the
 // error handler. A nil *tracker tracks nothing.
 type tracker struct {
-	bucket  string
-	prefix  string // "$KV.<bucket>."
-	js      jetstream.JetStream
-	onError func(error)
-	missing atomic.Bool // the bucket was found missing and reported once
-
-	kvOnce sync.Once
-	kv     jetstream.KeyValue
-	kvErr  error
+	bucket    string
+	prefix    string // "$KV.<bucket>."
+	directGet string // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", then the key
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	onError   func(error)
+	missing   atomic.Bool // the bucket was found missing and reported once
 }
 
 func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
-	t := &tracker{bucket: o.scheme.StatusBucket(), onError: o.onError}
+	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, onError: o.onError}
 	t.prefix = "$KV." + t.bucket + "."
+	t.directGet = "$JS.API.DIRECT.GET.KV_" + t.bucket + "." + t.prefix
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
 		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
@@ -213,33 +211,35 @@ func (t *tracker) record(s Status, create bool) {
 	}
 }
 
-// keyValue returns the status bucket, bound once.
-func (t *tracker) keyValue(ctx context.Context) (jetstream.KeyValue, error) {
-	t.kvOnce.Do(func() {
-		t.kv, t.kvErr = t.js.KeyValue(ctx, t.bucket)
-	})
-	return t.kv, t.kvErr
-}
-
-// get returns the record under the exact key of m's status at recipient to.
+// get returns the record under the exact key of m's status at recipient
+// to. It asks the bucket's stream for the key's last message directly, by
+// a request whose subject names the key: an agent's server permissions
+// allow exactly the keys that name it, and it needs no stream information,
+// which would list every key (docs/security.md).
 func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error) {
 	key, err := subjects.StatusKey(conversationOf(m), m.ID, m.From, to)
 	if err != nil {
 		return Status{}, err
 	}
-	kv, err := t.keyValue(ctx)
-	if err != nil {
-		return Status{}, fmt.Errorf("status bucket %s: %w", t.bucket, err)
+	resp, err := t.nc.RequestWithContext(ctx, t.directGet+key, nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return Status{}, fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
 	}
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err != nil {
+		return Status{}, fmt.Errorf("status %s: %w", key, err)
+	}
+	switch code := resp.Header.Get("Status"); code {
+	case "":
+	case "404":
+		return Status{}, fmt.Errorf("%w: %s", ErrNoStatus, m.ID)
+	default:
+		return Status{}, fmt.Errorf("status %s: server answered %s %s", key, code, resp.Header.Get("Description"))
+	}
+	if resp.Header.Get("KV-Operation") != "" { // a delete or purge marker
 		return Status{}, fmt.Errorf("%w: %s", ErrNoStatus, m.ID)
 	}
-	if err != nil {
-		return Status{}, err
-	}
 	var s Status
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
+	if err := json.Unmarshal(resp.Data, &s); err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", key, err)
 	}
 	return s, nil

@@ -461,15 +461,17 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		})
 	})
 	t.Run("read alice's status record", func(t *testing.T) {
-		// mallory may bind the bucket, not read alice's keys.
-		kv, err := mallory.js.KeyValue(ctx, s.StatusBucket())
-		if err != nil {
-			t.Fatal(err)
-		}
-		mallory.denied(t, "$JS.API.DIRECT.GET.KV_"+s.StatusBucket()+"."+statusKey, func(ctx context.Context) error {
-			_, err := kv.Get(ctx, key)
+		subject := "$JS.API.DIRECT.GET.KV_" + s.StatusBucket() + "." + statusKey
+		mallory.denied(t, subject, func(ctx context.Context) error {
+			_, err := mallory.nc.RequestWithContext(ctx, subject, nil)
 			return err
 		})
+	})
+	t.Run("list the status bucket's keys", func(t *testing.T) {
+		// Stream information with a subjects filter would list every
+		// status key: who sent what to whom.
+		subject := "$JS.API.STREAM.INFO.KV_" + s.StatusBucket()
+		mallory.denied(t, subject, mallory.request(subject, map[string]any{"subjects_filter": ">"}))
 	})
 	t.Run("read any record through its own key's subject", func(t *testing.T) {
 		// mallory may direct-get its own keys; the server refuses a request

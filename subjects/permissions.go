@@ -12,7 +12,6 @@ const (
 	jsConsumerInfo   = jsAPI + "CONSUMER.INFO."   // <stream>.<name>
 	jsConsumerNext   = jsAPI + "CONSUMER.MSG.NEXT."
 	jsConsumerDelete = jsAPI + "CONSUMER.DELETE."
-	jsStreamInfo     = jsAPI + "STREAM.INFO."
 	jsDirectGet      = jsAPI + "DIRECT.GET." // <stream>.<subject>
 	jsAck            = "$JS.ACK."            // <stream>.<consumer>.<5 tokens>
 	kvPrefix         = "$KV."                // <bucket>.<key>
@@ -63,8 +62,9 @@ func InboxPrefix(agent string) (string, error) {
 //   - $JS.API.CONSUMER.CREATE.KV_B.*.$KV.B.P, then
 //     $JS.API.CONSUMER.MSG.NEXT.KV_B.* and $JS.API.CONSUMER.DELETE.KV_B.*:
 //     the short-lived ordered consumers that look records up by message ID
-//     (nats.go deletes each one it replaces; their names are random);
-//   - $JS.API.STREAM.INFO.KV_B: bind the bucket (nats.go's KeyValue).
+//     (nats.go deletes each one it replaces; their names are random).
+//
+// No stream information: it would list every key of the bucket.
 //
 // It may subscribe to its reply inbox, [InboxPrefix] followed by ".>", and
 // to R.agent.t.>, where Request listens for replies while it waits.
@@ -109,7 +109,6 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 	pub = append(pub,
 		jsConsumerNext+kvStream+"."+anyToken,
 		jsConsumerDelete+kvStream+"."+anyToken,
-		jsStreamInfo+kvStream,
 	)
 	return Permissions{
 		Publish:   pub,
