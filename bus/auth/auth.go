@@ -1,19 +1,3 @@
-// Package auth generates the identities of a bus and the nats-server
-// authorization that gives each one its permissions:
-//
-//   - one identity per agent, allowed exactly what the agent's work needs
-//     (subjects.Scheme.AgentPermissions): sending as itself, its own ten
-//     consumers, its dead letters, the status records naming it and its
-//     reply inbox;
-//   - an admin identity with the whole account, for provisioning, dead-letter
-//     handling and the operator's tools;
-//   - unless left out, a user of the system account, for monitoring.
-//
-// Identities are NATS nkeys (ModeNKeys, the default), or users with
-// passwords (ModePasswords), whose bcrypt hashes go into the config.
-// Setup.ServerConfig renders the accounts in nats-server syntax: a file that
-// `agentbus serve --auth` runs, and a fragment that an existing cluster
-// includes. docs/security.md has the threat model and the deployment steps.
 package auth
 
 import (

@@ -1,16 +1,3 @@
-// Package embeddedtest starts in-process NATS servers for tests, in the
-// style of net/http/httptest: every helper takes a testing.TB, fails the
-// test on error and registers the cleanup, so a test needs one line:
-//
-//	func TestPublish(t *testing.T) {
-//		s := embeddedtest.RunServer(t)
-//		nc := embeddedtest.Connect(t, s)
-//		// ... use nc; the server and connection go away with the test.
-//	}
-//
-// Servers store JetStream data in t.TempDir() and listen on random ports,
-// so tests can run in parallel. Only tests should import this package; it
-// imports testing.
 package embeddedtest
 
 import (
