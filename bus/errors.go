@@ -43,6 +43,11 @@ var (
 	// it was never published on this bus, it is older than the retention,
 	// or lifecycle tracking was off (WithoutLifecycle) when it moved.
 	ErrNoStatus = errors.New("bus: no status recorded")
+	// ErrPermissionDenied means the server refused the agent's credentials
+	// the subject a call needs, such as a publish as another sender
+	// (docs/security.md). It wraps nats.ErrPermissionViolation with the
+	// server's message. Retrying does not help.
+	ErrPermissionDenied = errors.New("bus: permission denied")
 	// ErrHandlerPanic is wrapped by the error that stands for a panic in a
 	// handler; the message is settled as if the handler failed.
 	ErrHandlerPanic = consumers.ErrHandlerPanic

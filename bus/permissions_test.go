@@ -430,6 +430,26 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 			})
 		}
 	})
+	t.Run("publish as alice through the bus", func(t *testing.T) {
+		// mallory's credentials, a bus that claims to be alice: the
+		// publish fails with ErrPermissionDenied after one attempt, not
+		// with a timeout after three.
+		nc, err := nats.Connect(srv.s.ClientURL(), srv.identity(t, "mallory").Option(),
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		forger, err := bus.New(nc, "alice", bus.WithoutLifecycle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer forger.Close()
+		_, err = forger.Publish(ctx, bus.Message{To: "bob", Type: "order"})
+		if !errors.Is(err, bus.ErrPermissionDenied) || !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("Publish as alice error = %v, want ErrPermissionDenied wrapping nats.ErrPermissionViolation", err)
+		}
+	})
 	t.Run("file a dead letter as alice", func(t *testing.T) {
 		mallory.denied(t, "agentbus.dlq.alice.bob.secret", func(ctx context.Context) error {
 			_, err := mallory.js.Publish(ctx, "agentbus.dlq.alice.bob.secret", []byte("forged"))

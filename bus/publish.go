@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -199,6 +200,11 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 		ack, err := b.js.PublishMsg(actx, msg)
 		cancel()
+		if err != nil && transient(err) {
+			if denied := b.deniedPublish(msg.Subject); denied != nil {
+				return nil, denied
+			}
+		}
 		if err == nil || attempt >= b.opts.publishAttempts || ctx.Err() != nil || !transient(err) {
 			return ack, err
 		}
@@ -211,6 +217,18 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 			return nil, err
 		}
 	}
+}
+
+// deniedPublish returns an error wrapping ErrPermissionDenied if the
+// server's last error on the connection refused a publish to subject. The
+// server answers such a publish with an asynchronous error, not on the
+// request, so the request itself only times out.
+func (b *Bus) deniedPublish(subject string) error {
+	err := b.nc.LastError()
+	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+	}
+	return nil
 }
 
 // transient reports whether a publish that failed with err may succeed if
