@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,20 +37,6 @@ SEQ is the dead letter's sequence, as list prints it.`,
 	return cmd
 }
 
-// withBus connects as the dlq identity and runs f.
-func (a *app) withBus(f func(*bus.Bus) error) error {
-	b, err := a.connect(dlqAgent, bus.WithRoot(a.root),
-		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }))
-	if err != nil {
-		if errors.Is(err, bus.ErrInvalidOption) {
-			return usageError{err}
-		}
-		return err
-	}
-	defer b.Close()
-	return f(b)
-}
-
 func (a *app) dlqListCommand() *cobra.Command {
 	var f bus.DeadLetterFilter
 	var since time.Duration
@@ -70,7 +55,7 @@ with those fields and the original event.`,
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			return a.withBus(func(b *bus.Bus) error {
+			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
 				dls, err := b.DeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
@@ -131,7 +116,7 @@ func (a *app) onDeadLetter(f func(ctx context.Context, b *bus.Bus, seq uint64) e
 			if err != nil {
 				return err
 			}
-			return a.withBus(func(b *bus.Bus) error {
+			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
 				return f(cmd.Context(), b, seq)
 			})
 		}),
@@ -154,7 +139,7 @@ with --before D only those dead-lettered more than D ago. It prints how many.`,
 			if before > 0 {
 				f.Since = time.Now().Add(-before)
 			}
-			return a.withBus(func(b *bus.Bus) error {
+			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
 				n, err := b.PurgeDeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
@@ -182,7 +167,7 @@ beside an existing cluster, with an operator identity. It runs until SIGINT or
 SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			return a.withBus(func(b *bus.Bus) error {
+			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
 				return b.WatchDeadLetters(cmd.Context())
 			})
 		}),

@@ -51,7 +51,7 @@ On success it prints one line describing the stream, for example:
 	f.IntVar(&cfg.Replicas, "replicas", 1, "copies of each message in a cluster (1..5)")
 	f.DurationVar(&cfg.MaxAge, "max-age", bus.DefaultMaxAge, "how long a message is kept")
 	f.DurationVar(&cfg.DuplicateWindow, "dedup-window", bus.DefaultDuplicateWindow, "how long a message ID is remembered to drop republished copies (at most --max-age)")
-	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (five per agent)")
+	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (ten per agent)")
 	return cmd
 }
 

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -138,6 +140,15 @@ func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) 
 	if cmd.Flags().Changed("priority") && in.m.Priority == 0 {
 		return bus.Message{}, usagef("--priority 0: must be 1 (most urgent) to 5")
 	}
+	if in.profile == "" {
+		// Before the payload is read: a missing flag is reported at once,
+		// not after the user typed a payload.
+		for _, name := range required {
+			if !cmd.Flags().Changed(name) {
+				return bus.Message{}, usagef("required flag \"%s\" not set", name)
+			}
+		}
+	}
 	payload, err := in.payload(cmd, a)
 	if err != nil {
 		return bus.Message{}, err
@@ -146,7 +157,8 @@ func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) 
 	if in.profile != "" {
 		m, err = in.native(cmd, payload)
 	} else {
-		m, err = in.plain(cmd, payload, required)
+		m = in.m
+		m.Data = payload
 	}
 	if err != nil {
 		return bus.Message{}, err
@@ -169,19 +181,6 @@ func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
 		return []byte(in.data), nil
 	}
 	return a.readData(cmd.Name(), in.dataFile)
-}
-
-// plain returns the message the attribute flags describe, with payload as
-// its data, once the required flags are there.
-func (in *messageInput) plain(cmd *cobra.Command, payload []byte, required []string) (bus.Message, error) {
-	for _, name := range required {
-		if !cmd.Flags().Changed(name) {
-			return bus.Message{}, usagef("required flag \"%s\" not set", name)
-		}
-	}
-	m := in.m
-	m.Data = payload
-	return m, nil
 }
 
 // native returns the native message payload of --profile as the profile
@@ -263,16 +262,47 @@ var messageFlags = map[string]string{
 	"ContentType":   "content-type",
 }
 
-// flagError names the flag at fault in a validation error.
+// flagError names the flag at fault in a validation error, with the value
+// and the rule it breaks: "--priority 9: invalid priority: 9 is outside
+// 1..5". It wraps err.
 func flagError(err error) error {
 	var fe *codec.FieldError
 	if errors.As(err, &fe) {
 		if name, ok := messageFlags[fe.Field]; ok {
-			return fmt.Errorf("--%s: %w", name, err)
+			return &flagErr{flag: name, value: fe.Value, err: err, rule: fe.Err}
 		}
 	}
 	return err
 }
+
+// flagErr is a validation error of one publish flag.
+type flagErr struct {
+	flag, value string
+	rule        error // why value is refused
+	err         error // the whole validation error
+}
+
+func (e *flagErr) Error() string {
+	rule := e.rule.Error()
+	// The packages' "codec: " and "subjects: " prefixes say nothing to a
+	// user of the command line.
+	for _, p := range []string{"codec: ", "subjects: "} {
+		rule = strings.ReplaceAll(rule, p, "")
+	}
+	if e.value == "" {
+		return fmt.Sprintf("--%s: %s", e.flag, rule)
+	}
+	v := e.value
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	if strings.IndexFunc(v, func(r rune) bool { return r == '"' || !unicode.IsGraphic(r) || unicode.IsSpace(r) }) >= 0 {
+		v = strconv.Quote(v)
+	}
+	return fmt.Sprintf("--%s %s: %s", e.flag, v, rule)
+}
+
+func (e *flagErr) Unwrap() error { return e.err }
 
 // printAck prints a publish receipt: "id=<ID> seq=<N>", with " duplicate"
 // when the server already had the ID.

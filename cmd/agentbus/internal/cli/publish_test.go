@@ -135,11 +135,11 @@ func TestErrors(t *testing.T) {
 		wantErr  string // a part of the error line
 	}{
 		{name: "missing to", args: pub("--from", "a", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: `"to"`},
-		{name: "priority 9", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "9", "--data", "x"), wantCode: exitUsage, wantErr: "--priority"},
+		{name: "priority 9", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "9", "--data", "x"), wantCode: exitUsage, wantErr: "agentbus: --priority 9: invalid priority: 9 is outside 1..5\n"},
 		{name: "priority 0", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "0", "--data", "x"), wantCode: exitUsage, wantErr: "--priority"},
 		{name: "priority not a number", args: pub("--from", "a", "--to", "b", "--type", "T", "--priority", "high", "--data", "x"), wantCode: exitUsage, wantErr: "priority"},
 		{name: "invalid from", args: pub("--from", "*", "--to", "b", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--from"},
-		{name: "invalid to", args: pub("--from", "a", "--to", "b\nc", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--to"},
+		{name: "invalid to", args: pub("--from", "a", "--to", "b\nc", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: `--to "b\nc": `},
 		{name: "too long agent ID", args: pub("--from", strings.Repeat("a", 200), "--to", "b", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--from"},
 		{name: "bad ttl", args: pub("--from", "a", "--to", "b", "--type", "T", "--ttl", "soon", "--data", "x"), wantCode: exitUsage, wantErr: "ttl"},
 		{name: "data and data file", args: pub("--from", "a", "--to", "b", "--type", "T", "--data", "x", "--data-file", file), wantCode: exitUsage, wantErr: "data"},

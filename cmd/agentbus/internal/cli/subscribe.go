@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbus/agentbus/bus"
-	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/codec/profiles"
 )
 
@@ -71,9 +70,9 @@ attributes in the environment:
 
 Exit status 0 acknowledges the message. Any other makes the bus redeliver it
 after a backoff (1s, 2s, 4s, ... up to 1m) until --max-deliver deliveries,
-when it is dropped. CMD runs in a process group of its own, which is
-terminated when subscribe is interrupted. --exec and --json cannot be
-combined.
+when it is moved to the dead-letter stream ('agentbus dlq list'). CMD runs
+in a process group of its own, which is terminated when subscribe is
+interrupted. --exec and --json cannot be combined.
 
 Subscribe stops, waits for running handlers and exits 0 after --count
 messages were handled successfully (a failed --exec does not count), after
@@ -95,7 +94,7 @@ beyond --count are not handled but given back for redelivery.`,
 	fl.BoolVar(&f.json, "json", false, "print each message as one line of CloudEvents JSON")
 	fl.StringVar(&f.profile, "profile", "", "print the native messages of this protocol ("+strings.Join(profiles.Names(), ", ")+"): JSON ones one per line, front-matter documents each followed by a line "+frontMatterSeparator)
 	fl.DurationVar(&f.ackWait, "ack-wait", bus.DefaultAckWait, "how long the server waits for a crashed subscriber before it redelivers (>= 100ms)")
-	fl.IntVar(&f.maxDeliver, "max-deliver", bus.DefaultMaxDeliver, "deliveries of a failing message before it is dropped")
+	fl.IntVar(&f.maxDeliver, "max-deliver", bus.DefaultMaxDeliver, "deliveries of a failing message before it is dead-lettered")
 	fl.StringVar(&f.exec, "exec", "", "run `CMD` with sh -c for each message; exit 0 acknowledges")
 	_ = cmd.MarkFlagRequired("agent") // the flag exists
 	return cmd
@@ -320,26 +319,14 @@ func (s *session) process(ctx context.Context, d *bus.Delivery) error {
 	if s.f.exec != "" {
 		return s.exec(ctx, d)
 	}
-	var line []byte
-	if s.f.profile != "" {
-		out, err := nativeOutput(s.f.profile, d)
-		if err != nil {
-			s.a.warnf("message %s skipped: %v", d.ID, err)
-			return bus.Permanent(err)
-		}
-		line = out
-	} else if s.f.json {
-		j, err := codec.MarshalJSON(&d.Message)
-		if err != nil {
-			// A message the codec read but cannot write, such as one from
-			// another producer without a "to" attribute: retrying will not
-			// help.
-			s.a.warnf("message %s dropped: %v", d.ID, err)
-			return bus.Permanent(err)
-		}
-		line = append(compactJSON(j), '\n')
-	} else {
-		line = []byte(humanLine(d) + "\n")
+	line, err := deliveryOutput(d, s.f.profile, s.f.json)
+	if err != nil {
+		// A message not of --profile's protocol, or one the codec read but
+		// cannot write (such as one from another producer without a "to"
+		// attribute): retrying will not help, so it goes to the
+		// dead-letter stream.
+		s.a.warnf("message %s dead-lettered: %v", d.ID, err)
+		return bus.Permanent(err)
 	}
 	if _, err := s.a.stdout.Write(line); err != nil {
 		err = fmt.Errorf("write stdout: %w", err)
