@@ -41,27 +41,66 @@
 // # Subscriptions
 //
 // [Bus.Subscribe] consumes the agent's direct messages and the broadcasts
-// through five durable consumers, one per priority (docs/subjects.md). The
-// default [Strict] policy starts the highest-priority message waiting,
-// FIFO within a level; [Weighted] prevents starvation. Nothing is lost when
-// a process stops or crashes: an unacknowledged message is redelivered after
-// the ack wait to another process of the same agent, or to this one when it
+// through ten durable consumers, two per priority: one for its direct
+// messages and one for the broadcasts (docs/subjects.md). The default
+// [Strict] policy starts the highest-priority message waiting, FIFO within
+// a level; [Weighted] prevents starvation. Nothing is lost when a process
+// stops or crashes: an unacknowledged message is redelivered after the ack
+// wait to another process of the same agent, or to this one when it
 // returns, and several processes of one agent split the work between them.
 // A handler error redelivers the message with exponential backoff until
-// MaxDeliver, then terminates it; [Permanent] terminates it at once.
+// MaxDeliver, then moves it to the dead-letter stream with the reason;
+// [Permanent] does so at once. A message whose event does not name the
+// subject's sender, or that breaks its protocol's rules, is dead-lettered
+// without reaching the handler ([Bus.DeadLetters], [Bus.ReplayDeadLetter]).
+//
+// # Conversations, requests and replies
+//
+// A message published with a handler's ctx joins the handled message's
+// conversation: it inherits the correlation ID and names the handled
+// message as its cause. [Bus.Request] publishes and waits for the reply
+// (5 minutes by default, [WithRequestTimeout]); [Bus.Reply] answers a
+// request. A reply that comes after the requester gave up still reaches
+// its handler, marked [Delivery].Late.
+//
+// # Protocols
+//
+// [Bus.PublishNative] carries a message of one of the agent protocols of
+// package codec/profiles as it is, addressed by its own fields and checked
+// by its protocol's rules; the receiver gets the native bytes back
+// unchanged (docs/protocols.md).
+//
+// # Lifecycle
+//
+// Every message has a status record per recipient, pending, delivered,
+// then replied, completed, failed, expired or dead_lettered, in a
+// JetStream KeyValue bucket: [Bus.Status], [Bus.StatusAll],
+// [Bus.Conversation]. Records are written asynchronously ([Bus.Flush]
+// waits for them); [WithoutLifecycle] turns them off.
+//
+// # Tracing and metrics
+//
+// Publishes and handled messages are OpenTelemetry spans and metrics on
+// the global providers, or those of [WithTracerProvider] and
+// [WithMeterProvider]; every message of one conversation lands in one
+// trace, even across uninstrumented hops (docs/observability.md).
 //
 // # Stream
 //
 // [Provision] creates or updates the stream (file storage, 30-day
-// retention, 1-hour duplicate window, per-message TTL). Run it once per
-// deployment, with the CLI's `agentbus provision`, or with [WithProvision].
+// retention, 1-hour duplicate window, per-message TTL), its dead-letter
+// stream and the status bucket. Run it once per deployment, with the CLI's
+// `agentbus provision`, or with [WithProvision].
 //
 // # Errors
 //
 // Errors a caller can act on are sentinels tested with errors.Is:
 // [ErrInvalidMessage], [ErrInvalidAgentID], [ErrPayloadTooLarge],
-// [ErrNotProvisioned], [ErrUnsupportedServer], [ErrClosed],
-// [ErrInvalidOption]. Errors that happen in the background go to
-// [WithErrorHandler]; the library never prints, and logs only to the
-// *slog.Logger given with [WithLogger].
+// [ErrNotProvisioned], [ErrUnavailable], [ErrUnsupportedServer],
+// [ErrPermissionDenied], [ErrRequestTimeout], [ErrNoStatus], [ErrClosed],
+// [ErrInvalidOption]; a message dead-lettered by the bus carries
+// [ErrSenderMismatch], [ErrInvalidNative] or [ErrExpired] as its reason.
+// Errors that happen in the background go to [WithErrorHandler]; the
+// library never prints, and logs only to the *slog.Logger given with
+// [WithLogger].
 package bus

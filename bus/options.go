@@ -26,8 +26,8 @@ const (
 	DefaultAckWait = consumers.DefaultAckWait
 	// DefaultMaxDeliver is the subscription's delivery limit (see WithMaxDeliver).
 	DefaultMaxDeliver = consumers.DefaultMaxDeliver
-	// DefaultMaxAckPending is the subscription's per-level bound on unacked
-	// messages (see WithMaxAckPending).
+	// DefaultMaxAckPending is the subscription's per-consumer bound on
+	// unacked messages (see WithMaxAckPending).
 	DefaultMaxAckPending = consumers.DefaultMaxAckPending
 	// DefaultPublishAttempts is how many times Publish tries a message
 	// when the server does not answer or answers that it cannot yet (see
@@ -264,8 +264,9 @@ func WithConcurrency(n int) SubscribeOption {
 	}
 }
 
-// WithPrefetch sets how many messages per priority level this process holds
-// in memory ahead of its handlers (default: the concurrency). More prefetch
+// WithPrefetch sets how many messages per consumer (two per priority level:
+// direct and broadcast) this process holds in memory ahead of its handlers
+// (default: the concurrency). More prefetch
 // raises throughput for fast handlers; less spreads work more evenly between
 // the processes of one agent. Held messages are kept alive, so waiting in
 // memory never causes a redelivery.
@@ -321,7 +322,8 @@ func WithMaxDeliver(n int) SubscribeOption {
 }
 
 // WithMaxAckPending bounds the messages delivered and not yet acked per
-// priority level, across all processes of the agent (default 1000).
+// consumer (two per priority level: direct and broadcast), across all
+// processes of the agent (default 1000).
 func WithMaxAckPending(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if n <= 0 {

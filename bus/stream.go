@@ -16,9 +16,10 @@ import (
 const (
 	DefaultMaxAge          = 30 * 24 * time.Hour
 	DefaultDuplicateWindow = time.Hour
-	// DefaultMaxConsumers allows 10,000 agents at five priority levels. The
-	// server's own default, 1,000 per stream, would stop at 200 agents, and
-	// an unlimited stream falls back to that default.
+	// DefaultMaxConsumers allows 5,000 agents at ten consumers each (a
+	// direct and a broadcast consumer per priority level). The server's own
+	// default, 1,000 per stream, would stop at 100 agents, and an unlimited
+	// stream falls back to that default.
 	DefaultMaxConsumers = 50_000
 )
 
@@ -35,7 +36,7 @@ type StreamConfig struct {
 	// DuplicateWindow is how long a message ID is remembered to drop
 	// republished copies. Zero means DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
-	// MaxConsumers bounds the stream's consumers (five per agent). Zero
+	// MaxConsumers bounds the stream's consumers (ten per agent). Zero
 	// means DefaultMaxConsumers.
 	MaxConsumers int
 	// MaxBytes bounds the stream's size; the oldest messages are removed

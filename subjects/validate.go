@@ -7,8 +7,9 @@ import "fmt"
 // accepts besides an agent ID; no agent may take it as its ID.
 const Broadcast = "*"
 
-// Priorities run from 1, the most urgent, to 5. Every agent has one durable
-// consumer per priority, so the five levels are part of the subject scheme.
+// Priorities run from 1, the most urgent, to 5. Every agent has two durable
+// consumers per priority (direct and broadcast, see [Scheme.Consumers]), so
+// the five levels are part of the subject scheme.
 const (
 	HighestPriority = 1
 	LowestPriority  = 5
