@@ -134,6 +134,12 @@ func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
 	s := newServer(t)
 	orch := newBus(t, s, "orchestrator")
 	worker := newBus(t, s, "worker")
+	// Both queued first, so that each history starts with the sender's
+	// pending (a recipient that is quicker than the sender's record wins).
+	fast := publish(t, orch, bus.Message{To: "worker", Type: "FAST", CorrelationID: "conv-work"})
+	slow := publish(t, orch, bus.Message{To: "worker", Type: "SLOW", CorrelationID: "conv-work"})
+	waitState(t, orch, fast.ID, bus.StatePending)
+	waitState(t, orch, slow.ID, bus.StatePending)
 	release := make(chan struct{})
 	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
 		if d.Type == "SLOW" {
@@ -144,10 +150,7 @@ func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
 		}
 		return nil
 	})
-
-	fast := publish(t, orch, bus.Message{To: "worker", Type: "FAST", CorrelationID: "conv-work"})
 	waitState(t, orch, fast.ID, bus.StateCompleted)
-	slow := publish(t, orch, bus.Message{To: "worker", Type: "SLOW", CorrelationID: "conv-work"})
 	if st := waitState(t, orch, slow.ID, bus.StateDelivered); st.By != "worker" || st.Deliveries != 1 {
 		t.Errorf("delivered status = %+v, want by worker, 1 delivery", st)
 	}

@@ -62,7 +62,6 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		return PubAck{}, err
 	}
 	op := b.tel.startSend(ctx, &m, msg)
-	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true)
 	ack, err := b.send(ctx, msg)
 	if err != nil {
 		err = b.publishError(m.ID, err)
@@ -70,6 +69,10 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
 	}
+	// After the message, so that the server stores the message first and
+	// the caller does not wait for the record. A recipient's state written
+	// in between wins: pending is only ever created, never overwrites.
+	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true)
 	op.end(b.tel, ctx, nil, ack.Duplicate)
 	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
@@ -116,7 +119,6 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 		return nil, err
 	}
 	op := b.tel.startSend(ctx, &m, msg)
-	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true)
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		err = b.publishError(m.ID, err)
@@ -124,6 +126,7 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 		b.recordUnsent(&m, err)
 		return nil, err
 	}
+	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true) // after the message, as in Publish
 	op.end(b.tel, ctx, nil, false)
 	return &PublishFuture{id: m.ID, subject: msg.Subject, f: f, b: b}, nil
 }
