@@ -48,12 +48,13 @@ const (
 	SystemUser = "sys"
 )
 
-// defaultBcryptCost is the cost of password hashes, as `nats server
-// passwd` uses.
-const defaultBcryptCost = 11
+// DefaultBcryptCost is the cost of password hashes unless
+// Config.BcryptCost says otherwise, as `nats server passwd` uses.
+const DefaultBcryptCost = 11
 
-// bcryptCost is the cost Generate hashes with; tests make it cheap.
-var bcryptCost = defaultBcryptCost
+// bcryptCost is the cost Generate hashes with when Config.BcryptCost is
+// zero; this package's tests make it cheap.
+var bcryptCost = DefaultBcryptCost
 
 // passwordBytes is the entropy of a generated password.
 const passwordBytes = 24
@@ -79,6 +80,11 @@ type Config struct {
 	// random passwords of the admin and the system user, for a sample
 	// config with documented passwords. Empty means random.
 	AdminPassword, SystemPassword string
+	// BcryptCost, in ModePasswords, is the bcrypt cost of the password
+	// hashes, bcrypt.MinCost (4) to bcrypt.MaxCost (31); zero means
+	// DefaultBcryptCost. The server pays it on every login: a cost of 11
+	// takes tens of milliseconds, each step up doubles it.
+	BcryptCost int
 }
 
 // Role is what an identity is for.
@@ -185,6 +191,13 @@ func (c Config) resolve() (Config, error) {
 		return c, fmt.Errorf("%w: admin and system passwords need mode %q", ErrInvalidConfig, ModePasswords)
 	case c.NoSystemAccount && c.SystemPassword != "":
 		return c, fmt.Errorf("%w: a system password without the system account", ErrInvalidConfig)
+	case c.Mode != ModePasswords && c.BcryptCost != 0:
+		return c, fmt.Errorf("%w: a bcrypt cost needs mode %q", ErrInvalidConfig, ModePasswords)
+	case c.BcryptCost != 0 && (c.BcryptCost < bcrypt.MinCost || c.BcryptCost > bcrypt.MaxCost):
+		return c, fmt.Errorf("%w: bcrypt cost %d is outside %d..%d", ErrInvalidConfig, c.BcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	if c.Mode == ModePasswords && c.BcryptCost == 0 {
+		c.BcryptCost = bcryptCost
 	}
 	seen := make(map[string]bool, len(c.Agents))
 	for _, a := range c.Agents {
@@ -224,7 +237,7 @@ func (c Config) identity(role Role, agent, account, user, password string, perms
 		_, _ = rand.Read(b) // crypto/rand.Read never returns an error.
 		password = base64.RawURLEncoding.EncodeToString(b)
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcryptCost)
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), c.BcryptCost)
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w: password of %s: %w", ErrInvalidConfig, user, err)
 	}

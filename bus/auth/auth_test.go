@@ -23,7 +23,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 func TestMain(m *testing.M) {
-	bcryptCost = bcrypt.MinCost // defaultBcryptCost takes seconds a hash under -race
+	bcryptCost = bcrypt.MinCost // DefaultBcryptCost takes seconds a hash under -race
 	goleak.VerifyTestMain(m)
 }
 
@@ -91,6 +91,14 @@ func TestGeneratePasswords(t *testing.T) {
 	if users["admin"] != "change-me-admin" || len(users["sys"]) != 32 || len(users["a"]) != 32 || users["a"] == users["b"] {
 		t.Errorf("users and passwords %v", users)
 	}
+
+	// An explicit cost wins over the default.
+	s = generate(t, Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: bcrypt.MinCost + 1})
+	for _, id := range s.Identities {
+		if cost, _ := bcrypt.Cost([]byte(id.passwordHash)); cost != bcrypt.MinCost+1 {
+			t.Errorf("%s: bcrypt cost %d, want %d", id, cost, bcrypt.MinCost+1)
+		}
+	}
 }
 
 func TestGenerateErrors(t *testing.T) {
@@ -110,6 +118,9 @@ func TestGenerateErrors(t *testing.T) {
 		{name: "system password without SYS", c: Config{Agents: []string{"a"}, Mode: ModePasswords, NoSystemAccount: true, SystemPassword: "p"}},
 		{name: "agent named like the admin", c: Config{Agents: []string{"admin"}, Mode: ModePasswords}},
 		{name: "agent named like the system user", c: Config{Agents: []string{"sys"}, Mode: ModePasswords}},
+		{name: "bcrypt cost with nkeys", c: Config{Agents: []string{"a"}, BcryptCost: 5}},
+		{name: "bcrypt cost too low", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 3}},
+		{name: "bcrypt cost too high", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 32}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,6 +56,8 @@ With --mode nkeys (the default) each credential file holds an nkey seed for
 file with NATS_USER and NATS_PASSWORD, which the CLI reads from the
 environment, and auth.conf the passwords' bcrypt hashes. --admin-password and
 --sys-password set those two passwords instead of random ones, for samples.
+--bcrypt-cost sets the hashes' cost (default 11, as 'nats server passwd'),
+which the server pays at every login.
 
 Agents come from --agents (comma-separated) and --agents-file (one a line;
 blank lines and lines starting with # are skipped, surrounding white space
@@ -101,6 +103,7 @@ credentials, or include auth.conf in an existing server's configuration
 	f.BoolVar(&c.NoSystemAccount, "no-system-account", false, "leave out the system account, for a cluster that has its own")
 	f.StringVar(&c.AdminPassword, "admin-password", "", "the admin's password with --mode passwords, instead of a random one")
 	f.StringVar(&c.SystemPassword, "sys-password", "", "the system user's password with --mode passwords, instead of a random one")
+	f.IntVar(&c.BcryptCost, "bcrypt-cost", 0, "bcrypt cost of the password hashes with --mode passwords, 4 to 31 (default 11)")
 	f.BoolVar(&force, "force", false, "overwrite existing files")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd

@@ -113,8 +113,10 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 func TestAuthInitServePasswords(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// The lowest bcrypt cost: the in-process server checks every login's
+	// password, and the default cost takes seconds under -race.
 	mustRun(t, "auth", "init", "--mode", "passwords", "--agents", "lead,w1", "--out", dir,
-		"--admin-password", "change-me-admin", "--no-system-account", "--account", "BUS")
+		"--admin-password", "change-me-admin", "--no-system-account", "--account", "BUS", "--bcrypt-cost", "4")
 	admin := readEnvFile(t, filepath.Join(dir, "admin.env"))
 	if admin["NATS_USER"] != "admin" || admin["NATS_PASSWORD"] != "change-me-admin" {
 		t.Fatalf("admin.env = %v", admin)
