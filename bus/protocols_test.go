@@ -653,6 +653,33 @@ func checkValidationResponse(t *testing.T, d *bus.Delivery, request []byte) {
 	}
 }
 
+// validationExchange is the basemessage document's validation exchange
+// set up on a fresh server: the orchestrator and the CTO subscribed, the
+// CTO answering with ctoReplier, and the document's request prepared.
+type validationExchange struct {
+	orch, cto *bus.Bus
+	r         *recorder // the orchestrator's handler
+	request   []byte    // the native request
+	m         *bus.Message
+}
+
+// newValidationExchange sets up the exchange; gaveUp, if not nil, holds
+// the CTO's reply until it is closed (see ctoReplier).
+func newValidationExchange(t *testing.T, gaveUp chan struct{}) *validationExchange {
+	t.Helper()
+	s := newServer(t)
+	x := &validationExchange{orch: newBus(t, s, "build orchestrator"), cto: newBus(t, s, "@agent-cto"), r: newRecorder()}
+	subscribe(t, x.cto, ctoReplier(t, x.cto, gaveUp))
+	subscribe(t, x.orch, x.r.handle)
+	x.request = readFile(t, filepath.Join(protoFixtures, "basemessage", "validation_request.json"))
+	m, err := profiles.Prepare(profile(t, "basemessage"), x.request, profiles.Addressing{})
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	x.m = m
+	return x
+}
+
 // TestProtocolBasemessageRequestReply: base-message.md's request-response
 // pattern. The build orchestrator sends the VALIDATION_REQUEST req-123 with
 // Bus.Request and a timeout; the CTO answers with the native
@@ -662,19 +689,8 @@ func checkValidationResponse(t *testing.T, d *bus.Delivery, request []byte) {
 // the reply's completed, the conversation holds both, and the
 // orchestrator's own subscription never handles the reply a second time.
 func TestProtocolBasemessageRequestReply(t *testing.T) {
-	s := newServer(t)
-	p := profile(t, "basemessage")
-	orch := newBus(t, s, "build orchestrator")
-	cto := newBus(t, s, "@agent-cto")
-	subscribe(t, cto, ctoReplier(t, cto, nil))
-	r := newRecorder()
-	subscribe(t, orch, r.handle)
-
-	request := readFile(t, filepath.Join(protoFixtures, "basemessage", "validation_request.json"))
-	m, err := profiles.Prepare(p, request, profiles.Addressing{})
-	if err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	x := newValidationExchange(t, nil)
+	orch, cto, r, request, m := x.orch, x.cto, x.r, x.request, x.m
 	if m.ID != "req-123" || m.CorrelationID != "task-001" || m.To != "@agent-cto" || m.Priority != 3 {
 		t.Fatalf("request %+v", m)
 	}
@@ -716,20 +732,9 @@ func TestProtocolBasemessageRequestReply(t *testing.T) {
 // the native reply then reaches the orchestrator's handler marked Late,
 // and the request ends replied.
 func TestProtocolBasemessageLateReply(t *testing.T) {
-	s := newServer(t)
-	p := profile(t, "basemessage")
-	orch := newBus(t, s, "build orchestrator")
-	cto := newBus(t, s, "@agent-cto")
 	gaveUp := make(chan struct{})
-	subscribe(t, cto, ctoReplier(t, cto, gaveUp))
-	r := newRecorder()
-	subscribe(t, orch, r.handle)
-
-	request := readFile(t, filepath.Join(protoFixtures, "basemessage", "validation_request.json"))
-	m, err := profiles.Prepare(p, request, profiles.Addressing{})
-	if err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	x := newValidationExchange(t, gaveUp)
+	orch, r, request, m := x.orch, x.r, x.request, x.m
 	ctx, cancel := context.WithTimeout(testContext(t), 500*time.Millisecond)
 	defer cancel()
 	if d, err := orch.Request(ctx, *m); !errors.Is(err, bus.ErrRequestTimeout) {

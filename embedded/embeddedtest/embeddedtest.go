@@ -1,6 +1,7 @@
 package embeddedtest
 
 import (
+	"os"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -78,4 +79,30 @@ func ConnectCluster(tb testing.TB, c *embedded.Cluster, opts ...nats.Option) *na
 	}
 	tb.Cleanup(nc.Close)
 	return nc
+}
+
+// TempDir points $TMPDIR at a new directory of the test's own, removed when
+// the test ends, and returns it: for code under test that starts an
+// embedded server with its store under os.TempDir (agentbus demo and
+// bench), so that its store is out of reach of whatever cleans the shared
+// temporary directory, and CheckEmpty can tell whether it removed it. Like
+// tb.Setenv it cannot be used in parallel tests.
+func TempDir(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	tb.Setenv("TMPDIR", dir)
+	return dir
+}
+
+// CheckEmpty fails the test for every entry left in dir, such as a store
+// the code under test should have removed.
+func CheckEmpty(tb testing.TB, dir string) {
+	tb.Helper()
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range left {
+		tb.Errorf("%s left in %s", e.Name(), dir)
+	}
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,29 +18,6 @@ import (
 // figures they give mean nothing and no test looks at them.
 var benchTiny = []string{"bench", "--messages", "200", "--agents", "3", "--rate", "2000/s"}
 
-// privateTempDir points $TMPDIR, where bench's embedded server keeps its
-// store, at a directory of the test's own, out of reach of whatever cleans
-// the shared temporary directory, and returns it.
-func privateTempDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	t.Setenv("TMPDIR", dir)
-	return dir
-}
-
-// checkRemoved fails the test unless dir is empty: bench removed its
-// embedded server's store.
-func checkRemoved(t *testing.T, dir string) {
-	t.Helper()
-	left, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range left {
-		t.Errorf("bench left %s in the temporary directory", e.Name())
-	}
-}
-
 // scenarioNames returns the name of every bench scenario.
 func scenarioNames() []string {
 	var out []string
@@ -52,9 +28,9 @@ func scenarioNames() []string {
 }
 
 func TestBenchTable(t *testing.T) {
-	tmp := privateTempDir(t)
+	tmp := embeddedtest.TempDir(t)
 	r := runIn(t, "", benchTiny...)
-	checkRemoved(t, tmp)
+	embeddedtest.CheckEmpty(t, tmp)
 	if r.code != 0 {
 		t.Fatalf("bench: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -98,9 +74,9 @@ func TestBenchTable(t *testing.T) {
 }
 
 func TestBenchJSON(t *testing.T) {
-	tmp := privateTempDir(t)
+	tmp := embeddedtest.TempDir(t)
 	out := mustRun(t, append(benchTiny, "--json")...)
-	checkRemoved(t, tmp)
+	embeddedtest.CheckEmpty(t, tmp)
 	var rep map[string]map[string]any
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output is not one JSON object of objects: %v\n%s", err, out)

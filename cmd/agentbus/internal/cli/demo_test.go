@@ -4,15 +4,17 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // TestDemoJSON runs `agentbus demo --json`: it exits 0, prints only JSON
 // lines, the last of them a successful summary, and removes its server's
 // store.
 func TestDemoJSON(t *testing.T) {
-	tmp := privateTempDir(t)
+	tmp := embeddedtest.TempDir(t)
 	r := runIn(t, "", "demo", "--json")
-	checkRemoved(t, tmp)
+	embeddedtest.CheckEmpty(t, tmp)
 	if r.code != 0 {
 		t.Fatalf("demo --json: exit %d, stderr %q\n%s", r.code, r.stderr, r.stdout)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,39 +14,18 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/cmd/agentbus/internal/demo"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// privateTempDir points $TMPDIR, where the demo's embedded server keeps its
-// store, at a directory of the test's own and returns it.
-func privateTempDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	t.Setenv("TMPDIR", dir)
-	return dir
-}
-
-// checkRemoved fails the test unless dir is empty: the demo removed its
-// server's store.
-func checkRemoved(t *testing.T, dir string) {
-	t.Helper()
-	left, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range left {
-		t.Errorf("the demo left %s in the temporary directory", e.Name())
-	}
-}
-
 // TestRun runs the whole demo once, writing both output modes, and checks
 // that every scene succeeded and showed its events. It asserts nothing
 // about timing.
 func TestRun(t *testing.T) {
-	tmp := privateTempDir(t)
+	tmp := embeddedtest.TempDir(t)
 	var text, jsonl bytes.Buffer
 	textOut, jsonOut := demo.NewPrinter(&text, false), demo.NewPrinter(&jsonl, true)
 	var events []demo.Event
@@ -64,7 +42,7 @@ func TestRun(t *testing.T) {
 	if perr := errors.Join(textOut.Err(), jsonOut.Err()); perr != nil {
 		t.Fatal(perr)
 	}
-	checkRemoved(t, tmp)
+	embeddedtest.CheckEmpty(t, tmp)
 	t.Logf("timeline:\n%s", text.String())
 
 	if !rep.OK || rep.Error != "" {
@@ -212,7 +190,7 @@ func checkText(t *testing.T, out string, n int) {
 // TestRunTimeout: a run that cannot finish in time fails, says why, and
 // still removes everything it started.
 func TestRunTimeout(t *testing.T) {
-	tmp := privateTempDir(t)
+	tmp := embeddedtest.TempDir(t)
 	var events []demo.Event
 	rep, err := demo.Run(context.Background(), demo.Options{
 		Timeout: 500 * time.Millisecond, // less than the crash scene's ack wait
@@ -227,13 +205,13 @@ func TestRunTimeout(t *testing.T) {
 	if last := events[len(events)-1]; last.Event != demo.EventStop {
 		t.Errorf("last event %+v, want the teardown", last)
 	}
-	checkRemoved(t, tmp)
+	embeddedtest.CheckEmpty(t, tmp)
 }
 
 // TestRunCancelled: cancelling the context stops the demo with the
 // context's error.
 func TestRunCancelled(t *testing.T) {
-	privateTempDir(t)
+	embeddedtest.TempDir(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rep, err := demo.Run(ctx, demo.Options{Events: func(e demo.Event) {
