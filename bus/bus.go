@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,8 @@ type Bus struct {
 	tel    *telemetry
 	status *tracker // nil when lifecycle tracking is off
 	req    requests
+
+	refusals refusals // of publishes on a connection of its own
 
 	backlogReg metric.Registration
 
@@ -133,6 +136,7 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 			return nil, err
 		}
 	}
+	var self atomic.Pointer[Bus] // set once New returns
 	natsOpts := append([]nats.Option{
 		nats.Name("agentbus " + agent),
 		nats.CustomInboxPrefix(InboxPrefix(agent)),
@@ -140,6 +144,9 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 		// nats.go prints asynchronous errors to stderr unless told otherwise;
 		// the library never prints.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if b := self.Load(); b != nil {
+				b.refusals.refused(err)
+			}
 			o.onError(fmt.Errorf("connection: %w", err))
 		}),
 	}, o.natsOptions...)
@@ -153,6 +160,7 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 		return nil, err
 	}
 	b.opts.ownsConn = true
+	self.Store(b)
 	return b, nil
 }
 

@@ -450,6 +450,26 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 			t.Errorf("Publish as alice error = %v, want ErrPermissionDenied wrapping nats.ErrPermissionViolation", err)
 		}
 	})
+	t.Run("publish as alice through a bus of its own connection", func(t *testing.T) {
+		// On a connection of its own the bus sees the server's refusal and
+		// fails the publish at once, long before the context's deadline,
+		// instead of waiting out the attempt.
+		forger, err := bus.Connect(srv.s.ClientURL(), "alice", bus.WithoutLifecycle(),
+			bus.WithNATSOptions(srv.identity(t, "mallory").Option()), bus.WithErrorHandler(func(error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer forger.Close()
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err = forger.Publish(pctx, bus.Message{To: "bob", Type: "order"})
+		if !errors.Is(err, bus.ErrPermissionDenied) || !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("Publish as alice error = %v, want ErrPermissionDenied wrapping nats.ErrPermissionViolation", err)
+		}
+		if pctx.Err() != nil {
+			t.Errorf("Publish returned only at its context's deadline: the refusal did not end it")
+		}
+	})
 	t.Run("file a dead letter as alice", func(t *testing.T) {
 		mallory.denied(t, "agentbus.dlq.alice.bob.secret", func(ctx context.Context) error {
 			_, err := mallory.js.Publish(ctx, "agentbus.dlq.alice.bob.secret", []byte("forged"))

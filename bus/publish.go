@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -200,9 +199,18 @@ const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 // the same Nats-Msg-Id, so the stream stores it once.
 func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		actx, stopWatching := ctx, func() {}
+		if b.opts.ownsConn {
+			actx, stopWatching = b.refusals.watch(ctx, msg.Subject)
+		}
+		actx, cancel := context.WithTimeout(actx, publishAttemptTimeout)
 		ack, err := b.js.PublishMsg(actx, msg)
+		refused := context.Cause(actx)
 		cancel()
+		stopWatching()
+		if err != nil && errors.Is(refused, ErrPermissionDenied) {
+			return nil, refused
+		}
 		if err != nil && transient(err) {
 			if denied := b.deniedPublish(msg.Subject); denied != nil {
 				return nil, denied
@@ -223,12 +231,11 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 }
 
 // deniedPublish returns an error wrapping ErrPermissionDenied if the
-// server's last error on the connection refused a publish to subject. The
-// server answers such a publish with an asynchronous error, not on the
-// request, so the request itself only times out.
+// server's last error on the connection refused a publish to subject: how
+// a bus on a connection it did not make (New) learns of a refusal, once
+// the attempt has timed out (see refusals).
 func (b *Bus) deniedPublish(subject string) error {
-	err := b.nc.LastError()
-	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
+	if err := b.nc.LastError(); refusesPublish(err, subject) {
 		return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	}
 	return nil

@@ -50,3 +50,31 @@ func TestRecentSet(t *testing.T) {
 		t.Errorf("recentSet holds %d values, want %d", len(s.set), recentSetSize)
 	}
 }
+
+// TestRefusals: the server's refusal of a publish cancels the publishes in
+// flight on that subject, and only those, with ErrPermissionDenied.
+func TestRefusals(t *testing.T) {
+	var r refusals
+	ctxA, stopA := r.watch(context.Background(), "agentbus.agent.bob.p3.alice.order")
+	ctxB, stopB := r.watch(context.Background(), "agentbus.agent.bob.p3.mallory.order")
+	defer stopB()
+
+	r.refused(errors.New("some other error"))
+	r.refused(fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Subscription to "agentbus.agent.bob.p3.alice.order"`))
+	if ctxA.Err() != nil {
+		t.Fatalf("cancelled by an error that is not a refused publish: %v", context.Cause(ctxA))
+	}
+	r.refused(fmt.Errorf("%w: %s", nats.ErrPermissionViolation, `Permissions Violation for Publish to "agentbus.agent.bob.p3.alice.order"`))
+	if cause := context.Cause(ctxA); !errors.Is(cause, ErrPermissionDenied) || !errors.Is(cause, nats.ErrPermissionViolation) {
+		t.Errorf("cause %v, want ErrPermissionDenied wrapping nats.ErrPermissionViolation", cause)
+	}
+	if ctxB.Err() != nil {
+		t.Errorf("a publish on another subject was cancelled: %v", context.Cause(ctxB))
+	}
+	stopA()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.waiting); n != 1 {
+		t.Errorf("%d subjects watched after one stopped, want 1", n)
+	}
+}
