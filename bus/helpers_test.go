@@ -113,17 +113,7 @@ func (r *recorder) types() []string {
 // the last state cond described.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	embeddedtest.WaitFor(t, testTimeout, what, cond)
 }
 
 // waitCount waits until r has recorded n deliveries.

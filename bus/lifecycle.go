@@ -25,10 +25,12 @@ type State string
 
 // The lifecycle states.
 const (
-	// StatePending: published, not yet received. The sender writes it
-	// before the message goes out, so it never overwrites a later state.
+	// StatePending: published, not yet handled. The sender writes it once
+	// the message is sent, and only if no record exists, so it never
+	// overwrites a recipient's state.
 	StatePending State = "pending"
-	// StateDelivered: a recipient received it and its handler runs.
+	// StateDelivered: a recipient's handler has been working on it for
+	// DeliveredAfter and has not finished.
 	StateDelivered State = "delivered"
 	// StateReplied: the recipient answered it with Reply.
 	StateReplied State = "replied"

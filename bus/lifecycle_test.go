@@ -116,9 +116,9 @@ func TestLifecycleScopeAndSwitch(t *testing.T) {
 	if _, err := quiet.Status(testContext(t), untracked.ID); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("Status with lifecycle off error = %v, want ErrInvalidOption", err)
 	}
-	// A record would have been written before the publish, on the same
-	// connection; flushing makes sure the server has it.
-	if err := quiet.Conn().Flush(); err != nil {
+	// Flush waits until every record the bus wrote is stored, had it
+	// written one.
+	if err := quiet.Flush(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := orch.StatusAll(testContext(t), untracked.ID); !errors.Is(err, bus.ErrNoStatus) {

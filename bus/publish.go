@@ -252,8 +252,8 @@ func transient(err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-// recordUnsent records a message whose publish failed as failed, so its
-// lifecycle does not stay pending.
+// recordUnsent records a message whose publish failed as failed, with the
+// reason, so that the sender's Status says what became of it.
 func (b *Bus) recordUnsent(m *Message, err error) {
 	s := statusOf(m, m.To, StateFailed, b.agent)
 	s.Reason = err.Error()

@@ -75,6 +75,6 @@ func TestRefusals(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n := len(r.waiting); n != 1 {
-		t.Errorf("%d subjects watched after one stopped, want 1", n)
+		t.Errorf("%d publishes watched after one stopped, want 1", n)
 	}
 }

@@ -19,7 +19,13 @@ import (
 // bus sees only on a connection it made itself (Connect).
 type refusals struct {
 	mu      sync.Mutex
-	waiting map[string]map[*context.CancelCauseFunc]struct{} // by subject
+	waiting map[*refusalWatch]struct{}
+}
+
+// refusalWatch is one publish in flight.
+type refusalWatch struct {
+	subject string
+	cancel  context.CancelCauseFunc
 }
 
 // watch returns a context derived from ctx that is cancelled, with a cause
@@ -27,22 +33,16 @@ type refusals struct {
 // subject, and the function that stops watching.
 func (r *refusals) watch(ctx context.Context, subject string) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	key := &cancel
+	w := &refusalWatch{subject: subject, cancel: cancel}
 	r.mu.Lock()
 	if r.waiting == nil {
-		r.waiting = make(map[string]map[*context.CancelCauseFunc]struct{})
+		r.waiting = make(map[*refusalWatch]struct{})
 	}
-	if r.waiting[subject] == nil {
-		r.waiting[subject] = make(map[*context.CancelCauseFunc]struct{})
-	}
-	r.waiting[subject][key] = struct{}{}
+	r.waiting[w] = struct{}{}
 	r.mu.Unlock()
 	return ctx, func() {
 		r.mu.Lock()
-		delete(r.waiting[subject], key)
-		if len(r.waiting[subject]) == 0 {
-			delete(r.waiting, subject)
-		}
+		delete(r.waiting, w)
 		r.mu.Unlock()
 		cancel(nil)
 	}
@@ -56,11 +56,9 @@ func (r *refusals) refused(err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for subject, cancels := range r.waiting {
-		if refusesPublish(err, subject) {
-			for cancel := range cancels {
-				(*cancel)(fmt.Errorf("%w: %w", ErrPermissionDenied, err))
-			}
+	for w := range r.waiting {
+		if refusesPublish(err, w.subject) {
+			w.cancel(fmt.Errorf("%w: %w", ErrPermissionDenied, err))
 		}
 	}
 }

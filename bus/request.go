@@ -108,7 +108,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	}
 	s := statusOf(request, b.agent, StateReplied, b.agent)
 	s.ReplyID = ack.ID
-	if h, ok := ctx.Value(handlingKey{}).(*handling); ok && h.d.ID == request.ID {
+	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
 		h.delivered.cancel()
 		h.replied.Store(true)
 		s = s.withDelivery(h.d)
@@ -117,15 +117,14 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	return ack, nil
 }
 
-// handling is what the subscription knows about the delivery whose handler
-// runs, carried in the handler's context.
+// handling is what a handler's context carries (ContextWithDelivery): the
+// Delivery being handled, and what the subscription and Reply share about
+// it.
 type handling struct {
 	d         *Delivery
-	delivered *deliveredTimer // the pending delivered record of d
+	delivered *deliveredTimer // the pending delivered record of d; nil outside a subscription
 	replied   atomic.Bool     // Reply answered d
 }
-
-type handlingKey struct{}
 
 // requests are a bus's Requests waiting for replies.
 type requests struct {

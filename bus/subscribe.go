@@ -227,7 +227,7 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 		}
 		hs := &handling{d: d, delivered: b.recordDeliveredLater(m, md)}
 		defer hs.delivered.cancel() // also when h panics
-		err = h(context.WithValue(ContextWithDelivery(ctx, d), handlingKey{}, hs), d)
+		err = h(context.WithValue(ctx, deliveryKey{}, hs), d)
 		hs.delivered.cancel()
 		switch {
 		case err == nil && !hs.replied.Load():

@@ -164,7 +164,8 @@ func (c headerCarrier) Keys() []string {
 	return out
 }
 
-// deliveryKey is the context key of the Delivery being handled.
+// deliveryKey is the context key of the *handling of the Delivery being
+// handled.
 type deliveryKey struct{}
 
 // ContextWithDelivery returns ctx carrying d as the message being handled.
@@ -174,13 +175,25 @@ type deliveryKey struct{}
 // sets them. ContextWithDelivery(ctx, nil) drops the Delivery, for a handler
 // that starts an unrelated conversation.
 func ContextWithDelivery(ctx context.Context, d *Delivery) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, d)
+	var h *handling
+	if d != nil {
+		h = &handling{d: d}
+	}
+	return context.WithValue(ctx, deliveryKey{}, h)
 }
 
 // DeliveryFromContext returns the Delivery ctx carries, if any.
 func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
-	d, ok := ctx.Value(deliveryKey{}).(*Delivery)
-	return d, ok && d != nil
+	if h := handlingOf(ctx); h != nil {
+		return h.d, true
+	}
+	return nil, false
+}
+
+// handlingOf returns the handling ctx carries, or nil.
+func handlingOf(ctx context.Context) *handling {
+	h, _ := ctx.Value(deliveryKey{}).(*handling)
+	return h
 }
 
 // inherit fills m's correlation ID and ReplyTo from the Delivery ctx

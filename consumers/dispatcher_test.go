@@ -78,7 +78,7 @@ func publishTo(t *testing.T, js jetstream.JetStream, order ...string) []uint64 {
 	for _, name := range order {
 		want[name]++
 	}
-	waitFor(t, fmt.Sprintf("pending %v", want), func() (bool, string) {
+	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("pending %v", want), func() (bool, string) {
 		got := make(map[string]uint64)
 		for name := range want {
 			got[name] = consumerInfo(t, js, name).NumPending
@@ -125,23 +125,6 @@ func (r *record) handled() []uint64 {
 	return slices.Clone(r.seqs)
 }
 
-// waitFor polls cond until it holds or the deadline passes, then fails with
-// the last state cond described.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // run starts a dispatcher over levels with one handler slot, waits until r
 // has handled n messages and stops it.
 func run(t *testing.T, nc *nats.Conn, levels [][]string, r *record, n int, opts consumers.Options) {
@@ -162,13 +145,13 @@ func run(t *testing.T, nc *nats.Conn, levels [][]string, r *record, n int, opts 
 		}
 		// Every lane is full and one message is running: the next picks
 		// choose among everything in memory.
-		waitFor(t, fmt.Sprintf("buffers %v", want), func() (bool, string) {
+		embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("buffers %v", want), func() (bool, string) {
 			got := d.Buffered()
 			return slices.Equal(got, want), fmt.Sprint(got)
 		})
 		close(r.gate)
 	}
-	waitFor(t, fmt.Sprintf("%d messages handled", n), func() (bool, string) {
+	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("%d messages handled", n), func() (bool, string) {
 		got := r.handled()
 		return len(got) >= n, fmt.Sprint(got)
 	})
@@ -321,24 +304,24 @@ func TestStrictWaitsForARefilledLane(t *testing.T) {
 		d.Stop()
 		<-d.Done()
 	}()
-	waitFor(t, "both lanes drained, a request waiting at the server for each", func() (bool, string) {
+	embeddedtest.WaitFor(t, testTimeout, "both lanes drained, a request waiting at the server for each", func() (bool, string) {
 		h, l := consumerInfo(t, js, "high").NumWaiting, consumerInfo(t, js, "low").NumWaiting
 		return h == 1 && l == 1, fmt.Sprintf("waiting high %d, low %d", h, l)
 	})
 	want := publish(t, js, "low")
-	waitFor(t, "the low message running", func() (bool, string) {
+	embeddedtest.WaitFor(t, testTimeout, "the low message running", func() (bool, string) {
 		return len(r.handled()) == 1, fmt.Sprint(r.handled())
 	})
 	// high-1 fills the waiting request of the high lane; high-2 stays at
 	// the server until the lane asks again.
 	more := publish(t, js, "high", "high", "low")
 	want = append(want, more...)
-	waitFor(t, "high-1 and low-2 in memory, high-2 at the server", func() (bool, string) {
+	embeddedtest.WaitFor(t, testTimeout, "high-1 and low-2 in memory, high-2 at the server", func() (bool, string) {
 		b, pending := d.Buffered(), consumerInfo(t, js, "high").NumPending
 		return slices.Equal(b, []int{1, 1}) && pending == 1, fmt.Sprintf("buffered %v, high pending %d", b, pending)
 	})
 	close(r.gate)
-	waitFor(t, "4 messages handled", func() (bool, string) {
+	embeddedtest.WaitFor(t, testTimeout, "4 messages handled", func() (bool, string) {
 		return len(r.handled()) == 4, fmt.Sprint(r.handled())
 	})
 	if got := r.handled(); !slices.Equal(got, want) {

@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -195,12 +194,12 @@ func readFile(t *testing.T, name string) string {
 	return string(b)
 }
 
-// decodeStrict decodes every YAML document of file into a new T, refusing
-// unknown fields, so that a misspelt key fails the test.
-func decodeStrict[T any](t *testing.T, file string) []T {
+// decodeYAML decodes every YAML document of file into a new T. strict
+// refuses unknown fields, so that a misspelt key fails the test.
+func decodeYAML[T any](t *testing.T, file string, strict bool) []T {
 	t.Helper()
-	d := yaml.NewDecoder(bytes.NewReader([]byte(readFile(t, file))))
-	d.KnownFields(true)
+	d := yaml.NewDecoder(strings.NewReader(readFile(t, file)))
+	d.KnownFields(strict)
 	var docs []T
 	for {
 		var v T
@@ -249,7 +248,7 @@ type composeService struct {
 // port, and a provision service that waits for all three and provisions with
 // three replicas as the admin user.
 func TestCompose(t *testing.T) {
-	docs := decodeStrict[composeFile](t, "compose.yaml")
+	docs := decodeYAML[composeFile](t, "compose.yaml", true)
 	if len(docs) != 1 {
 		t.Fatalf("compose.yaml holds %d documents, want 1", len(docs))
 	}
@@ -358,7 +357,7 @@ const chartConfigDir = "/etc/nats-config"
 // of common.conf and the accounts of auth.conf, mounted from a Secret. The
 // merged part is rendered as the chart renders it and loaded by nats-server.
 func TestHelmValues(t *testing.T) {
-	docs := decodeStrict[map[string]any](t, filepath.Join("kubernetes", "values.yaml"))
+	docs := decodeYAML[map[string]any](t, filepath.Join("kubernetes", "values.yaml"), true)
 	if len(docs) != 1 {
 		t.Fatalf("values.yaml holds %d documents, want 1", len(docs))
 	}
@@ -476,19 +475,7 @@ type k8sObject struct {
 // admin credentials from a Secret.
 func TestProvisionJob(t *testing.T) {
 	// Not strict: a Job has many fields this test does not look at.
-	var jobs []k8sObject
-	d := yaml.NewDecoder(bytes.NewReader([]byte(readFile(t, filepath.Join("kubernetes", "provision-job.yaml")))))
-	for {
-		var o k8sObject
-		err := d.Decode(&o)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, o)
-	}
+	jobs := decodeYAML[k8sObject](t, filepath.Join("kubernetes", "provision-job.yaml"), false)
 	if len(jobs) != 1 || jobs[0].APIVersion != "batch/v1" || jobs[0].Kind != "Job" {
 		t.Fatalf("provision-job.yaml holds %+v, want one batch/v1 Job", jobs)
 	}

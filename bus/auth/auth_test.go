@@ -121,6 +121,8 @@ func TestGenerateErrors(t *testing.T) {
 		{name: "bcrypt cost with nkeys", c: Config{Agents: []string{"a"}, BcryptCost: 5}},
 		{name: "bcrypt cost too low", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 3}},
 		{name: "bcrypt cost too high", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 32}},
+		{name: "admin password too long", c: Config{Agents: []string{"a"}, Mode: ModePasswords, AdminPassword: strings.Repeat("p", 73)},
+			wantErr: []error{bcrypt.ErrPasswordTooLong}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,26 +138,25 @@ func TestGenerateErrors(t *testing.T) {
 	generate(t, Config{Agents: []string{"admin", "sys"}})
 }
 
-// fixedSetup is a Setup with fixed keys and hashes, for golden output.
-func fixedSetup(mode Mode, noSys bool) *Setup {
-	c, _ := Config{Agents: []string{"a", "b"}, Mode: mode, NoSystemAccount: noSys}.resolve()
-	s := &Setup{Config: c}
-	add := func(role Role, agent, account, user string, perms subjects.Permissions) {
-		id := Identity{Role: role, Agent: agent, Account: account, Permissions: perms}
-		if mode == ModeNKeys {
-			id.PublicKey = "U" + strings.ToUpper(user) + strings.Repeat("X", 55-len(user))
-		} else {
-			id.User, id.passwordHash = user, "$2a$11$hash.of."+user
+// fixedSetup is a generated Setup with its keys and hashes replaced by
+// fixed ones, for golden output.
+func fixedSetup(t *testing.T, mode Mode, noSys bool) *Setup {
+	t.Helper()
+	s := generate(t, Config{Agents: []string{"a", "b"}, Mode: mode, NoSystemAccount: noSys})
+	for i := range s.Identities {
+		id := &s.Identities[i]
+		name := id.Agent
+		switch id.Role {
+		case RoleAdmin:
+			name = AdminUser
+		case RoleSystem:
+			name = SystemUser
 		}
-		s.Identities = append(s.Identities, id)
-	}
-	add(RoleAdmin, "", c.Account, AdminUser, subjects.Permissions{Publish: []string{">"}, Subscribe: []string{">"}})
-	if !noSys {
-		add(RoleSystem, "", SystemAccount, SystemUser, subjects.Permissions{})
-	}
-	for _, agent := range c.Agents {
-		p, _ := subjects.Default().AgentPermissions(agent)
-		add(RoleAgent, agent, c.Account, agent, p)
+		if mode == ModeNKeys {
+			id.PublicKey = "U" + strings.ToUpper(name) + strings.Repeat("X", 55-len(name))
+		} else {
+			id.passwordHash = "$2a$11$hash.of." + name
+		}
 	}
 	return s
 }
@@ -172,7 +173,7 @@ func TestServerConfigGolden(t *testing.T) {
 		{"passwords-no-sys.conf.golden", ModePasswords, true},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
-			got := fixedSetup(tt.mode, tt.noSys).ServerConfig()
+			got := fixedSetup(t, tt.mode, tt.noSys).ServerConfig()
 			path := filepath.Join("testdata", tt.file)
 			if *update {
 				if err := os.WriteFile(path, got, 0o644); err != nil {

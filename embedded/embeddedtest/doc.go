@@ -29,4 +29,12 @@
 //	certs := embeddedtest.GenerateCerts(t)
 //	s := embeddedtest.RunServer(t, func(o *embedded.Options) { o.TLS = certs.ServerTLS(false) })
 //	nc, err := nats.Connect(s.ClientURL(), nats.RootCAs(certs.CAFile))
+//
+// # Waiting and temporary stores
+//
+// What a server does in the background (a consumer's pending count, a
+// stream's replicas) is polled for with [WaitFor], with a deadline and the
+// last state in the failure, never slept for. [TempDir] and [CheckEmpty]
+// check that code which starts its own server under os.TempDir removes
+// its store.
 package embeddedtest

@@ -3,6 +3,7 @@ package embeddedtest
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -104,5 +105,28 @@ func CheckEmpty(tb testing.TB, dir string) {
 	}
 	for _, e := range left {
 		tb.Errorf("%s left in %s", e.Name(), dir)
+	}
+}
+
+// pollEvery is how often WaitFor calls its condition.
+const pollEvery = 10 * time.Millisecond
+
+// WaitFor calls cond every 10 ms until it reports true, for at most
+// timeout, and otherwise stops the test with tb.Fatalf naming what it
+// waited for and the state cond last described. It is for what a server
+// or a dispatcher does in the background: a test polls for it with a
+// deadline rather than sleep.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() (ok bool, state string)) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s; last state: %s", what, state)
+		}
+		time.Sleep(pollEvery)
 	}
 }

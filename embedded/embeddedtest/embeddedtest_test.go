@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -94,5 +95,29 @@ func TestRunCluster(t *testing.T) {
 	}
 	if _, err := c.WaitForStreamLeader(ctx, "", "R3"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	embeddedtest.WaitFor(t, time.Minute, "the third call", func() (bool, string) {
+		calls++
+		return calls == 3, fmt.Sprint(calls, " calls")
+	})
+	if calls != 3 {
+		t.Errorf("cond called %d times, want 3", calls)
+	}
+
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		embeddedtest.WaitFor(tb, 50*time.Millisecond, "nothing", func() (bool, string) { return false, "still nothing" })
+		t.Error("WaitFor returned after its deadline")
+	}()
+	<-done
+	if want := "timed out waiting for nothing; last state: still nothing"; tb.msg != want {
+		t.Errorf("Fatalf message %q, want %q", tb.msg, want)
 	}
 }

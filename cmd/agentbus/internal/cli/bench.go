@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
@@ -86,7 +85,7 @@ func (a *app) bench(cmd *cobra.Command, f benchFlags) error {
 		return err
 	}
 	defer stop()
-	if isTerminal(a.stderr) {
+	if w, ok := a.stderr.file(); ok && isTerminal(w) {
 		cfg.Progress = func(s benchmark.Scenario) {
 			fmt.Fprintf(a.stderr, "agentbus bench: running %s: %s\n", s.Name, s.Summary)
 		}
@@ -165,15 +164,4 @@ func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config) (stop func(
 	cfg.Dial = func() (*nats.Conn, error) { return nats.Connect(url, opts...) }
 	cfg.Server = "embedded, file storage"
 	return s.Shutdown, nil
-}
-
-// isTerminal reports whether w writes to a terminal, where progress helps a
-// person; in a pipe or a file it would only clutter the log.
-func isTerminal(w *syncWriter) bool {
-	f, ok := w.file()
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

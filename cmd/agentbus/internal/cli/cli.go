@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -347,14 +348,61 @@ func (a *app) dial(what string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// connect dials --server and returns the bus of agent, with the global
-// connection flags and then opts.
-func (a *app) connect(agent string, opts ...bus.Option) (*bus.Bus, error) {
+// connectAs dials --server and returns the bus of agent under --root,
+// with the global connection flags and then opts. flag names the flag that
+// gave agent: an invalid agent ID is a usage error naming it, and so is a
+// bad --root.
+func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error) {
 	natsOpts, err := a.natsOptions()
 	if err != nil {
 		return nil, err
 	}
-	return bus.Connect(a.server, agent, append([]bus.Option{bus.WithNATSOptions(natsOpts...)}, opts...)...)
+	b, err := bus.Connect(a.server, agent, append([]bus.Option{bus.WithNATSOptions(natsOpts...), bus.WithRoot(a.root)}, opts...)...)
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, bus.ErrInvalidAgentID):
+		return nil, usageError{fmt.Errorf("--%s: %w", flag, err)}
+	case errors.Is(err, bus.ErrInvalidOption):
+		return nil, usageError{err}
+	}
+	return nil, err
+}
+
+// withBusAs connects as agent, given by --agent or a constant, runs f and
+// closes the bus. Background errors become warnings.
+func (a *app) withBusAs(agent string, f func(*bus.Bus) error) error {
+	b, err := a.connectAs("agent", agent, a.warnErrors())
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return f(b)
+}
+
+// warnErrors is the option that reports the bus's background errors as
+// warnings.
+func (a *app) warnErrors() bus.Option {
+	return bus.WithErrorHandler(func(err error) { a.warnf("%v", err) })
+}
+
+// printJSON prints v as one line of JSON.
+func (a *app) printJSON(v any) error {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(a.stdout, "%s\n", j); err != nil {
+		return fmt.Errorf("write stdout: %w", err)
+	}
+	return nil
+}
+
+// isTerminal reports whether f is a terminal, where a hint or progress
+// helps a person; in a pipe or a file it would only clutter the log.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // redactURLs replaces, in msg, every URL of the comma-separated servers

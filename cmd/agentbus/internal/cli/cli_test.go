@@ -147,17 +147,7 @@ var _ io.Writer = (*syncBuffer)(nil)
 // with what last returned.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	embeddedtest.WaitFor(t, testTimeout, what, cond)
 }
 
 // jsonString renders v as JSON, to compare decoded JSON values.

@@ -55,7 +55,7 @@ with those fields and the original event.`,
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
+			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
 				dls, err := b.DeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
@@ -116,7 +116,7 @@ func (a *app) onDeadLetter(f func(ctx context.Context, b *bus.Bus, seq uint64) e
 			if err != nil {
 				return err
 			}
-			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
+			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
 				return f(cmd.Context(), b, seq)
 			})
 		}),
@@ -139,7 +139,7 @@ with --before D only those dead-lettered more than D ago. It prints how many.`,
 			if before > 0 {
 				f.Since = time.Now().Add(-before)
 			}
-			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
+			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
 				n, err := b.PurgeDeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
@@ -167,7 +167,7 @@ beside an existing cluster, with an operator identity. It runs until SIGINT or
 SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			return a.withBusAs("agent", dlqAgent, func(b *bus.Bus) error {
+			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
 				return b.WatchDeadLetters(cmd.Context())
 			})
 		}),
@@ -214,10 +214,5 @@ func (a *app) printDeadLetter(dl bus.DeadLetter, asJSON bool) error {
 	if out.Event == nil {
 		out.Data = dl.Data
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(a.stdout, "%s\n", b)
-	return err
+	return a.printJSON(out)
 }

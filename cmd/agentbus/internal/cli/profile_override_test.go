@@ -10,17 +10,25 @@ import (
 	"github.com/agentbus/agentbus/bus"
 )
 
+// coordinationResult returns the path and the bytes of a native
+// coordination result from database-build-agent to orchestrator.
+func coordinationResult(t *testing.T) (file string, native []byte) {
+	t.Helper()
+	file = "../../../../codec/profiles/testdata/coordination/result.json"
+	native, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, native
+}
+
 // TestPublishProfileOverridesAddressing: with --profile, an explicit --to
 // (and --from) replaces the native message's addressing on the envelope,
 // while the native bytes travel unchanged.
 func TestPublishProfileOverridesAddressing(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
-	file := "../../../../codec/profiles/testdata/coordination/result.json" // database-build-agent -> orchestrator
-	native, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, native := coordinationResult(t)
 	got := make(chan *bus.Delivery, 2)
 	handle(t, agentBus(t, url, "reviewer"), func(_ context.Context, d *bus.Delivery) error {
 		got <- d
@@ -64,11 +72,7 @@ func TestPublishProfileOverridesAddressing(t *testing.T) {
 func TestReplyProfile(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
-	file := "../../../../codec/profiles/testdata/coordination/result.json" // database-build-agent -> orchestrator
-	native, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, native := coordinationResult(t)
 	publish(t, url, "--from", "lead", "--to", "worker", "--type", "QUESTION", "--id", "q-1", "--correlation-id", "conv-q")
 	waitFor(t, "the reply to q-1", func() (bool, string) {
 		r := runIn(t, "", "--server", url, "reply", "--profile", "coordination", "--from", "worker", "--to-message", "q-1", "--file", file)

@@ -140,9 +140,15 @@ func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) 
 	if cmd.Flags().Changed("priority") && in.m.Priority == 0 {
 		return bus.Message{}, usagef("--priority 0: must be 1 (most urgent) to 5")
 	}
-	if in.profile == "" {
-		// Before the payload is read: a missing flag is reported at once,
-		// not after the user typed a payload.
+	// Before the payload is read: a missing flag or an unknown profile is
+	// reported at once, not after the user typed a payload.
+	var p profiles.Profile
+	if in.profile != "" {
+		var err error
+		if p, err = lookupProfile(in.profile); err != nil {
+			return bus.Message{}, err
+		}
+	} else {
 		for _, name := range required {
 			if !cmd.Flags().Changed(name) {
 				return bus.Message{}, usagef("required flag \"%s\" not set", name)
@@ -153,15 +159,12 @@ func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) 
 	if err != nil {
 		return bus.Message{}, err
 	}
-	var m bus.Message
-	if in.profile != "" {
-		m, err = in.native(cmd, payload)
-	} else {
-		m = in.m
-		m.Data = payload
-	}
-	if err != nil {
-		return bus.Message{}, err
+	m := in.m
+	m.Data = payload
+	if p != nil {
+		if m, err = in.native(cmd, p, payload); err != nil {
+			return bus.Message{}, err
+		}
 	}
 	check := m
 	check.SetDefaults(time.Now())
@@ -183,17 +186,13 @@ func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
 	return a.readData(cmd.Name(), in.dataFile)
 }
 
-// native returns the native message payload of --profile as the profile
-// prepares it (profiles.Prepare: decoded, checked by the protocol's rules,
+// native returns the native message payload of protocol p (--profile) as
+// the profile prepares it (profiles.Prepare: decoded, checked by the protocol's rules,
 // the findings of a lenient one attached), with --from and --to supplying
 // the addressing the format lacks. When given, --from and --to then
 // override the sender and recipient on the envelope, and --priority the
 // priority; the data, the native bytes, stays unchanged.
-func (in *messageInput) native(cmd *cobra.Command, payload []byte) (bus.Message, error) {
-	p, ok := profiles.Lookup(in.profile)
-	if !ok {
-		return bus.Message{}, usagef("--profile %q: not one of %s", in.profile, strings.Join(profiles.Names(), ", "))
-	}
+func (in *messageInput) native(cmd *cobra.Command, p profiles.Profile, payload []byte) (bus.Message, error) {
 	f := cmd.Flags()
 	addr := profiles.Addressing{From: in.m.From, To: in.m.To}
 	if f.Changed("priority") {
@@ -212,19 +211,14 @@ func (in *messageInput) native(cmd *cobra.Command, payload []byte) (bus.Message,
 	return *m, nil
 }
 
-// connectAs connects to the bus under --root as agent, named by the flag
-// --flag. A bad --root or an invalid agent ID is a usage error.
-func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error) {
-	b, err := a.connect(agent, append([]bus.Option{bus.WithRoot(a.root)}, opts...)...)
-	switch {
-	case err == nil:
-		return b, nil
-	case errors.Is(err, bus.ErrInvalidAgentID):
-		return nil, usageError{fmt.Errorf("--%s: %w", flag, err)}
-	case errors.Is(err, bus.ErrInvalidOption):
-		return nil, usageError{err}
+// lookupProfile returns the protocol profile --profile names; an unknown
+// name is a usage error.
+func lookupProfile(name string) (profiles.Profile, error) {
+	p, ok := profiles.Lookup(name)
+	if !ok {
+		return nil, usagef("--profile %q: not one of %s", name, strings.Join(profiles.Names(), ", "))
 	}
-	return nil, err
+	return p, nil
 }
 
 // readData reads the payload of command name from file, or from stdin when
@@ -237,10 +231,8 @@ func (a *app) readData(name, file string) ([]byte, error) {
 		}
 		return data, nil
 	}
-	if f, ok := a.stdin.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			fmt.Fprintf(a.stderr, "agentbus %s: reading the payload from the terminal; end it with Ctrl-D\n", name)
-		}
+	if f, ok := a.stdin.(*os.File); ok && isTerminal(f) {
+		fmt.Fprintf(a.stderr, "agentbus %s: reading the payload from the terminal; end it with Ctrl-D\n", name)
 	}
 	data, err := io.ReadAll(a.stdin)
 	if err != nil {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -32,9 +31,9 @@ func (a *app) statusCommand() *cobra.Command {
 
 A direct message has one record. A broadcast has its sender's, which stays
 pending, and one for each agent that received it. The states are pending
-(sent, not yet received), delivered (a handler runs), failed (it will be
-delivered again), and the final replied, completed, expired and
-dead_lettered. seq is the message's stream sequence, reply the ID of the
+(sent, not yet received), delivered (a handler has been working on it for
+250 ms), failed (it will be delivered again), and the final replied,
+completed, expired and dead_lettered. seq is the message's stream sequence, reply the ID of the
 reply that answered it. --json prints a JSON array of the records.
 
 Without --agent, status reads every record of the message, which needs an
@@ -52,7 +51,7 @@ It exits 1 when no record is found.`,
 			if cmd.Flags().Changed("agent") {
 				lookup, who = (*bus.Bus).Status, agent
 			}
-			return a.withBusAs("agent", who, func(b *bus.Bus) error {
+			return a.withBusAs(who, func(b *bus.Bus) error {
 				sts, err := lookup(b, cmd.Context(), id)
 				if errors.Is(err, bus.ErrNoStatus) {
 					return noStatusError(id, agent)
@@ -71,17 +70,6 @@ It exits 1 when no record is found.`,
 	f.StringVar(&agent, "agent", "", "read as this agent: only the records naming it as sender or recipient (default: every record, as an operator)")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of the records")
 	return cmd
-}
-
-// withBusAs connects as agent, named by the flag --flag, runs f and closes
-// the bus. Background errors become warnings.
-func (a *app) withBusAs(flag, agent string, f func(*bus.Bus) error) error {
-	b, err := a.connectAs(flag, agent, bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }))
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	return f(b)
 }
 
 // noStatusError says that message id has no record, or none that agent
@@ -121,16 +109,4 @@ func statusLine(st bus.Status) string {
 	}
 	parts = append(parts, "updated="+st.Updated.UTC().Format(time.RFC3339))
 	return strings.Join(parts, " ")
-}
-
-// printJSON prints v as one line of JSON.
-func (a *app) printJSON(v any) error {
-	j, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(a.stdout, "%s\n", j); err != nil {
-		return fmt.Errorf("write stdout: %w", err)
-	}
-	return nil
 }

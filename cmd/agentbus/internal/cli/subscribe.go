@@ -107,8 +107,10 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 	case f.profile != "" && (f.json || f.exec != ""):
 		return usagef("--profile cannot be used with --json or --exec")
 	}
-	if _, ok := profiles.Lookup(f.profile); f.profile != "" && !ok {
-		return usagef("--profile %q: not one of %s", f.profile, strings.Join(profiles.Names(), ", "))
+	if f.profile != "" {
+		if _, err := lookupProfile(f.profile); err != nil {
+			return err
+		}
 	}
 	switch {
 	case f.count < 0:
@@ -120,17 +122,8 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 	case f.maxDeliver < 1:
 		return usagef("--max-deliver %d: must be >= 1", f.maxDeliver)
 	}
-	b, err := a.connect(f.agent,
-		bus.WithRoot(a.root),
-		bus.WithErrorHandler(func(err error) { a.warnf("%v", err) }),
-	)
+	b, err := a.connectAs("agent", f.agent, a.warnErrors())
 	if err != nil {
-		switch {
-		case errors.Is(err, bus.ErrInvalidAgentID):
-			return usageError{fmt.Errorf("--agent: %w", err)}
-		case errors.Is(err, bus.ErrInvalidOption):
-			return usageError{err}
-		}
 		return err
 	}
 	defer b.Close()
@@ -374,7 +367,7 @@ const previewLen = 64
 // delivery count past the first, and a preview of the data.
 func humanLine(d *bus.Delivery) string {
 	line := fmt.Sprintf("%s p%d %s -> %s %s id=%s",
-		d.Time.UTC().Format("2006-01-02T15:04:05.000Z"), d.Priority, d.From, d.To, d.Type, d.ID)
+		d.Time.UTC().Format(timeMillis), d.Priority, d.From, d.To, d.Type, d.ID)
 	if d.NumDelivered > 1 {
 		line += " delivery=" + strconv.Itoa(d.NumDelivered)
 	}

@@ -37,7 +37,7 @@ access to the status bucket. It exits 1 when the conversation has no record.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			conv := cmd.Flags().Arg(0)
-			return a.withBusAs("agent", operatorAgent, func(b *bus.Bus) error {
+			return a.withBusAs(operatorAgent, func(b *bus.Bus) error {
 				sts, err := b.Conversation(cmd.Context(), conv)
 				if err != nil {
 					return fmt.Errorf("conversation %s: %w", conv, err)

@@ -48,8 +48,9 @@ func TestRun(t *testing.T) {
 	if !rep.OK || rep.Error != "" {
 		t.Errorf("report OK %t, error %q", rep.OK, rep.Error)
 	}
-	if rep.Conversation != demo.Conversation || len(rep.TraceID) != 32 {
-		t.Errorf("report conversation %q trace %q", rep.Conversation, rep.TraceID)
+	// What ExampleRun prints.
+	if rep.Conversation != "release-42" || rep.TraceID != "717e81e2c69e106ad7cb5c8c712e0921" {
+		t.Errorf("report conversation %q trace %q, want release-42 and its trace 717e81e2c69e106ad7cb5c8c712e0921", rep.Conversation, rep.TraceID)
 	}
 	var ran []string
 	for _, s := range rep.Scenes {
@@ -58,8 +59,8 @@ func TestRun(t *testing.T) {
 			t.Errorf("scene %s: ok %t, detail %q", s.Scene, s.OK, s.Detail)
 		}
 	}
-	if !slices.Equal(ran, demo.Scenes()) {
-		t.Errorf("scenes %v, want %v", ran, demo.Scenes())
+	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
+		t.Errorf("scenes %v, Scenes() %v, want %v", ran, demo.Scenes(), want)
 	}
 
 	// Every scene shows its events.

@@ -12,7 +12,8 @@ import (
 // Run the whole demo and print how each scene went. `agentbus demo` also
 // prints the timeline, passing each event of Options.Events to a Printer.
 // It takes a few seconds: the crash scene waits out an ack wait, the ttl
-// scene a TTL.
+// scene a TTL. (go test compiles this example but does not run it: TestRun
+// runs the demo and checks what it prints here.)
 func ExampleRun() {
 	rep, err := demo.Run(context.Background(), demo.Options{})
 	if err != nil {
@@ -23,7 +24,7 @@ func ExampleRun() {
 	}
 	fmt.Println("all ok:", rep.OK)
 	fmt.Println("trace of", rep.Conversation, "is", rep.TraceID)
-	// Output:
+	// It prints:
 	// priority true
 	// crash true
 	// duplicate true
