@@ -64,12 +64,24 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:     "ORDERS",
-		Subjects: []string{"orders.>"},
-		Replicas: 3,
-	}); err != nil {
-		t.Fatalf("create R3 stream: %v", err)
+	// The create is idempotent, so an attempt whose answer is lost (a
+	// loaded machine, the meta leader busy with the new group) is simply
+	// made again, until the test's deadline.
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.CreateStream(actx, jetstream.StreamConfig{
+			Name:     "ORDERS",
+			Subjects: []string{"orders.>"},
+			Replicas: 3,
+		})
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create R3 stream: %v", err)
+		}
+		t.Logf("create R3 stream: %v; trying again", err)
 	}
 	for i := 1; i <= 10; i++ {
 		if _, err := js.Publish(ctx, "orders.new", fmt.Appendf(nil, "msg-%d", i)); err != nil {
