@@ -32,6 +32,9 @@ type telemetry struct {
 	// by priority - 1.
 	dests  [2][subjects.LowestPriority]destination
 	levels [subjects.LowestPriority]level
+	// broadcastObserve is what the backlog of the broadcast consumer, which
+	// holds every priority, is observed with.
+	broadcastObserve []metric.ObserveOption
 
 	sent            metric.Int64Counter
 	consumed        metric.Int64Counter
@@ -53,8 +56,9 @@ type telemetry struct {
 // level is what the metrics of one of the agent's priority levels record
 // with.
 type level struct {
-	// consumers are the names of the level's durable consumers, the direct
-	// and the broadcast one, indexed as telemetry.dests.
+	// consumers are the names of the durable consumers that deliver the
+	// level's messages, the direct one and the agent's broadcast consumer
+	// (the same for every level), indexed as telemetry.dests.
 	consumers [2]string
 	set       attribute.Set
 	opts      []metric.AddOption
@@ -93,14 +97,16 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 	for i := range t.levels {
 		set := attribute.NewSet(attrAgent.String(agent), attrPriority.Int(i+1))
 		t.levels[i] = level{
-			// Consumers lists each priority's direct consumer, then its
+			// Consumers lists each priority's direct consumer, then the
 			// broadcast one.
-			consumers: [2]string{cs[2*i].Name, cs[2*i+1].Name},
+			consumers: [2]string{cs[i].Name, cs[subjects.LowestPriority].Name},
 			set:       set,
 			opts:      []metric.AddOption{metric.WithAttributeSet(set)},
 			observe:   []metric.ObserveOption{metric.WithAttributeSet(set)},
 		}
 	}
+	t.broadcastObserve = []metric.ObserveOption{metric.WithAttributeSet(
+		attribute.NewSet(attrAgent.String(agent), attrBroadcast.Bool(true)))}
 	for k, kind := range []subjects.Kind{subjects.KindDirect, subjects.KindBroadcast} {
 		for i := range t.dests[k] {
 			p := i + 1
@@ -207,10 +213,10 @@ func (b *Bus) settled(m *consumers.Msg, s consumers.Settlement) {
 	}
 }
 
-// observeBacklog reports the backlog of the agent's levels from the
-// consumers' info, each level's direct and broadcast consumer summed: one
-// request per consumer per collection, and none while the bus has no
-// subscription. A level is left out when one of its requests fails.
+// observeBacklog reports the backlog of the agent's consumers from their
+// info: one data point per priority from its direct consumer, and one for
+// the broadcast consumer, which holds every priority (agentbus.broadcast).
+// It reads nothing while the agent has no subscription.
 func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
 	b.mu.Lock()
 	subscribed := len(b.subs) > 0
@@ -222,26 +228,19 @@ func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
 	defer cancel()
 	stream := b.opts.scheme.Stream()
 	var errs []error
-	for i := range b.tel.levels {
-		lv := &b.tel.levels[i]
-		var backlog, inflight int64
-		failed := false
-		for _, name := range lv.consumers {
-			c, err := b.js.Consumer(ctx, stream, name)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("backlog of consumer %s: %w", name, err))
-				failed = true
-				continue
-			}
-			info := c.CachedInfo()
-			backlog += int64(info.NumPending)
-			inflight += int64(info.NumAckPending)
+	observe := func(name string, opts []metric.ObserveOption) {
+		c, err := b.js.Consumer(ctx, stream, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backlog of consumer %s: %w", name, err))
+			return
 		}
-		if failed {
-			continue
-		}
-		o.ObserveInt64(b.tel.backlog, backlog, lv.observe...)
-		o.ObserveInt64(b.tel.inflight, inflight, lv.observe...)
+		info := c.CachedInfo()
+		o.ObserveInt64(b.tel.backlog, int64(info.NumPending), opts...)
+		o.ObserveInt64(b.tel.inflight, int64(info.NumAckPending), opts...)
 	}
+	for i := range b.tel.levels {
+		observe(b.tel.levels[i].consumers[0], b.tel.levels[i].observe)
+	}
+	observe(b.tel.levels[0].consumers[1], b.tel.broadcastObserve)
 	return errors.Join(errs...)
 }

@@ -72,9 +72,10 @@ func (s *Subscription) forget() {
 	s.b.mu.Unlock()
 }
 
-// Subscribe starts consuming the agent's inbox. It creates the agent's ten
-// durable consumers (for each priority one for its direct messages and one
-// for the broadcasts, see docs/subjects.md), or updates them in place, then
+// Subscribe starts consuming the agent's inbox. It makes sure the agent's
+// six durable consumers exist (one per priority for its direct messages and
+// one for the broadcasts, see docs/subjects.md): it creates the missing
+// ones and updates those whose settings differ, then
 // runs h on each message in priority order: with the default Strict policy
 // the highest-priority message waiting always starts next, and messages of
 // one priority, direct and broadcast together, start in the order they were
@@ -99,27 +100,22 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		return nil, ErrClosed
 	}
 	settings := consumers.Settings{AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending}
-	levels, err := b.levels()
+	specs, lanes, err := b.consumers()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	stream := b.opts.scheme.Stream()
-	if _, err := consumers.Ensure(ctx, b.js, stream, levels, settings); err != nil {
+	if _, err := consumers.Ensure(ctx, b.js, stream, specs, settings); err != nil {
 		return nil, b.notProvisioned(err)
-	}
-	// One dispatcher level per priority, with the direct and the broadcast
-	// consumer as its lanes.
-	names := make([][]string, subjects.LowestPriority)
-	for _, l := range levels {
-		names[l.Priority-1] = append(names[l.Priority-1], l.Name)
 	}
 	dopts := consumers.Options{
 		Concurrency: o.concurrency,
 		Prefetch:    o.prefetch,
 		Policy:      o.policy,
 		Weights:     o.weights,
+		LevelOf:     b.levelOf,
 		AckWait:     o.ackWait,
 		MaxDeliver:  o.maxDeliver,
 		Backoff:     o.backoff,
@@ -128,7 +124,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		OnError:     b.opts.onError,
 		Logger:      b.opts.logger,
 	}
-	d, err := consumers.Start(b.nc, stream, names, b.handler(h, o), dopts)
+	d, err := consumers.Start(b.nc, stream, subjects.LowestPriority, lanes, b.handler(h, o), dopts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
@@ -145,32 +141,47 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	return s, nil
 }
 
-// levels describes the agent's ten consumers, highest priority first and
-// the direct one before the broadcast one within a priority.
-func (b *Bus) levels() ([]consumers.Level, error) {
+// consumers describes the agent's six durable consumers (see
+// subjects.Scheme.Consumers) and the dispatcher lane each one is: a direct
+// consumer is the level of its priority, the broadcast consumer serves
+// every level, each broadcast placed by the priority in its subject.
+func (b *Bus) consumers() ([]consumers.Spec, []consumers.Lane, error) {
 	cs, err := b.opts.scheme.Consumers(b.agent)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]consumers.Level, len(cs))
+	specs := make([]consumers.Spec, len(cs))
+	lanes := make([]consumers.Lane, len(cs))
 	for i, c := range cs {
-		kind := "direct"
+		kind, priority, level := "direct", strconv.Itoa(c.Priority), c.Priority-1
+		desc := fmt.Sprintf("agentbus direct inbox of %q at priority %d", b.agent, c.Priority)
 		if c.Broadcast {
-			kind = "broadcast"
+			kind, priority, level = "broadcast", "all", consumers.AnyLevel
+			desc = fmt.Sprintf("agentbus broadcasts to %q", b.agent)
 		}
-		out[i] = consumers.Level{
-			Priority:      c.Priority,
+		specs[i] = consumers.Spec{
 			Name:          c.Name,
 			FilterSubject: c.Filter,
-			Description:   fmt.Sprintf("agentbus %s inbox of %q at priority %d", kind, b.agent, c.Priority),
+			NewOnly:       c.Broadcast,
+			Description:   desc,
 			Metadata: map[string]string{
 				"agentbus_agent":    b.agent,
-				"agentbus_priority": strconv.Itoa(c.Priority),
+				"agentbus_priority": priority,
 				"agentbus_kind":     kind,
 			},
 		}
+		lanes[i] = consumers.Lane{Consumer: c.Name, Level: level}
 	}
-	return out, nil
+	return specs, lanes, nil
+}
+
+// levelOf is the dispatcher level of a broadcast: its priority's, or the
+// lowest for a subject without one (the handler dead-letters it).
+func (b *Bus) levelOf(subject string) int {
+	if p := b.opts.scheme.PriorityOf(subject); p > 0 {
+		return p - 1
+	}
+	return subjects.LowestPriority - 1
 }
 
 // handler adapts h to the dispatcher: it decodes each message, filters out

@@ -29,6 +29,7 @@ const instrumentationName = "github.com/agentbus/agentbus/bus"
 const (
 	attrAgent            = attribute.Key("agentbus.agent")
 	attrPriority         = attribute.Key("agentbus.priority")
+	attrBroadcast        = attribute.Key("agentbus.broadcast")
 	attrFrom             = attribute.Key("agentbus.from")
 	attrTo               = attribute.Key("agentbus.to")
 	attrCausationID      = attribute.Key("agentbus.causation_id")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,11 +21,9 @@ const (
 // ErrInvalidSettings is wrapped by every error [Settings.Validate] returns.
 var ErrInvalidSettings = errors.New("consumers: invalid settings")
 
-// Level names one durable consumer of an agent's priority level: its direct
-// or its broadcast queue at one priority, a lane of that level for [Start].
-type Level struct {
-	// Priority is the level's priority, 1 (highest) to 5 (lowest).
-	Priority int
+// Spec names one durable consumer of an agent: its name, its one filter,
+// and where a new one starts reading.
+type Spec struct {
 	// Name is the durable consumer name.
 	Name string
 	// FilterSubject is the one subject the consumer selects from the
@@ -32,6 +31,11 @@ type Level struct {
 	// $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, so server
 	// permissions can pin which filter an agent may create a consumer with.
 	FilterSubject string
+	// NewOnly makes a consumer created now start with the next message
+	// stored, instead of the first one the stream holds: an agent's
+	// broadcast consumer, so that a new agent is not handed the broadcasts
+	// retained from before it existed. An existing consumer keeps its place.
+	NewOnly bool
 	// Description is stored with the consumer for operators; may be empty.
 	Description string
 	// Metadata is stored with the consumer; may be nil.
@@ -85,13 +89,17 @@ func (s Settings) Validate() error {
 }
 
 // ConsumerConfig returns the JetStream configuration of one consumer.
-func (s Settings) ConsumerConfig(l Level) jetstream.ConsumerConfig {
+func (s Settings) ConsumerConfig(l Spec) jetstream.ConsumerConfig {
 	s = s.withDefaults()
+	deliver := jetstream.DeliverAllPolicy
+	if l.NewOnly {
+		deliver = jetstream.DeliverNewPolicy
+	}
 	return jetstream.ConsumerConfig{
 		Durable:       l.Name,
 		Description:   l.Description,
 		FilterSubject: l.FilterSubject,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		DeliverPolicy: deliver,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.AckWait,
 		MaxDeliver:    s.MaxDeliver,
@@ -100,24 +108,27 @@ func (s Settings) ConsumerConfig(l Level) jetstream.ConsumerConfig {
 	}
 }
 
-// Ensure creates the durable consumer of every level on stream, or updates it
-// in place when it exists with other settings, filters included: a consumer
-// created with several filter subjects keeps its name, its acks and its place
-// in the stream when it is updated to one. It is idempotent.
-func Ensure(ctx context.Context, js jetstream.JetStream, stream string, levels []Level, s Settings) ([]jetstream.Consumer, error) {
+// Ensure makes sure the durable consumer of every spec exists on stream
+// with settings s. It asks the server to create each one, which is a no-op
+// when an identical consumer exists; only a consumer that exists with other
+// settings is updated in place, filters included (a consumer updated from
+// several filter subjects to one keeps its name, its acks and its place in
+// the stream). A consumer's starting point (NewOnly) is never changed once
+// it exists. The consumers are independent, so their requests go out at
+// once: one round trip in all rather than one per consumer. It is
+// idempotent.
+func Ensure(ctx context.Context, js jetstream.JetStream, stream string, specs []Spec, s Settings) ([]jetstream.Consumer, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	// The consumers are independent: create them at once, one round trip
-	// in all rather than one per consumer.
-	out := make([]jetstream.Consumer, len(levels))
-	errs := make([]error, len(levels))
+	out := make([]jetstream.Consumer, len(specs))
+	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
-	for i, l := range levels {
+	for i, spec := range specs {
 		wg.Go(func() {
-			c, err := js.CreateOrUpdateConsumer(ctx, stream, s.ConsumerConfig(l))
+			c, err := ensure(ctx, js, stream, s.ConsumerConfig(spec))
 			if err != nil {
-				errs[i] = fmt.Errorf("ensure consumer %s on stream %s: %w", l.Name, stream, err)
+				errs[i] = fmt.Errorf("ensure consumer %s on stream %s: %w", spec.Name, stream, err)
 			}
 			out[i] = c
 		})
@@ -127,4 +138,51 @@ func Ensure(ctx context.Context, js jetstream.JetStream, stream string, levels [
 		return nil, err
 	}
 	return out, nil
+}
+
+// ensure makes the consumer cfg describes exist. It reads the consumer
+// first: an existing one with the same settings is left as it is (a create
+// request would rewrite its configuration on the server's disk), one with
+// other settings is updated keeping its starting point, and a missing one
+// is created.
+func ensure(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.Consumer(ctx, stream, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		c, err = js.CreateConsumer(ctx, stream, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) { // lost a race with another process
+			return c, err
+		}
+		c, err = js.Consumer(ctx, stream, cfg.Durable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	old := c.CachedInfo().Config
+	if sameSettings(old, cfg) {
+		return c, nil
+	}
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
+	return js.UpdateConsumer(ctx, stream, cfg)
+}
+
+// sameSettings reports whether the consumer configured as have has the
+// settings want asks for, ignoring where it started and the metadata the
+// server adds itself ("_nats." keys).
+func sameSettings(have, want jetstream.ConsumerConfig) bool {
+	if have.Description != want.Description || have.FilterSubject != want.FilterSubject ||
+		len(have.FilterSubjects) > 0 || have.AckPolicy != want.AckPolicy || have.AckWait != want.AckWait ||
+		have.MaxDeliver != want.MaxDeliver || have.MaxAckPending != want.MaxAckPending {
+		return false
+	}
+	n := 0
+	for k, v := range have.Metadata {
+		if strings.HasPrefix(k, "_nats.") {
+			continue
+		}
+		if w, ok := want.Metadata[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	return n == len(want.Metadata)
 }

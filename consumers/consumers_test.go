@@ -34,11 +34,14 @@ func TestSettingsValidate(t *testing.T) {
 }
 
 func TestConsumerConfigDefaults(t *testing.T) {
-	c := Settings{}.ConsumerConfig(Level{Priority: 1, Name: "a_p1", FilterSubject: "x.>"})
+	c := Settings{}.ConsumerConfig(Spec{Name: "a_p1", FilterSubject: "x.>"})
 	if c.Durable != "a_p1" || c.AckWait != DefaultAckWait || c.MaxDeliver != DefaultMaxDeliver ||
 		c.MaxAckPending != DefaultMaxAckPending || c.AckPolicy != jetstream.AckExplicitPolicy ||
 		c.DeliverPolicy != jetstream.DeliverAllPolicy || c.FilterSubject != "x.>" || c.FilterSubjects != nil {
 		t.Errorf("config %+v", c)
+	}
+	if c := (Settings{}).ConsumerConfig(Spec{Name: "a_b", FilterSubject: "x.>", NewOnly: true}); c.DeliverPolicy != jetstream.DeliverNewPolicy {
+		t.Errorf("NewOnly: deliver policy %v, want new", c.DeliverPolicy)
 	}
 }
 
@@ -65,29 +68,39 @@ func TestPermanent(t *testing.T) {
 
 func TestStartRejectsBadOptions(t *testing.T) {
 	nc := &nats.Conn{} // never used: Start fails before any I/O
-	one, two := [][]string{{"a_p1", "a_b1"}}, [][]string{{"a_p1"}, {"a_p2"}}
+	one := []Lane{{Consumer: "a_p1"}, {Consumer: "a_b"}}
+	two := []Lane{{Consumer: "a_p1"}, {Consumer: "a_p2", Level: 1}}
+	anyLane := []Lane{{Consumer: "a_p1"}, {Consumer: "a_b", Level: AnyLevel}}
+	levelOf := func(string) int { return 0 }
 	tests := []struct {
 		name   string
 		nc     *nats.Conn
-		levels [][]string
+		levels int
+		lanes  []Lane
 		h      Handler
 		opts   Options
 	}{
-		{"nil connection", nil, one, nopHandler, Options{}},
-		{"no consumers", nc, nil, nopHandler, Options{}},
-		{"empty level", nc, [][]string{{"a_p1"}, {}}, nopHandler, Options{}},
-		{"consumer twice", nc, [][]string{{"a_p1"}, {"a_p1"}}, nopHandler, Options{}},
-		{"nil handler", nc, one, nil, Options{}},
-		{"negative concurrency", nc, one, nopHandler, Options{Concurrency: -1}},
-		{"negative prefetch", nc, one, nopHandler, Options{Prefetch: -1}},
-		{"unknown policy", nc, one, nopHandler, Options{Policy: 7}},
-		{"weights count", nc, two, nopHandler, Options{Weights: []int{1}}},
-		{"zero weight", nc, one, nopHandler, Options{Weights: []int{0}}},
-		{"short pull expiry", nc, one, nopHandler, Options{PullExpiry: time.Millisecond}},
+		{"nil connection", nil, 1, one, nopHandler, Options{}},
+		{"no consumers", nc, 1, nil, nopHandler, Options{}},
+		{"no levels", nc, 0, one, nopHandler, Options{}},
+		{"empty level", nc, 3, two, nopHandler, Options{}},
+		{"level out of range", nc, 1, two, nopHandler, Options{}},
+		{"negative level", nc, 1, []Lane{{Consumer: "a_p1", Level: -2}}, nopHandler, Options{}},
+		{"no consumer name", nc, 1, []Lane{{}}, nopHandler, Options{}},
+		{"consumer twice", nc, 2, []Lane{{Consumer: "a_p1"}, {Consumer: "a_p1", Level: 1}}, nopHandler, Options{}},
+		{"any level without LevelOf", nc, 2, anyLane, nopHandler, Options{}},
+		{"nil handler", nc, 1, one, nil, Options{}},
+		{"negative concurrency", nc, 1, one, nopHandler, Options{Concurrency: -1}},
+		{"negative prefetch", nc, 1, one, nopHandler, Options{Prefetch: -1}},
+		{"unknown policy", nc, 1, one, nopHandler, Options{Policy: 7}},
+		{"weights count", nc, 2, two, nopHandler, Options{Weights: []int{1}}},
+		{"zero weight", nc, 1, one, nopHandler, Options{Weights: []int{0}}},
+		{"short pull expiry", nc, 1, one, nopHandler, Options{PullExpiry: time.Millisecond}},
+		{"any level, weights count", nc, 2, anyLane, nopHandler, Options{LevelOf: levelOf, Weights: []int{1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Start(tt.nc, "S", tt.levels, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
+			if _, err := Start(tt.nc, "S", tt.levels, tt.lanes, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
 				t.Errorf("Start() = %v, want ErrInvalidOptions", err)
 			}
 		})

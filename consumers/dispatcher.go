@@ -62,9 +62,15 @@ type Options struct {
 	Prefetch int
 	// Policy chooses between levels. The zero value is Strict.
 	Policy Policy
-	// Weights are the Weighted policy's shares, one per level in the order
-	// given to Start. Nil means 2^(n-1-i): 16, 8, 4, 2, 1 for five levels.
+	// Weights are the Weighted policy's shares, one per level, highest
+	// level first. Nil means 2^(n-1-i): 16, 8, 4, 2, 1 for five levels.
 	Weights []int
+	// LevelOf places each message of a lane whose Level is AnyLevel: it
+	// returns the index of the message's level from its subject. An index
+	// outside the levels places it in the lowest level. It is called once
+	// per message, on the goroutine that receives it, and must not block.
+	// Required when a lane has AnyLevel.
+	LevelOf func(subject string) int
 	// AckWait must equal the consumers' AckWait; in-progress acks are sent
 	// for held and running messages at least every AckWait/2. Zero means
 	// DefaultAckWait.
@@ -97,22 +103,56 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// checkLevels reports whether levels can be given to Start: at least one
-// level, each with at least one consumer, and no consumer twice.
-func checkLevels(levels [][]string) error {
-	if len(levels) == 0 {
+// Lane is one durable consumer a dispatcher reads, and the priority level
+// its messages belong to.
+type Lane struct {
+	// Consumer is the durable consumer's name.
+	Consumer string
+	// Level is the index of the lane's level, 0 for the highest, or
+	// AnyLevel for a lane that carries several, such as an agent's
+	// broadcasts of every priority: Options.LevelOf then places each of its
+	// messages.
+	Level int
+}
+
+// AnyLevel is the Level of a lane whose messages belong to several levels.
+const AnyLevel = -1
+
+// checkLanes reports whether lanes can be given to Start with levels
+// levels: every level has a lane of its own or is served by an AnyLevel
+// lane, and no consumer is given twice.
+func checkLanes(levels int, lanes []Lane, levelOf func(string) int) error {
+	if len(lanes) == 0 {
 		return fmt.Errorf("%w: no consumers", ErrInvalidOptions)
 	}
+	if levels <= 0 {
+		return fmt.Errorf("%w: %d levels", ErrInvalidOptions, levels)
+	}
+	served := make([]bool, levels)
 	seen := make(map[string]bool)
-	for i, names := range levels {
-		if len(names) == 0 {
-			return fmt.Errorf("%w: level %d has no consumers", ErrInvalidOptions, i)
-		}
-		for _, name := range names {
-			if seen[name] {
-				return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOptions, name)
+	for _, l := range lanes {
+		switch {
+		case l.Consumer == "":
+			return fmt.Errorf("%w: lane with no consumer", ErrInvalidOptions)
+		case seen[l.Consumer]:
+			return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOptions, l.Consumer)
+		case l.Level == AnyLevel:
+			if levelOf == nil {
+				return fmt.Errorf("%w: consumer %q has AnyLevel and Options.LevelOf is nil", ErrInvalidOptions, l.Consumer)
 			}
-			seen[name] = true
+			for i := range served {
+				served[i] = true
+			}
+		case l.Level < 0 || l.Level >= levels:
+			return fmt.Errorf("%w: consumer %q has level %d of %d", ErrInvalidOptions, l.Consumer, l.Level, levels)
+		default:
+			served[l.Level] = true
+		}
+		seen[l.Consumer] = true
+	}
+	for i, ok := range served {
+		if !ok {
+			return fmt.Errorf("%w: level %d has no consumers", ErrInvalidOptions, i)
 		}
 	}
 	return nil
@@ -232,9 +272,9 @@ type Dispatcher struct {
 	opts    Options
 	nc      *nats.Conn
 	handler Handler
-	levels  [][]*lane // the lanes of each level, highest level first
-	lanes   []*lane   // every lane, in the order of levels
-	weights []int     // smooth weighted round robin state, per level
+	levels  [][]*queue // the queues of each level, highest level first
+	lanes   []*lane    // every lane, in the order given to Start
+	weights []int      // smooth weighted round robin state, per level
 
 	mu       sync.Mutex
 	ready    *sync.Cond // on mu: a message arrived, a lane's state changed, or stopping
@@ -251,51 +291,50 @@ type Dispatcher struct {
 	done    chan struct{}
 }
 
-// Start begins dispatching the messages of the named durable consumers of
-// stream. levels groups them by priority level, highest level first:
-// levels[0] holds the names of the highest level's consumers, its lanes,
-// such as an agent's direct and broadcast consumer of priority 1. The policy
-// chooses between levels; within a level the buffered message with the
-// lowest stream sequence starts first, so the lanes of a level together
-// keep publish order. Every level needs at least one consumer and no
-// consumer may appear twice. The consumers must exist (see Ensure). Start
-// returns at once; stop the dispatcher with Stop or Drain.
-func Start(nc *nats.Conn, stream string, levels [][]string, h Handler, opts Options) (*Dispatcher, error) {
+// Start begins dispatching the messages of the durable consumers lanes
+// names, of stream, in levels priority levels, 0 the highest. Each lane
+// belongs to one level, or with AnyLevel to all of them, its messages placed
+// by Options.LevelOf. The policy chooses between levels; within a level the
+// buffered message with the lowest stream sequence starts first, so the
+// lanes of a level together keep publish order. Every level needs a lane
+// and no consumer may appear twice. The consumers must exist (see Ensure).
+// Start returns at once; stop the dispatcher with Stop or Drain.
+func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, opts Options) (*Dispatcher, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOptions)
 	}
-	if err := checkLevels(levels); err != nil {
+	if err := checkLanes(levels, lanes, opts.LevelOf); err != nil {
 		return nil, err
 	}
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
 	}
-	if err := opts.setDefaults(len(levels)); err != nil {
+	if err := opts.setDefaults(levels); err != nil {
 		return nil, err
 	}
 	d := &Dispatcher{
 		opts:     opts,
 		nc:       nc,
 		handler:  h,
-		levels:   make([][]*lane, len(levels)),
-		weights:  make([]int, len(levels)),
+		levels:   make([][]*queue, levels),
+		weights:  make([]int, levels),
 		inflight: make(map[*held]struct{}),
 		done:     make(chan struct{}),
 	}
 	d.ready = sync.NewCond(&d.mu)
 	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
 	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
-	for i, names := range levels {
-		for _, name := range names {
-			l, err := d.newLane(i, stream, name)
-			if err != nil {
-				for _, l := range d.lanes {
-					l.sub.Unsubscribe()
-				}
-				return nil, fmt.Errorf("subscribe for consumer %s: %w", name, err)
+	for _, spec := range lanes {
+		l, err := d.newLane(spec, stream)
+		if err != nil {
+			for _, l := range d.lanes {
+				l.sub.Unsubscribe()
 			}
-			d.levels[i] = append(d.levels[i], l)
-			d.lanes = append(d.lanes, l)
+			return nil, fmt.Errorf("subscribe for consumer %s: %w", spec.Consumer, err)
+		}
+		d.lanes = append(d.lanes, l)
+		for _, q := range l.queues {
+			d.levels[q.level] = append(d.levels[q.level], q)
 		}
 	}
 	reconnected := nc.StatusChanged(nats.CONNECTED)
@@ -383,8 +422,10 @@ func (d *Dispatcher) Buffered() []int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make([]int, len(d.levels))
-	for _, l := range d.lanes {
-		out[l.level] += len(l.buf)
+	for i, qs := range d.levels {
+		for _, q := range qs {
+			out[i] += len(q.buf)
+		}
 	}
 	return out
 }
@@ -432,10 +473,10 @@ func (d *Dispatcher) runWorker() {
 // Weighted shares starts between the levels that have messages here, without
 // waiting for the other lanes.
 func (d *Dispatcher) pickLocked() *held {
-	var l *lane // the lane to take the message from
+	var q *queue // the queue to take the message from
 	total := 0
-	for i, lanes := range d.levels {
-		head, unknown := headLocked(lanes)
+	for i, qs := range d.levels {
+		head, unknown := headLocked(qs)
 		if d.opts.Policy == Strict {
 			if unknown {
 				return nil
@@ -443,7 +484,7 @@ func (d *Dispatcher) pickLocked() *held {
 			if head == nil {
 				continue
 			}
-			l = head
+			q = head
 			break
 		}
 		if head == nil {
@@ -451,33 +492,34 @@ func (d *Dispatcher) pickLocked() *held {
 		}
 		d.weights[i] += d.opts.Weights[i]
 		total += d.opts.Weights[i]
-		if l == nil || d.weights[i] > d.weights[l.level] {
-			l = head
+		if q == nil || d.weights[i] > d.weights[q.level] {
+			q = head
 		}
 	}
-	if l == nil {
+	if q == nil {
 		return nil
 	}
-	d.weights[l.level] -= total
-	h := l.buf[0]
-	l.buf[0] = nil
-	l.buf = l.buf[1:]
+	d.weights[q.level] -= total
+	h := q.buf[0]
+	q.buf[0] = nil
+	q.buf = q.buf[1:]
+	q.lane.buffered--
 	d.inflight[h] = struct{}{}
-	signal(l.room)
+	signal(q.lane.room)
 	return h
 }
 
-// headLocked returns the lane among lanes whose first buffered message has
+// headLocked returns the queue among qs whose first buffered message has
 // the lowest stream sequence, nil if none holds a message, and whether one of
-// them is empty without having told that the server holds nothing more for
-// it (it is not drained).
-func headLocked(lanes []*lane) (head *lane, unknown bool) {
-	for _, l := range lanes {
+// them is empty without its lane having told that the server holds nothing
+// more for it (the lane is not drained).
+func headLocked(qs []*queue) (head *queue, unknown bool) {
+	for _, q := range qs {
 		switch {
-		case len(l.buf) == 0:
-			unknown = unknown || !l.drained
-		case head == nil || l.buf[0].md.StreamSeq < head.buf[0].md.StreamSeq:
-			head = l
+		case len(q.buf) == 0:
+			unknown = unknown || !q.lane.drained
+		case head == nil || q.buf[0].md.StreamSeq < head.buf[0].md.StreamSeq:
+			head = q
 		}
 	}
 	return head, unknown
@@ -554,10 +596,13 @@ func (d *Dispatcher) releaseBuffered() {
 	d.mu.Lock()
 	var msgs []*nats.Msg
 	for _, l := range d.lanes {
-		for _, h := range l.buf {
-			msgs = append(msgs, h.msg)
+		for _, q := range l.queues {
+			for _, h := range q.buf {
+				msgs = append(msgs, h.msg)
+			}
+			q.buf = nil
 		}
-		l.buf = nil
+		l.buffered = 0
 		l.drained = false
 	}
 	d.mu.Unlock()
@@ -590,8 +635,10 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 			}
 			d.mu.Lock()
 			for _, l := range d.lanes {
-				for _, h := range l.buf {
-					touch(h)
+				for _, q := range l.queues {
+					for _, h := range q.buf {
+						touch(h)
+					}
 				}
 			}
 			for h := range d.inflight {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,11 +43,11 @@ func setup(t *testing.T, names ...string) (*nats.Conn, jetstream.JetStream) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	levels := make([]consumers.Level, len(names))
+	specs := make([]consumers.Spec, len(names))
 	for i, name := range names {
-		levels[i] = consumers.Level{Priority: 1, Name: name, FilterSubject: "s." + name + ".>"}
+		specs[i] = consumers.Spec{Name: name, FilterSubject: "s." + name + ".>"}
 	}
-	if _, err := consumers.Ensure(ctx, js, stream, levels, consumers.Settings{}); err != nil {
+	if _, err := consumers.Ensure(ctx, js, stream, specs, consumers.Settings{}); err != nil {
 		t.Fatal(err)
 	}
 	return nc, js
@@ -125,12 +126,24 @@ func (r *record) handled() []uint64 {
 	return slices.Clone(r.seqs)
 }
 
+// lanesOf returns the lanes of levels, which lists the consumers of each
+// level, highest first.
+func lanesOf(levels [][]string) []consumers.Lane {
+	var lanes []consumers.Lane
+	for i, names := range levels {
+		for _, name := range names {
+			lanes = append(lanes, consumers.Lane{Consumer: name, Level: i})
+		}
+	}
+	return lanes
+}
+
 // run starts a dispatcher over levels with one handler slot, waits until r
 // has handled n messages and stops it.
 func run(t *testing.T, nc *nats.Conn, levels [][]string, r *record, n int, opts consumers.Options) {
 	t.Helper()
 	opts.OnError = func(err error) { t.Errorf("dispatcher: %v", err) }
-	d, err := consumers.Start(nc, stream, levels, r.handle, opts)
+	d, err := consumers.Start(nc, stream, len(levels), lanesOf(levels), r.handle, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,9 +257,9 @@ func TestEnsureNarrowsMultiFilterConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer spy.Unsubscribe()
-	levels := []consumers.Level{
-		{Priority: 1, Name: "a_p1", FilterSubject: direct},
-		{Priority: 1, Name: "a_b1", FilterSubject: broadcast},
+	levels := []consumers.Spec{
+		{Name: "a_p1", FilterSubject: direct},
+		{Name: "a_b1", FilterSubject: broadcast},
 	}
 	if _, err := consumers.Ensure(ctx, js, stream, levels, consumers.Settings{}); err != nil {
 		t.Fatalf("Ensure over a two-filter consumer: %v", err)
@@ -293,7 +306,7 @@ func TestEnsureNarrowsMultiFilterConsumer(t *testing.T) {
 func TestStrictWaitsForARefilledLane(t *testing.T) {
 	nc, js := setup(t, "high", "low")
 	r := &record{gate: make(chan struct{})}
-	d, err := consumers.Start(nc, stream, [][]string{{"high"}, {"low"}}, r.handle, consumers.Options{
+	d, err := consumers.Start(nc, stream, 2, lanesOf([][]string{{"high"}, {"low"}}), r.handle, consumers.Options{
 		Prefetch: 1,
 		OnError:  func(err error) { t.Errorf("dispatcher: %v", err) },
 	})
@@ -327,4 +340,124 @@ func TestStrictWaitsForARefilledLane(t *testing.T) {
 	if got := r.handled(); !slices.Equal(got, want) {
 		t.Errorf("handled %v, want %v: both high messages before the second low", got, want)
 	}
+}
+
+// TestAnyLevelLane: the messages of a lane that serves every level, as an
+// agent's broadcast consumer does, compete at the level LevelOf gives each
+// one: under Strict every higher-level message, from either lane, starts
+// before any lower-level one, each level in stream order.
+func TestAnyLevelLane(t *testing.T) {
+	nc, js := setup(t, "high", "low", "mixed")
+	ctx := t.Context()
+	var want [2][]uint64 // by level
+	for _, subj := range []string{"s.low.m", "s.mixed.1", "s.mixed.0", "s.low.m", "s.high.m", "s.mixed.1", "s.mixed.0", "s.high.m"} {
+		ack, err := js.Publish(ctx, subj, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		level := 0
+		if strings.HasSuffix(subj, ".1") || strings.HasPrefix(subj, "s.low.") {
+			level = 1
+		}
+		want[level] = append(want[level], ack.Sequence)
+	}
+	embeddedtest.WaitFor(t, testTimeout, "messages pending", func() (bool, string) {
+		h, l, m := consumerInfo(t, js, "high").NumPending, consumerInfo(t, js, "low").NumPending, consumerInfo(t, js, "mixed").NumPending
+		return h == 2 && l == 2 && m == 4, fmt.Sprintf("pending high %d, low %d, mixed %d", h, l, m)
+	})
+	r := &record{gate: make(chan struct{})}
+	levelOf := func(subject string) int {
+		if strings.HasSuffix(subject, ".1") {
+			return 1
+		}
+		return 0
+	}
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{
+		{Consumer: "high", Level: 0}, {Consumer: "low", Level: 1}, {Consumer: "mixed", Level: consumers.AnyLevel},
+	}, r.handle, consumers.Options{Prefetch: 4, LevelOf: levelOf, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	// Everything is in memory but the one message running: the picks
+	// choose among all of it.
+	embeddedtest.WaitFor(t, testTimeout, "all buffered", func() (bool, string) {
+		got := d.Buffered()
+		return got[0]+got[1] == 7, fmt.Sprint(got)
+	})
+	close(r.gate)
+	embeddedtest.WaitFor(t, testTimeout, "8 handled", func() (bool, string) {
+		got := r.handled()
+		return len(got) == 8, fmt.Sprint(got)
+	})
+	// Strict starts nothing before every lane has told what it holds, so
+	// even the first start is the highest level's oldest message.
+	got := r.handled()
+	wantOrder := append(slices.Clone(want[0]), want[1]...)
+	if !slices.Equal(got, wantOrder) {
+		t.Errorf("handled %v, want level 0 %v then level 1 %v", got, want[0], want[1])
+	}
+}
+
+// TestEnsureLeavesAnIdenticalConsumer: a second Ensure with the same
+// settings reads the consumers and sends no create or update request, which
+// would rewrite each configuration on the server's disk.
+func TestEnsureLeavesAnIdenticalConsumer(t *testing.T) {
+	nc, js := setup(t, "a", "b")
+	creates := make(chan *nats.Msg, 4)
+	spy, err := nc.ChanSubscribe("$JS.API.CONSUMER.CREATE."+stream+".>", creates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Unsubscribe()
+	specs := []consumers.Spec{{Name: "a", FilterSubject: "s.a.>"}, {Name: "b", FilterSubject: "s.b.>"}}
+	if _, err := consumers.Ensure(t.Context(), js, stream, specs, consumers.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-creates:
+		t.Errorf("Ensure of identical consumers sent %s", m.Subject)
+	default:
+	}
+	// Other settings update the consumer in place.
+	if _, err := consumers.Ensure(t.Context(), js, stream, specs[:1], consumers.Settings{MaxDeliver: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if got := consumerInfo(t, js, "a").Config.MaxDeliver; got != 9 {
+		t.Errorf("MaxDeliver after update = %d, want 9", got)
+	}
+}
+
+// TestEnsureNewOnly: a NewOnly consumer created after messages were stored
+// does not deliver them, only later ones; an update of its settings keeps
+// it where it is.
+func TestEnsureNewOnly(t *testing.T) {
+	_, js := setup(t)
+	ctx := t.Context()
+	if _, err := js.Publish(ctx, "s.all.m", nil); err != nil {
+		t.Fatal(err)
+	}
+	spec := consumers.Spec{Name: "all", FilterSubject: "s.all.>", NewOnly: true}
+	if _, err := consumers.Ensure(ctx, js, stream, []consumers.Spec{spec}, consumers.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := consumerInfo(t, js, "all").NumPending; n != 0 {
+		t.Fatalf("new NewOnly consumer has %d pending, want 0: it was handed a message stored before it existed", n)
+	}
+	if _, err := js.Publish(ctx, "s.all.m", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := consumers.Ensure(ctx, js, stream, []consumers.Spec{spec}, consumers.Settings{MaxDeliver: 7}); err != nil {
+		t.Fatalf("update of a NewOnly consumer: %v", err)
+	}
+	embeddedtest.WaitFor(t, testTimeout, "one pending", func() (bool, string) {
+		info := consumerInfo(t, js, "all")
+		return info.NumPending == 1 && info.Config.MaxDeliver == 7, fmt.Sprintf("pending %d, max deliver %d", info.NumPending, info.Config.MaxDeliver)
+	})
 }

@@ -54,20 +54,20 @@ func ExampleStart() {
 	}
 
 	// One durable consumer per level, highest priority first.
-	var levels []consumers.Level
-	var names [][]string
+	var specs []consumers.Spec
+	var lanes []consumers.Lane
 	for p := 1; p <= 3; p++ {
 		name := fmt.Sprintf("p%d", p)
-		levels = append(levels, consumers.Level{Priority: p, Name: name, FilterSubject: "tasks." + name})
-		names = append(names, []string{name})
+		specs = append(specs, consumers.Spec{Name: name, FilterSubject: "tasks." + name})
+		lanes = append(lanes, consumers.Lane{Consumer: name, Level: p - 1})
 	}
-	if _, err := consumers.Ensure(ctx, js, "TASKS", levels, consumers.Settings{}); err != nil {
+	if _, err := consumers.Ensure(ctx, js, "TASKS", specs, consumers.Settings{}); err != nil {
 		fmt.Println(err)
 		return
 	}
 
 	handled := make(chan string)
-	d, err := consumers.Start(nc, "TASKS", names, func(ctx context.Context, m *consumers.Msg) error {
+	d, err := consumers.Start(nc, "TASKS", 3, lanes, func(ctx context.Context, m *consumers.Msg) error {
 		select {
 		case handled <- fmt.Sprintf("%s %s", m.Metadata.Consumer, m.Data):
 			return nil // ack

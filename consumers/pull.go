@@ -17,23 +17,24 @@ import (
 // stopped answering.
 var ErrPull = errors.New("consumers: pull request failed")
 
-// lane is one consumer of a priority level, the subscription its messages
-// arrive on, and the messages pulled from it. Fields marked "mu" are guarded
-// by Dispatcher.mu.
+// lane is one consumer, the subscription its messages arrive on, and the
+// messages pulled from it, in one queue per level it serves. Fields marked
+// "mu" are guarded by Dispatcher.mu.
 type lane struct {
-	level   int // index of the lane's level in Dispatcher.levels
+	queues  []*queue // one, or one per level for an AnyLevel lane
+	levelOf func(subject string) int
 	name    string
 	subject string // the consumer's "next messages" API subject
 	inbox   string // requests reply to inbox.<seq>
 	sub     *nats.Subscription
 	closed  chan struct{} // closed when sub is gone
 
-	buf []*held // mu; FIFO, so in stream order but for redeliveries
+	buffered int // mu; messages in its queues
 	// drained means a pull request is waiting at the server with room to
 	// spare, so the server holds no message for this lane that it has not
 	// sent us. mu.
 	drained bool
-	room    chan struct{} // signalled when buf shrinks
+	room    chan struct{} // signalled when buffered shrinks
 
 	reqSeq   atomic.Uint64 // the current pull request
 	reqBatch int           // mu; messages it asked for
@@ -59,17 +60,32 @@ type ending struct {
 	err  error
 }
 
-// newLane subscribes to the inbox that the pull requests of the lane of
-// level reading consumer reply to.
-func (d *Dispatcher) newLane(level int, stream, consumer string) (*lane, error) {
+// queue holds the buffered messages of one lane at one level.
+type queue struct {
+	lane  *lane
+	level int
+	buf   []*held // mu; FIFO, so in stream order but for redeliveries
+}
+
+// newLane subscribes to the inbox that the pull requests of the lane spec
+// names reply to.
+func (d *Dispatcher) newLane(spec Lane, stream string) (*lane, error) {
+	consumer := spec.Consumer
 	l := &lane{
-		level:   level,
 		name:    consumer,
 		subject: d.opts.APIPrefix + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
 		inbox:   d.nc.NewInbox(),
 		closed:  make(chan struct{}),
 		room:    make(chan struct{}, 1),
 		ended:   make(chan ending, 1),
+	}
+	if spec.Level == AnyLevel {
+		l.levelOf = d.opts.LevelOf
+		for i := range d.levels {
+			l.queues = append(l.queues, &queue{lane: l, level: i})
+		}
+	} else {
+		l.queues = []*queue{{lane: l, level: spec.Level}}
 	}
 	sub, err := d.nc.Subscribe(l.inbox+".*", func(m *nats.Msg) { d.onMessage(l, m) })
 	if err != nil {
@@ -122,7 +138,16 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 		d.giveBack(m)
 		return
 	}
-	l.buf = append(l.buf, &held{msg: m, md: md, touched: time.Now()})
+	q := l.queues[0]
+	if l.levelOf != nil {
+		if i := l.levelOf(m.Subject); i >= 0 && i < len(l.queues) {
+			q = l.queues[i]
+		} else {
+			q = l.queues[len(l.queues)-1]
+		}
+	}
+	q.buf = append(q.buf, &held{msg: m, md: md, touched: time.Now()})
+	l.buffered++
 	l.reqGot++
 	filled := l.reqGot == l.reqBatch
 	if filled {
@@ -241,7 +266,7 @@ func (d *Dispatcher) waitRoom(l *lane) (room int, drained, ok bool) {
 	threshold := max(1, d.opts.Prefetch/2)
 	for {
 		d.mu.Lock()
-		room, drained = d.opts.Prefetch-len(l.buf), l.drained
+		room, drained = d.opts.Prefetch-l.buffered, l.drained
 		d.mu.Unlock()
 		if room >= threshold || (drained && room > 0) {
 			return room, drained, true

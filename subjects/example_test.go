@@ -76,20 +76,25 @@ func ExampleScheme_Consumers() {
 	if err != nil {
 		panic(err)
 	}
-	for _, c := range cs[:4] {
+	for _, c := range cs {
 		fmt.Println(c.Priority, c.Broadcast, c.Name, c.Filter)
 	}
 	// Output:
 	// AGENTBUS [agentbus.agent.> agentbus.all.>]
 	// 1 false build%20orchestrator_p1 agentbus.agent.build%20orchestrator.p1.>
-	// 1 true build%20orchestrator_b1 agentbus.all.p1.>
 	// 2 false build%20orchestrator_p2 agentbus.agent.build%20orchestrator.p2.>
-	// 2 true build%20orchestrator_b2 agentbus.all.p2.>
+	// 3 false build%20orchestrator_p3 agentbus.agent.build%20orchestrator.p3.>
+	// 4 false build%20orchestrator_p4 agentbus.agent.build%20orchestrator.p4.>
+	// 5 false build%20orchestrator_p5 agentbus.agent.build%20orchestrator.p5.>
+	// 0 true build%20orchestrator_b agentbus.all.>
 }
 
 func ExampleScheme_ParseConsumer() {
-	c, err := subjects.Default().ParseConsumer("build%20orchestrator_b3")
+	c, err := subjects.Default().ParseConsumer("build%20orchestrator_p3")
+	fmt.Printf("%q %d %v %v\n", c.Agent, c.Priority, c.Broadcast, err)
+	c, err = subjects.Default().ParseConsumer("build%20orchestrator_b")
 	fmt.Printf("%q %d %v %v\n", c.Agent, c.Priority, c.Broadcast, err)
 	// Output:
-	// "build orchestrator" 3 true <nil>
+	// "build orchestrator" 3 false <nil>
+	// "build orchestrator" 0 true <nil>
 }

@@ -1,7 +1,7 @@
 package subjects
 
 // An agent's server permissions follow from the scheme: the subjects it
-// sends on, its ten consumers, its dead letters, the status records naming
+// sends on, its six consumers, its dead letters, the status records naming
 // it and its reply inbox. This file spells out the NATS and JetStream API
 // subjects those take; docs/security.md explains each.
 const (

@@ -17,10 +17,10 @@ func TestAgentPermissionsGolden(t *testing.T) {
 		"agentbus.all.*.a.*",
 		"agentbus.dlq.a.*.*",
 	}
-	for _, c := range []string{"p1", "b1", "p2", "b2", "p3", "b3", "p4", "b4", "p5", "b5"} {
+	for _, c := range []string{"p1", "p2", "p3", "p4", "p5", "b"} {
 		filter := "agentbus.agent.a." + c + ".>"
-		if c[0] == 'b' {
-			filter = "agentbus.all.p" + c[1:] + ".>"
+		if c == "b" {
+			filter = "agentbus.all.>"
 		}
 		want = append(want,
 			"$JS.API.CONSUMER.CREATE.AGENTBUS.a_"+c+"."+filter,
@@ -57,7 +57,7 @@ func TestAgentPermissionsTokens(t *testing.T) {
 	for _, want := range []string{
 		"prod.bus-1.agent.*.*.build%20orchestrator.*",
 		"prod.bus-1.dlq.build%20orchestrator.*.*",
-		"$JS.API.CONSUMER.CREATE.PROD_BUS-1.build%20orchestrator_b5.prod.bus-1.all.p5.>",
+		"$JS.API.CONSUMER.CREATE.PROD_BUS-1.build%20orchestrator_b.prod.bus-1.all.>",
 		"$JS.ACK.PROD_BUS-1.build%20orchestrator_p1.>",
 		"$KV.PROD_BUS-1_STATUS.*.*.build=20orchestrator.*",
 	} {

@@ -26,7 +26,7 @@ const (
 
 	priorityPrefix  = "p"    // "p1".."p5"
 	directSep       = "_p"   // direct consumer name: <token>_p<N>
-	broadcastSep    = "_b"   // broadcast consumer name: <token>_b<N>
+	broadcastSep    = "_b"   // broadcast consumer name: <token>_b
 	dlqStreamSuffix = "_DLQ" // dead-letter stream: <STREAM>_DLQ
 	tail            = ">"    // matches the remaining tokens in a filter
 
@@ -197,82 +197,127 @@ func (s Scheme) DeadLetterSubjects() []string {
 }
 
 // Consumer describes one of an agent's durable consumers on the messages
-// stream. Each agent has two per priority, ten in all: the direct consumer
-// reads the messages sent to the agent and the broadcast consumer those sent
-// to every agent. Each has one filter subject, so that server permissions
-// can pin a consumer's name and filter together: the create request's
-// subject, $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, carries both.
+// stream. Each agent has six: one per priority for the messages sent to it
+// (its offline queue, read in priority order), and one for the broadcasts
+// of every priority, which the subscriber orders by the priority in their
+// subjects. Each has one filter subject, so that server permissions can pin
+// a consumer's name and filter together: the create request's subject,
+// $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, carries both.
 type Consumer struct {
 	// Agent is the agent ID the consumer delivers to.
 	Agent string
-	// Name is the durable consumer name: the agent's token, then "_p" for
-	// the direct or "_b" for the broadcast consumer, then the priority, such
-	// as "reviewer_p2" or "reviewer_b2". It is at most MaxTokenLen+3 bytes
+	// Name is the durable consumer name: the agent's token, then "_p" and
+	// the priority for a direct consumer ("reviewer_p2"), or "_b" for the
+	// broadcast consumer ("reviewer_b"). It is at most MaxTokenLen+3 bytes
 	// and free of the characters the server forbids in names.
 	Name string
 	// Filter is the consumer's one filter subject:
-	// <root>.agent.<token>.p<N>.> for the direct consumer and
-	// <root>.all.p<N>.> for the broadcast one.
+	// <root>.agent.<token>.p<N>.> for a direct consumer and <root>.all.>
+	// for the broadcast one.
 	Filter string
-	// Priority is the priority of the messages the consumer reads, 1..5.
+	// Priority is the priority of the messages a direct consumer reads,
+	// 1..5; 0 for the broadcast consumer, which reads every priority.
 	Priority int
-	// Broadcast tells the broadcast consumer from the direct one.
+	// Broadcast tells the broadcast consumer from the direct ones.
 	Broadcast bool
 }
 
-// Consumers returns the ten durable consumers of agent, highest priority
-// first and, within a priority, the direct consumer before the broadcast
-// one. Names are unique per (agent, priority, kind): the suffix "_p<N>" or
-// "_b<N>" always has three bytes, so an ID such as "a_p1" ("a_p1_p1") never
-// takes another agent's name. Broadcasts an agent sends itself match its own
-// broadcast filters; the caller decides whether to drop them. The error wraps
-// [ErrInvalidAgentID].
+// ConsumersPerAgent is how many durable consumers [Scheme.Consumers]
+// lists for an agent: one per priority and one for the broadcasts.
+const ConsumersPerAgent = LowestPriority + 1
+
+// Consumers returns the durable consumers of agent: the direct consumer of
+// each priority, highest first, then the broadcast consumer. Names are
+// unique per (agent, priority, kind): a direct name ends in "_p" and a
+// digit, the broadcast name in "_b", so an ID such as "a_p1" ("a_p1_p1",
+// "a_p1_b") never takes another agent's name. Broadcasts an agent sends
+// itself match its own broadcast filter; the caller decides whether to drop
+// them. The error wraps [ErrInvalidAgentID].
 func (s Scheme) Consumers(agent string) ([]Consumer, error) {
 	if err := ValidateID(agent); err != nil {
 		return nil, err
 	}
 	tok := EncodeToken(agent)
-	out := make([]Consumer, 0, 2*LowestPriority)
+	out := make([]Consumer, 0, ConsumersPerAgent)
 	for p := HighestPriority; p <= LowestPriority; p++ {
-		out = append(out, s.consumer(agent, tok, p, false), s.consumer(agent, tok, p, true))
+		out = append(out, s.consumer(agent, tok, p, false))
 	}
-	return out, nil
+	return append(out, s.consumer(agent, tok, 0, true)), nil
 }
 
 // ParseConsumer returns the consumer [Scheme.Consumers] names name, the
-// inverse of Consumer.Name: "reviewer_b2" is the broadcast consumer of
-// "reviewer" at priority 2. A name that is not "<token>_p<N>" or
-// "<token>_b<N>" with a canonical token of a valid agent ID and N in 1..5
-// returns an error wrapping [ErrInvalidToken] and, when the agent or the
-// priority is at fault, [ErrInvalidAgentID] or [ErrInvalidPriority] as well.
+// inverse of Consumer.Name: "reviewer_p2" is the direct consumer of
+// "reviewer" at priority 2, "reviewer_b" its broadcast consumer. A name that
+// is not "<token>_p<N>" or "<token>_b" with a canonical token of a valid
+// agent ID and N in 1..5 returns an error wrapping [ErrInvalidToken] and,
+// when the agent or the priority is at fault, [ErrInvalidAgentID] or
+// [ErrInvalidPriority] as well.
 func (s Scheme) ParseConsumer(name string) (Consumer, error) {
-	i := len(name) - len(directSep) - 1 // where the suffix "_p<N>" or "_b<N>" starts
-	if i < 1 || (name[i:i+2] != directSep && name[i:i+2] != broadcastSep) {
-		return Consumer{}, fmt.Errorf("%w: consumer name %q does not end in %s<N> or %s<N>", ErrInvalidToken, name, directSep, broadcastSep)
+	tok, p, broadcast := "", 0, false
+	switch i := len(name) - len(directSep) - 1; { // where a direct suffix "_p<N>" starts
+	case len(name) > len(broadcastSep) && strings.HasSuffix(name, broadcastSep):
+		tok, broadcast = name[:len(name)-len(broadcastSep)], true
+	case i >= 1 && name[i:i+2] == directSep:
+		p = int(name[len(name)-1]) - '0'
+		if err := ValidatePriority(p); err != nil {
+			return Consumer{}, fmt.Errorf("%w: consumer name %q: %w", ErrInvalidToken, name, err)
+		}
+		tok = name[:i]
+	default:
+		return Consumer{}, fmt.Errorf("%w: consumer name %q does not end in %s<N> or %s", ErrInvalidToken, name, directSep, broadcastSep)
 	}
-	p := int(name[len(name)-1]) - '0'
-	if err := ValidatePriority(p); err != nil {
-		return Consumer{}, fmt.Errorf("%w: consumer name %q: %w", ErrInvalidToken, name, err)
-	}
-	agent, err := decodeID("agent ID", name[:i])
+	agent, err := decodeID("agent ID", tok)
 	if err != nil {
 		return Consumer{}, fmt.Errorf("%w: consumer name %q: %w", ErrInvalidToken, name, err)
 	}
-	return s.consumer(agent, name[:i], p, name[i:i+2] == broadcastSep), nil
+	return s.consumer(agent, tok, p, broadcast), nil
 }
 
-// consumer builds one consumer of agent, whose token is tok, at priority p.
+// consumer builds one consumer of agent, whose token is tok: the direct
+// consumer of priority p, or the broadcast consumer.
 func (s Scheme) consumer(agent, tok string, p int, broadcast bool) Consumer {
-	digit := string(rune('0' + p))
 	c := Consumer{Agent: agent, Priority: p, Broadcast: broadcast}
 	if broadcast {
-		c.Name = tok + broadcastSep + digit
-		c.Filter = s.Root() + "." + kindAll + "." + priorityPrefix + digit + "." + tail
+		c.Name = tok + broadcastSep
+		c.Filter = s.Root() + "." + kindAll + "." + tail
 	} else {
+		digit := string(rune('0' + p))
 		c.Name = tok + directSep + digit
 		c.Filter = s.Root() + "." + kindAgent + "." + tok + "." + priorityPrefix + digit + "." + tail
 	}
 	return c
+}
+
+// PriorityOf returns the priority a direct or broadcast subject of s
+// carries, reading only its priority token, or 0 if subject is not one of
+// them. It costs no allocation: a subscriber calls it for every broadcast
+// to order them by priority.
+func (s Scheme) PriorityOf(subject string) int {
+	root := s.Root()
+	if len(subject) <= len(root) || subject[:len(root)] != root || subject[len(root)] != '.' {
+		return 0
+	}
+	rest := subject[len(root)+1:]
+	switch {
+	case strings.HasPrefix(rest, kindAll+"."):
+		rest = rest[len(kindAll)+1:]
+	case strings.HasPrefix(rest, kindAgent+"."):
+		rest = rest[len(kindAgent)+1:]
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			return 0
+		}
+		rest = rest[i+1:]
+	default:
+		return 0
+	}
+	if len(rest) < 3 || rest[0] != priorityPrefix[0] || rest[2] != '.' {
+		return 0
+	}
+	if p := int(rest[1]) - '0'; p >= HighestPriority && p <= LowestPriority {
+		return p
+	}
+	return 0
 }
 
 // AgentFilter returns the filter subject of every direct message to agent,

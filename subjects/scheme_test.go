@@ -261,27 +261,20 @@ func TestConsumers(t *testing.T) {
 	}{
 		{name: "plain", agent: "orchestrator", want: []string{
 			"orchestrator_p1", "agentbus.agent.orchestrator.p1.>",
-			"orchestrator_b1", "agentbus.all.p1.>",
 			"orchestrator_p2", "agentbus.agent.orchestrator.p2.>",
-			"orchestrator_b2", "agentbus.all.p2.>",
 			"orchestrator_p3", "agentbus.agent.orchestrator.p3.>",
-			"orchestrator_b3", "agentbus.all.p3.>",
 			"orchestrator_p4", "agentbus.agent.orchestrator.p4.>",
-			"orchestrator_b4", "agentbus.all.p4.>",
 			"orchestrator_p5", "agentbus.agent.orchestrator.p5.>",
-			"orchestrator_b5", "agentbus.all.p5.>",
+			"orchestrator_b", "agentbus.all.>",
 		}},
 		{name: "escaped", agent: "build orchestrator", want: []string{
 			"build%20orchestrator_p1", "agentbus.agent.build%20orchestrator.p1.>",
-			"build%20orchestrator_b1", "agentbus.all.p1.>",
 		}},
 		{name: "other root", root: "prod.bus-1", agent: "@agent-cto", want: []string{
 			"%40agent-cto_p1", "prod.bus-1.agent.%40agent-cto.p1.>",
-			"%40agent-cto_b1", "prod.bus-1.all.p1.>",
 		}},
-		{name: "ends like a consumer name", agent: "a_b1", want: []string{
-			"a_b1_p1", "agentbus.agent.a_b1.p1.>",
-			"a_b1_b1", "agentbus.all.p1.>",
+		{name: "ends like a consumer name", agent: "a_b", want: []string{
+			"a_b_p1", "agentbus.agent.a_b.p1.>",
 		}},
 
 		{name: "broadcast", agent: "*", wantErr: ErrInvalidAgentID},
@@ -298,11 +291,14 @@ func TestConsumers(t *testing.T) {
 			if tt.wantErr != nil {
 				return
 			}
-			if len(cs) != 2*LowestPriority {
-				t.Fatalf("Consumers(%q) returned %d consumers, want %d", tt.agent, len(cs), 2*LowestPriority)
+			if len(cs) != ConsumersPerAgent {
+				t.Fatalf("Consumers(%q) returned %d consumers, want %d", tt.agent, len(cs), ConsumersPerAgent)
 			}
 			for i, c := range cs {
-				want := Consumer{Agent: tt.agent, Priority: i/2 + 1, Broadcast: i%2 == 1, Name: c.Name, Filter: c.Filter}
+				want := Consumer{Agent: tt.agent, Priority: i + 1, Name: c.Name, Filter: c.Filter}
+				if i == LowestPriority {
+					want.Priority, want.Broadcast = 0, true
+				}
 				if 2*i+1 < len(tt.want) {
 					want.Name, want.Filter = tt.want[2*i], tt.want[2*i+1]
 				}
@@ -324,12 +320,14 @@ func TestParseConsumer(t *testing.T) {
 	}{
 		{name: "direct", consumer: "orchestrator_p1",
 			want: Consumer{Agent: "orchestrator", Name: "orchestrator_p1", Filter: "agentbus.agent.orchestrator.p1.>", Priority: 1}},
-		{name: "broadcast", consumer: "orchestrator_b5",
-			want: Consumer{Agent: "orchestrator", Name: "orchestrator_b5", Filter: "agentbus.all.p5.>", Priority: 5, Broadcast: true}},
-		{name: "escaped, other root", root: "prod.bus-1", consumer: "build%20orchestrator_b2",
-			want: Consumer{Agent: "build orchestrator", Name: "build%20orchestrator_b2", Filter: "prod.bus-1.all.p2.>", Priority: 2, Broadcast: true}},
-		{name: "agent ends like a consumer name", consumer: "a_p1_b3",
-			want: Consumer{Agent: "a_p1", Name: "a_p1_b3", Filter: "agentbus.all.p3.>", Priority: 3, Broadcast: true}},
+		{name: "broadcast", consumer: "orchestrator_b",
+			want: Consumer{Agent: "orchestrator", Name: "orchestrator_b", Filter: "agentbus.all.>", Broadcast: true}},
+		{name: "escaped, other root", root: "prod.bus-1", consumer: "build%20orchestrator_b",
+			want: Consumer{Agent: "build orchestrator", Name: "build%20orchestrator_b", Filter: "prod.bus-1.all.>", Broadcast: true}},
+		{name: "agent ends like a consumer name", consumer: "a_p1_b",
+			want: Consumer{Agent: "a_p1", Name: "a_p1_b", Filter: "agentbus.all.>", Broadcast: true}},
+		{name: "agent ends like a broadcast name", consumer: "a_b_p3",
+			want: Consumer{Agent: "a_b", Name: "a_b_p3", Filter: "agentbus.agent.a_b.p3.>", Priority: 3}},
 		{name: "one-byte agent", consumer: "a_p4",
 			want: Consumer{Agent: "a", Name: "a_p4", Filter: "agentbus.agent.a.p4.>", Priority: 4}},
 
@@ -340,11 +338,13 @@ func TestParseConsumer(t *testing.T) {
 		{name: "upper-case kind", consumer: "a_P1", wantErr: []error{ErrInvalidToken}},
 		{name: "two-digit priority", consumer: "a_p10", wantErr: []error{ErrInvalidToken}},
 		{name: "priority 0", consumer: "a_p0", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
-		{name: "priority 6", consumer: "a_b6", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
-		{name: "not a digit", consumer: "a_bx", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
+		{name: "priority 6", consumer: "a_p6", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
+		{name: "not a digit", consumer: "a_px", wantErr: []error{ErrInvalidToken, ErrInvalidPriority}},
+		{name: "old broadcast name", consumer: "a_b1", wantErr: []error{ErrInvalidToken}},
+		{name: "broadcast suffix only", consumer: "_b", wantErr: []error{ErrInvalidToken}},
 		{name: "non-canonical token", consumer: "%41_p1", wantErr: []error{ErrInvalidToken}},
 		{name: "raw dot", consumer: "a.b_p1", wantErr: []error{ErrInvalidToken}},
-		{name: "broadcast agent", consumer: "%2A_b1", wantErr: []error{ErrInvalidToken, ErrInvalidAgentID}},
+		{name: "broadcast agent", consumer: "%2A_b", wantErr: []error{ErrInvalidToken, ErrInvalidAgentID}},
 		{name: "too long", consumer: strings.Repeat("a", MaxTokenLen+1) + "_p1", wantErr: []error{ErrInvalidToken, ErrInvalidAgentID}},
 	}
 	for _, tt := range tests {
@@ -375,7 +375,7 @@ func TestConsumerNamesValid(t *testing.T) {
 		strings.Repeat(".", MaxTokenLen/3),
 		strings.Repeat("日", MaxTokenLen/9),
 		" .*>\\/",
-		"x", "x_p1", "x_b1", "x_p1_b1", "x_b1_p1", "_p1", "_b1",
+		"x", "x_p1", "x_b", "x_b1", "x_p1_b", "x_b_p1", "_p1", "_b",
 	}, realIDs...)
 	type key struct {
 		agent     string
@@ -432,5 +432,31 @@ func TestAgentFilter(t *testing.T) {
 				t.Errorf("AgentFilter(%q) = %q, want %q", tt.agent, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestPriorityOf(t *testing.T) {
+	tests := []struct {
+		root, subject string
+		want          int
+	}{
+		{"", "agentbus.all.p3.orchestrator.shutdown", 3},
+		{"", "agentbus.agent.reviewer.p1.orchestrator.review", 1},
+		{"prod.bus-1", "prod.bus-1.all.p5.a.t", 5},
+		{"", "agentbus.all.p0.a.t", 0},
+		{"", "agentbus.all.p6.a.t", 0},
+		{"", "agentbus.all.p12.a.t", 0},
+		{"", "agentbus.all.x3.a.t", 0},
+		{"", "agentbus.all.p3", 0},
+		{"", "agentbus.agent.reviewer", 0},
+		{"", "agentbus.dlq.a.b.t", 0},
+		{"", "other.all.p3.a.t", 0},
+		{"", "agentbusx.all.p3.a.t", 0},
+		{"", "", 0},
+	}
+	for _, tt := range tests {
+		if got := mustNew(t, tt.root).PriorityOf(tt.subject); got != tt.want {
+			t.Errorf("PriorityOf(%q) = %d, want %d", tt.subject, got, tt.want)
+		}
 	}
 }
