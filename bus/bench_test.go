@@ -272,7 +272,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, agent string, opts ...bus.Opti
 	<-sub.Done()
 }
 
-// BenchmarkSetupAgents measures creating the ten consumers and starting the
+// BenchmarkSetupAgents measures creating the six consumers and starting the
 // subscription of many agents on one connection; run with -benchtime 1x.
 // It reports setup time per agent and the heap growth per agent (client and
 // in-process server together).

@@ -870,3 +870,37 @@ func TestDrainFinishesInFlight(t *testing.T) {
 			fmt.Sprintf("ack floor %d, pending %d, redelivered %d", info.AckFloor.Stream, info.NumAckPending, info.NumRedelivered)
 	})
 }
+
+// TestNewAgentGetsNoPastBroadcasts: an agent's broadcasts start when its
+// consumers are first created: a broadcast sent before that never reaches
+// it (an old "stop" would otherwise greet every new agent), while the
+// messages sent to it directly before it ever subscribed wait for it, and
+// an agent whose consumers exist (EnsureConsumers, or an earlier
+// Subscribe) gets the broadcasts sent while it was away.
+func TestNewAgentGetsNoPastBroadcasts(t *testing.T) {
+	s := newServer(t)
+	lead := newBus(t, s, "lead")
+	known := newBus(t, s, "known")
+	if err := known.EnsureConsumers(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, lead, bus.Message{To: bus.Broadcast, Type: "STOP", Priority: 1})
+	publish(t, lead, bus.Message{To: "newcomer", Type: "WELCOME", Priority: 3})
+
+	newcomer := newBus(t, s, "newcomer")
+	r := newRecorder()
+	subscribe(t, newcomer, r.handle)
+	r.waitCount(t, 1)
+	publish(t, lead, bus.Message{To: bus.Broadcast, Type: "LATER", Priority: 5})
+	r.waitCount(t, 2)
+	if got := r.types(); !slices.Equal(got, []string{"WELCOME", "LATER"}) {
+		t.Errorf("newcomer handled %v, want [WELCOME LATER]: no broadcast from before it existed", got)
+	}
+
+	k := newRecorder()
+	subscribe(t, known, k.handle)
+	k.waitCount(t, 2)
+	if got := k.types(); !slices.Equal(got, []string{"STOP", "LATER"}) {
+		t.Errorf("known agent handled %v, want [STOP LATER]", got)
+	}
+}

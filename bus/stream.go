@@ -16,11 +16,11 @@ import (
 const (
 	DefaultMaxAge          = 30 * 24 * time.Hour
 	DefaultDuplicateWindow = time.Hour
-	// DefaultMaxConsumers allows 5,000 agents at ten consumers each (a
-	// direct and a broadcast consumer per priority level). The server's own
-	// default, 1,000 per stream, would stop at 100 agents, and an unlimited
-	// stream falls back to that default.
-	DefaultMaxConsumers = 50_000
+	// DefaultMaxConsumers allows 20,000 agents at six consumers each (a
+	// direct consumer per priority level and one for the broadcasts). The
+	// server's own default, 1,000 per stream, would stop at 166 agents,
+	// and an unlimited stream falls back to that default.
+	DefaultMaxConsumers = 120_000
 )
 
 // StreamConfig declares the JetStream stream that carries the bus's
@@ -36,8 +36,8 @@ type StreamConfig struct {
 	// DuplicateWindow is how long a message ID is remembered to drop
 	// republished copies. Zero means DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
-	// MaxConsumers bounds the stream's consumers (ten per agent). Zero
-	// means DefaultMaxConsumers.
+	// MaxConsumers bounds the stream's consumers (six per agent,
+	// subjects.ConsumersPerAgent). Zero means DefaultMaxConsumers.
 	MaxConsumers int
 	// MaxBytes bounds the stream's size; the oldest messages are removed
 	// first. Zero means no limit.

@@ -99,17 +99,11 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
-	settings := consumers.Settings{AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending}
-	specs, lanes, err := b.consumers()
+	lanes, err := b.ensureConsumers(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
 	stream := b.opts.scheme.Stream()
-	if _, err := consumers.Ensure(ctx, b.js, stream, specs, settings); err != nil {
-		return nil, b.notProvisioned(err)
-	}
 	dopts := consumers.Options{
 		Concurrency: o.concurrency,
 		Prefetch:    o.prefetch,
@@ -139,6 +133,45 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
 	return s, nil
+}
+
+// EnsureConsumers makes sure the agent's durable consumers exist, with the
+// settings opts give (as Subscribe would), without consuming anything.
+// Messages sent to an agent wait for it from its first message on; the
+// broadcasts wait for it only from the moment its consumers exist, so a new
+// agent is not handed the broadcasts of the past. An operator who sets up
+// agents before they first run ("agentbus provision --agent") calls it so
+// that they get the broadcasts sent in between.
+//
+// Errors: ErrInvalidOption, ErrNotProvisioned, ErrClosed, or the server's.
+func (b *Bus) EnsureConsumers(ctx context.Context, opts ...SubscribeOption) error {
+	o := subscribeOptions{concurrency: 1}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return err
+		}
+	}
+	if b.isClosed() {
+		return ErrClosed
+	}
+	_, err := b.ensureConsumers(ctx, o)
+	return err
+}
+
+// ensureConsumers creates or updates the agent's consumers for o and
+// returns the dispatcher lanes that read them.
+func (b *Bus) ensureConsumers(ctx context.Context, o subscribeOptions) ([]consumers.Lane, error) {
+	settings := consumers.Settings{AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending}
+	specs, lanes, err := b.consumers()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, settings); err != nil {
+		return nil, b.notProvisioned(err)
+	}
+	return lanes, nil
 }
 
 // consumers describes the agent's six durable consumers (see

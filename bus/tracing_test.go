@@ -528,16 +528,14 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestMetricsPerPriorityCoverBothConsumers: a priority's backlog gauges sum
-// its direct and its broadcast consumer, and a consumed broadcast names the
-// broadcast consumer.
-func TestMetricsPerPriorityCoverBothConsumers(t *testing.T) {
+// TestMetricsBacklogDirectAndBroadcast: a priority's backlog gauges count
+// its direct consumer, the broadcast consumer has gauges of its own (it
+// holds every priority), and a consumed broadcast names the broadcast
+// consumer and its priority's destination.
+func TestMetricsBacklogDirectAndBroadcast(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
 	worker, workerTel := newTracedBus(t, s, "worker")
-	publish(t, sender, bus.Message{To: "worker", Type: "T", Priority: 2})
-	publish(t, sender, bus.Message{To: bus.Broadcast, Type: "T", Priority: 2})
-	publish(t, sender, bus.Message{To: "worker", Type: "T", Priority: 2})
 	release := make(chan struct{})
 	done := newRecorder()
 	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
@@ -548,20 +546,25 @@ func TestMetricsPerPriorityCoverBothConsumers(t *testing.T) {
 		}
 		return done.handle(ctx, d)
 	}, bus.WithPrefetch(1))
+	publish(t, sender, bus.Message{To: "worker", Type: "T", Priority: 2})
+	publish(t, sender, bus.Message{To: bus.Broadcast, Type: "T", Priority: 2})
+	publish(t, sender, bus.Message{To: "worker", Type: "T", Priority: 2})
 
 	p2 := attribute.NewSet(attribute.String("agentbus.agent", "worker"), attribute.Int("agentbus.priority", 2))
-	waitFor(t, "three messages stored or in flight at priority 2", func() (bool, string) {
+	broadcasts := attribute.NewSet(attribute.String("agentbus.agent", "worker"), attribute.Bool("agentbus.broadcast", true))
+	waitFor(t, "two direct and one broadcast message stored or in flight", func() (bool, string) {
 		rm := collect(t, workerTel.reader)
-		backlog, inflight := sum(rm, "agentbus.backlog", p2), sum(rm, "agentbus.inflight", p2)
-		return backlog+inflight == 3, fmt.Sprintf("backlog %d, in flight %d", backlog, inflight)
+		direct := sum(rm, "agentbus.backlog", p2) + sum(rm, "agentbus.inflight", p2)
+		all := sum(rm, "agentbus.backlog", broadcasts) + sum(rm, "agentbus.inflight", broadcasts)
+		return direct == 2 && all == 1, fmt.Sprintf("direct at p2 %d, broadcast %d", direct, all)
 	})
 	close(release)
 	done.waitCount(t, 3)
 	broadcastP2 := attribute.NewSet(attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.name", "process"),
 		attribute.String("messaging.destination.template", "agentbus.all.p2.{from}.{type}"),
-		attribute.String("messaging.consumer.group.name", "worker_b2"))
+		attribute.String("messaging.consumer.group.name", "worker_b"))
 	if got := sum(collect(t, workerTel.reader), "messaging.client.consumed.messages", broadcastP2); got != 1 {
-		t.Errorf("consumed broadcasts at p2 by worker_b2 %d, want 1", got)
+		t.Errorf("consumed broadcasts at p2 by worker_b %d, want 1", got)
 	}
 }
 

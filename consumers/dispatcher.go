@@ -476,7 +476,7 @@ func (d *Dispatcher) pickLocked() *held {
 	var q *queue // the queue to take the message from
 	total := 0
 	for i, qs := range d.levels {
-		head, unknown := headLocked(qs)
+		head, unknown := headLocked(qs, d.opts.Prefetch)
 		if d.opts.Policy == Strict {
 			if unknown {
 				return nil
@@ -511,13 +511,17 @@ func (d *Dispatcher) pickLocked() *held {
 
 // headLocked returns the queue among qs whose first buffered message has
 // the lowest stream sequence, nil if none holds a message, and whether one of
-// them is empty without its lane having told that the server holds nothing
-// more for it (the lane is not drained).
-func headLocked(qs []*queue) (head *queue, unknown bool) {
+// them is empty while its lane is still asking the server for messages that
+// may belong there: it has not told that the server holds nothing more for
+// it (it is not drained) and it has room for them. A lane that serves every
+// level and is full cannot learn more until one of its messages starts, so
+// its empty queues do not hold up the others: what it has not fetched yet is
+// later in the stream than everything it holds.
+func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 	for _, q := range qs {
 		switch {
 		case len(q.buf) == 0:
-			unknown = unknown || !q.lane.drained
+			unknown = unknown || (!q.lane.drained && q.lane.buffered < prefetch)
 		case head == nil || q.buf[0].md.StreamSeq < head.buf[0].md.StreamSeq:
 			head = q
 		}

@@ -461,3 +461,29 @@ func TestEnsureNewOnly(t *testing.T) {
 		return info.NumPending == 1 && info.Config.MaxDeliver == 7, fmt.Sprintf("pending %d, max deliver %d", info.NumPending, info.Config.MaxDeliver)
 	})
 }
+
+// TestFullAnyLevelLaneDoesNotBlock: a lane that serves every level and is
+// full (prefetch 1) holds a lower-level message; its empty higher-level
+// queue must not keep Strict waiting for news the lane cannot fetch.
+func TestFullAnyLevelLaneDoesNotBlock(t *testing.T) {
+	nc, js := setup(t, "high", "mixed")
+	if _, err := js.Publish(t.Context(), "s.mixed.1", nil); err != nil {
+		t.Fatal(err)
+	}
+	r := &record{}
+	levelOf := func(subject string) int { return int(subject[len(subject)-1] - '0') }
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{
+		{Consumer: "high", Level: 0}, {Consumer: "mixed", Level: consumers.AnyLevel},
+	}, r.handle, consumers.Options{Prefetch: 1, LevelOf: levelOf, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	embeddedtest.WaitFor(t, testTimeout, "the lower-level message handled", func() (bool, string) {
+		got := r.handled()
+		return len(got) == 1, fmt.Sprint(got)
+	})
+}

@@ -11,10 +11,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func (a *app) provisionCommand() *cobra.Command {
 	var cfg bus.StreamConfig
+	var agents []string
 	cmd := &cobra.Command{
 		Use:   "provision",
 		Short: "Create or update the bus's JetStream stream",
@@ -24,7 +26,13 @@ to run from several processes; flags left out take the defaults shown.
 
 On success it prints one line describing the stream, for example:
 
-  stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=50000 messages=0`,
+  stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0
+
+With --agent it also creates the durable consumers of each agent named, as its
+first subscribe would, and prints a line per agent. Messages sent to an agent
+wait for it in any case; broadcasts only from the moment its consumers exist,
+so an agent set up this way before it first runs gets the broadcasts sent in
+between.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			cfg.Root = a.root
@@ -35,6 +43,11 @@ On success it prints one line describing the stream, for example:
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			for _, agent := range agents {
+				if err := subjects.ValidateID(agent); err != nil {
+					return usageError{fmt.Errorf("--agent: %w", err)}
+				}
+			}
 			nc, err := a.dial("provision")
 			if err != nil {
 				return err
@@ -44,14 +57,26 @@ On success it prints one line describing the stream, for example:
 			if err != nil {
 				return err
 			}
-			return printStream(a.stdout, info)
+			if err := printStream(a.stdout, info); err != nil {
+				return err
+			}
+			for _, agent := range agents {
+				if err := ensureAgent(cmd.Context(), nc, a.root, agent); err != nil {
+					return err
+				}
+				if _, err := fmt.Fprintf(a.stdout, "agent %s consumers=%d\n", agent, subjects.ConsumersPerAgent); err != nil {
+					return err
+				}
+			}
+			return nil
 		}),
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Replicas, "replicas", 1, "copies of each message in a cluster (1..5)")
 	f.DurationVar(&cfg.MaxAge, "max-age", bus.DefaultMaxAge, "how long a message is kept")
 	f.DurationVar(&cfg.DuplicateWindow, "dedup-window", bus.DefaultDuplicateWindow, "how long a message ID is remembered to drop republished copies (at most --max-age)")
-	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (ten per agent)")
+	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (six per agent)")
+	f.StringArrayVar(&agents, "agent", nil, "also create this agent's consumers (repeatable)")
 	return cmd
 }
 
@@ -62,6 +87,19 @@ func printStream(w io.Writer, info *jetstream.StreamInfo) error {
 		c.Name, strings.Join(c.Subjects, ","), strings.ToLower(c.Storage.String()), c.Replicas,
 		formatDuration(c.MaxAge), formatDuration(c.Duplicates), c.MaxConsumers, info.State.Msgs)
 	return err
+}
+
+// ensureAgent creates the durable consumers of agent on the bus of root.
+func ensureAgent(ctx context.Context, nc *nats.Conn, root, agent string) error {
+	b, err := bus.New(nc, agent, bus.WithRoot(root), bus.WithoutLifecycle())
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.EnsureConsumers(ctx); err != nil {
+		return fmt.Errorf("agent %s: %w", agent, err)
+	}
+	return nil
 }
 
 // provision provisions the stream of root on nc with the defaults; serve

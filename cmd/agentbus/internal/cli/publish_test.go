@@ -105,6 +105,9 @@ func TestPublishDuplicate(t *testing.T) {
 func TestPublishBroadcast(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
+	// Agents set up after a broadcast do not get it; these two are set up
+	// before.
+	mustRun(t, "--server", url, "provision", "--agent", "w1", "--agent", "w2")
 	id := publish(t, url, "--from", "lead", "--to", "*", "--type", "ANNOUNCE", "--data", "all hands")
 	for _, agent := range []string{"w1", "w2"} {
 		evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", agent, "--count", "1", "--json"))
@@ -112,9 +115,13 @@ func TestPublishBroadcast(t *testing.T) {
 			t.Errorf("%s got %+v, want the broadcast %s", agent, evs, id)
 		}
 	}
-	// The sender does not get its own broadcast.
+	// The sender does not get its own broadcast, nor does an agent that
+	// first subscribes after it was sent.
 	if out := mustRun(t, "--server", url, "subscribe", "--agent", "lead", "--json", "--timeout", "300ms"); out != "" {
 		t.Errorf("sender got its own broadcast: %q", out)
+	}
+	if out := mustRun(t, "--server", url, "subscribe", "--agent", "newcomer", "--json", "--timeout", "300ms"); out != "" {
+		t.Errorf("an agent new after the broadcast got it: %q", out)
 	}
 }
 

@@ -67,6 +67,10 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), "agentbus serving on "+s.url) {
 		t.Errorf("stderr %q, want the serving line", s.stderr.String())
 	}
+	// w1 and w2 are set up before the broadcast, so it waits for them.
+	if out := mustRun(t, "--server", s.url, "provision", "--agent", "w1", "--agent", "w2"); !strings.HasSuffix(out, "agent w1 consumers=6\nagent w2 consumers=6\n") {
+		t.Errorf("provision --agent printed %q", out)
+	}
 	id := publish(t, s.url, "--from", "lead", "--to", "*", "--type", "NOTE", "--data", "kept")
 	evs := events(t, mustRun(t, "--server", s.url, "subscribe", "--agent", "w1", "--count", "1", "--json"))
 	if len(evs) != 1 || evs[0].msg.ID != id {
@@ -96,7 +100,7 @@ func TestProvision(t *testing.T) {
 	t.Parallel()
 	url := newServer(t) // provisions with the defaults once
 	out := mustRun(t, "--server", url, "provision")
-	want := "stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=50000 messages=0\n"
+	want := "stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0\n"
 	if out != want {
 		t.Errorf("provision printed %q, want %q", out, want)
 	}
