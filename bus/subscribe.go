@@ -90,7 +90,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
-	o := subscribeOptions{concurrency: 1}
+	o := subscribeOptions{concurrency: 1, prefetch: DefaultPrefetch}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
