@@ -1,18 +1,32 @@
 package bus_test
 
-// Benchmarks of the bus side by side with raw nats.go on the same embedded
-// server, file storage, 1 KiB payloads. Run:
+// Benchmarks of the bus side by side with raw nats.go on the same server in
+// the same run, file storage, 1 KiB payloads. Run:
 //
-//	go test -run '^$' -bench . -benchtime 20000x ./bus
+//	go test -run '^$' -bench '^Benchmark(PublishAsync|PublishSync|Consume)$' -benchtime 20000x ./bus
+//	go test -run '^$' -bench '^BenchmarkRequestReply$' -benchtime 2000x ./bus
+//	go test -run '^$' -bench '^BenchmarkSetupAgents$' -benchtime 1x ./bus
 //
-// Each of the first three benchmarks has four sub-benchmarks:
+// The publish and consume benchmarks run these sub-benchmarks, the raw
+// ones first:
 //
-//	bus            agentbus
-//	bus-untracked  agentbus without lifecycle tracking (bus.WithoutLifecycle)
 //	raw            raw nats.go with a bare 1 KiB payload (no headers)
-//	raw-headers    raw nats.go sending the same headers as the bus (the
-//	               CloudEvents ce- headers and a unique Nats-Msg-Id), so the
-//	               same bytes reach the server and it does the same dedup work
+//	raw-headers    raw nats.go doing the bus's job: the same subject shape,
+//	               the same headers as the bus (the CloudEvents ce- headers
+//	               and a unique Nats-Msg-Id), so the same bytes reach the
+//	               server and it does the same dedup work, and on consume
+//	               the bus's consumer settings and codec.Decode of each event
+//	bus-defaults   (Consume only) agentbus Subscribe with no options at all
+//	bus            agentbus (Consume: with a prefetch of 500)
+//	bus-untracked  agentbus without lifecycle tracking (bus.WithoutLifecycle;
+//	               Consume: with a prefetch of 500)
+//
+// The bus sub-benchmarks report their figure as a ratio to each raw one
+// that ran before them in the same run: "bus/raw" and "bus/raw-headers" for
+// throughput (msg/s of the bus divided by raw's: below 1 is slower), and
+// "p50-bus/raw", "p99-bus/raw", ... for latency (above 1 is slower). Run a
+// bus sub-benchmark alone and it reports no ratio. Latency benchmarks also
+// report their own "p50-µs" and "p99-µs".
 //
 // bus/raw is what agentbus costs over the plainest JetStream use; bus/raw-
 // headers is what the library itself costs. docs/performance.md records
@@ -21,8 +35,8 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"sync"
+	"math"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -34,16 +48,82 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 var payload = make([]byte, 1024)
 
+// The agents and message type of the benchmarks.
+const (
+	senderAgent   = "bench-sender"
+	receiverAgent = "bench-receiver"
+	benchType     = "BENCH"
+)
+
+// rawRoot is the root of the raw side's subjects: raw messages have the
+// bus's subject shape, <root>.agent.<to>.p<N>.<from>.<type>, under it.
+const rawRoot = "raw"
+
+// rawScheme returns the raw side's subject scheme.
+func rawScheme(b *testing.B) subjects.Scheme {
+	s, err := subjects.New(rawRoot)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// rawDirect returns the raw side's subject of a message from from to to at
+// the default priority, the subject the bus would use under rawRoot.
+func rawDirect(b *testing.B, to, from, typ string) string {
+	s, err := rawScheme(b).Direct(to, from, typ, subjects.DefaultPriority)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// rawConsumerConfigs returns the configurations of the durable consumers
+// the bus creates for agent, on the raw side: the names and filters
+// package subjects gives agent under rawRoot, with the settings package
+// consumers gives every bus consumer by default. Deriving them keeps the
+// raw baselines "the same consumers" when the bus's change.
+func rawConsumerConfigs(b *testing.B, agent string) []jetstream.ConsumerConfig {
+	cs, err := rawScheme(b).Consumers(agent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([]jetstream.ConsumerConfig, len(cs))
+	for i, c := range cs {
+		out[i] = consumers.Settings{}.ConsumerConfig(consumers.Spec{Name: c.Name, FilterSubject: c.Filter, NewOnly: c.Broadcast})
+	}
+	return out
+}
+
+// rawDirectConsumer returns the configuration of the consumer of agent's
+// direct messages at the default priority, among rawConsumerConfigs.
+func rawDirectConsumer(b *testing.B, agent string) jetstream.ConsumerConfig {
+	cs, err := rawScheme(b).Consumers(agent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfgs := rawConsumerConfigs(b, agent)
+	for i, c := range cs {
+		if c.Priority == subjects.DefaultPriority && !c.Broadcast {
+			return cfgs[i]
+		}
+	}
+	b.Fatalf("no direct consumer of %s at priority %d", agent, subjects.DefaultPriority)
+	return jetstream.ConsumerConfig{}
+}
+
 // busHeaders returns the headers the bus writes for a benchmark message,
 // with a fresh Nats-Msg-Id, for the raw-headers baselines.
 func busHeaders(b *testing.B) func() nats.Header {
-	m := &codec.Message{From: "bench-sender", To: "bench-receiver", Type: "BENCH", Data: payload}
+	m := &codec.Message{From: senderAgent, To: receiverAgent, Type: benchType, Data: payload}
 	m.SetDefaults(time.Now())
 	h, _, err := codec.Binary{}.Encode(m)
 	if err != nil {
@@ -59,15 +139,123 @@ func busHeaders(b *testing.B) func() nats.Header {
 	}
 }
 
+// encodeEvent encodes m as the bus does, for a raw baseline: the
+// CloudEvents headers, and the message ID as the Nats-Msg-Id.
+func encodeEvent(subject string, m *codec.Message) (*nats.Msg, error) {
+	m.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		return nil, err
+	}
+	h[jetstream.MsgIDHeader] = []string{m.ID}
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// baselines carries the raw sub-benchmarks' figures of one benchmark to
+// the bus sub-benchmarks that run after them in the same run, which report
+// their own figure divided by each.
+type baselines struct {
+	names []string                      // raw sub-benchmarks in the order they ran
+	v     map[string]map[string]float64 // figure -> raw sub-benchmark -> value
+}
+
+func newBaselines() *baselines { return &baselines{v: map[string]map[string]float64{}} }
+
+// set records the value of figure ("" for throughput, "p50-", ...) of the
+// raw sub-benchmark name.
+func (bl *baselines) set(figure, name string, v float64) {
+	if !slices.Contains(bl.names, name) {
+		bl.names = append(bl.names, name)
+	}
+	if bl.v[figure] == nil {
+		bl.v[figure] = map[string]float64{}
+	}
+	bl.v[figure][name] = v
+}
+
+// report reports v, the bus's value of figure, divided by the value of each
+// raw sub-benchmark that recorded one, as the metric figure+"bus/"+name.
+// A nil bl reports nothing.
+func (bl *baselines) report(b *testing.B, figure string, v float64) {
+	if bl == nil {
+		return
+	}
+	for _, name := range bl.names {
+		if raw, ok := bl.v[figure][name]; ok && raw > 0 {
+			b.ReportMetric(v/raw, figure+"bus/"+name)
+		}
+	}
+}
+
+// rate returns the messages per second of a throughput sub-benchmark that
+// has stopped its timer.
+func rate(b *testing.B) float64 { return float64(b.N) / b.Elapsed().Seconds() }
+
+// latencyFigures reports the p50 and p99 of lat in microseconds and
+// returns them.
+func latencyFigures(b *testing.B, lat []time.Duration) (p50, p99 float64) {
+	slices.Sort(lat)
+	at := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		rank := int(math.Ceil(p / 100 * float64(len(lat))))
+		return float64(lat[min(max(rank, 1), len(lat))-1]) / float64(time.Microsecond)
+	}
+	p50, p99 = at(50), at(99)
+	b.ReportMetric(p50, "p50-µs")
+	b.ReportMetric(p99, "p99-µs")
+	return p50, p99
+}
+
 // benchEnv is one server with the bus stream and a raw stream configured
-// alike (file storage, same duplicate window), and a connection for each
-// side.
+// alike (file storage, same duplicate window) under rawRoot, and a
+// connection for each side.
 type benchEnv struct {
 	srv       *embedded.Server
 	bus       *bus.Bus
 	untracked *bus.Bus // WithoutLifecycle
 	raw       jetstream.JetStream
 	rawConn   *nats.Conn
+	seq       atomic.Int64 // makes agent and consumer names unique
+}
+
+// name returns prefix with a number no other call of the env returned.
+func (env *benchEnv) name(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, env.seq.Add(1))
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	s := embeddedtest.RunServer(b)
+	ctx := context.Background()
+	nc := embeddedtest.Connect(b, s)
+	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	rawConn := embeddedtest.Connect(b, s)
+	raw, err := jetstream.New(rawConn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := bus.StreamConfig{Root: rawRoot}.JetStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := raw.CreateStream(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	bb, err := bus.New(embeddedtest.Connect(b, s), senderAgent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bb.Close() })
+	ub, err := bus.New(embeddedtest.Connect(b, s), senderAgent, bus.WithoutLifecycle())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ub.Close() })
+	return &benchEnv{srv: s, bus: bb, untracked: ub, raw: raw, rawConn: rawConn}
 }
 
 // runBuses runs f as the two bus sub-benchmarks: "bus" with lifecycle
@@ -77,120 +265,126 @@ func (env *benchEnv) runBuses(b *testing.B, f func(b *testing.B, bb *bus.Bus)) {
 	b.Run("bus-untracked", func(b *testing.B) { f(b, env.untracked) })
 }
 
-func newBenchEnv(b *testing.B) *benchEnv {
-	b.Helper()
-	s := embeddedtest.RunServer(b)
-	ctx := context.Background()
-	nc := embeddedtest.Connect(b, s)
-	info, err := bus.Provision(ctx, nc, bus.StreamConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rawConn := embeddedtest.Connect(b, s)
-	raw, err := jetstream.New(rawConn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := info.Config
-	cfg.Name, cfg.Subjects, cfg.Description = "RAW", []string{"raw.>"}, ""
-	if _, err := raw.CreateStream(ctx, cfg); err != nil {
-		b.Fatal(err)
-	}
-	bb, err := bus.New(embeddedtest.Connect(b, s), "bench-sender")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { bb.Close() })
-	ub, err := bus.New(embeddedtest.Connect(b, s), "bench-sender", bus.WithoutLifecycle())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ub.Close() })
-	return &benchEnv{srv: s, bus: bb, untracked: ub, raw: raw, rawConn: rawConn}
-}
-
+// BenchmarkPublishAsync measures async publish throughput: b.N publishes
+// and the wait until every one is acknowledged, and for the bus every
+// lifecycle record it wrote stored (Flush), all inside the timed region.
 func BenchmarkPublishAsync(b *testing.B) {
 	env := newBenchEnv(b)
+	ctx := context.Background()
+	base := newBaselines()
+	subject := rawDirect(b, receiverAgent, senderAgent, benchType)
+	rawPublish := func(name string, headers func() nats.Header) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(payload)))
+			b.ResetTimer()
+			for range b.N {
+				m := &nats.Msg{Subject: subject, Data: payload}
+				if headers != nil {
+					m.Header = headers()
+				}
+				if _, err := env.raw.PublishMsgAsync(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			select {
+			case <-env.raw.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatalf("%d publishes still unacknowledged after a minute", env.raw.PublishAsyncPending())
+			}
+			b.StopTimer()
+			base.set("", name, rate(b))
+		})
+	}
+	rawPublish("raw", nil)
+	rawPublish("raw-headers", busHeaders(b))
 	env.runBuses(b, func(b *testing.B, bb *bus.Bus) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
-		for b.Loop() {
-			if _, err := bb.PublishAsync(context.Background(), bus.Message{To: "bench-receiver", Type: "BENCH", Data: payload}); err != nil {
+		b.ResetTimer()
+		for range b.N {
+			if _, err := bb.PublishAsync(ctx, bus.Message{To: receiverAgent, Type: benchType, Data: payload}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		// Until every publish and lifecycle record is stored: all the work
 		// the publishes gave the server.
-		if err := bb.Flush(context.Background()); err != nil {
+		if err := bb.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
-	})
-	b.Run("raw", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(payload)))
-		for b.Loop() {
-			if _, err := env.raw.PublishAsync("raw.bench", payload); err != nil {
-				b.Fatal(err)
-			}
-		}
-		<-env.raw.PublishAsyncComplete()
-	})
-	b.Run("raw-headers", func(b *testing.B) {
-		headers := busHeaders(b)
-		b.ReportAllocs()
-		b.SetBytes(int64(len(payload)))
-		for b.Loop() {
-			if _, err := env.raw.PublishMsgAsync(&nats.Msg{Subject: "raw.bench", Header: headers(), Data: payload}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		<-env.raw.PublishAsyncComplete()
+		b.StopTimer()
+		base.report(b, "", rate(b))
 	})
 }
 
+// BenchmarkPublishSync measures the latency of sync publishes, one after
+// another, and reports its p50 and p99.
 func BenchmarkPublishSync(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
+	base := newBaselines()
+	subject := rawDirect(b, receiverAgent, senderAgent, benchType)
+	rawPublish := func(name string, headers func() nats.Header) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var lat []time.Duration
+			for b.Loop() {
+				m := &nats.Msg{Subject: subject, Data: payload}
+				if headers != nil {
+					m.Header = headers()
+				}
+				start := time.Now()
+				if _, err := env.raw.PublishMsg(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			p50, p99 := latencyFigures(b, lat)
+			base.set("p50-", name, p50)
+			base.set("p99-", name, p99)
+		})
+	}
+	rawPublish("raw", nil)
+	rawPublish("raw-headers", busHeaders(b))
 	env.runBuses(b, func(b *testing.B, bb *bus.Bus) {
 		b.ReportAllocs()
+		var lat []time.Duration
 		for b.Loop() {
-			if _, err := bb.Publish(ctx, bus.Message{To: "bench-receiver", Type: "BENCH", Data: payload}); err != nil {
+			start := time.Now()
+			if _, err := bb.Publish(ctx, bus.Message{To: receiverAgent, Type: benchType, Data: payload}); err != nil {
 				b.Fatal(err)
 			}
+			lat = append(lat, time.Since(start))
 		}
-	})
-	b.Run("raw", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := env.raw.Publish(ctx, "raw.bench", payload); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("raw-headers", func(b *testing.B) {
-		headers := busHeaders(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := env.raw.PublishMsg(ctx, &nats.Msg{Subject: "raw.bench", Header: headers(), Data: payload}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		p50, p99 := latencyFigures(b, lat)
+		base.report(b, "p50-", p50)
+		base.report(b, "p99-", p99)
 	})
 }
 
 // BenchmarkConsume measures subscribe+ack throughput of a backlog of b.N
-// messages: the bus with a prefetch of 500 against a raw Consume with its
-// default 500-message pull and explicit acks.
+// messages, from the start of the subscription until the last message is
+// acknowledged (for the bus: and its lifecycle record stored). "raw" is a
+// raw Consume with its default 500-message pull and explicit acks;
+// "raw-headers" the same of messages with the bus's headers on a consumer
+// with the bus's settings, decoding each event. "bus-defaults" subscribes
+// with no options; "bus" and "bus-untracked" with a prefetch of 500.
 func BenchmarkConsume(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
-	b.Run("bus", func(b *testing.B) { benchConsumeBus(b, env, fmt.Sprintf("consumer-%d", b.N)) })
-	b.Run("bus-untracked", func(b *testing.B) {
-		benchConsumeBus(b, env, fmt.Sprintf("untracked-%d", b.N), bus.WithoutLifecycle())
-	})
-	rawConsume := func(name string, headers func() nats.Header) {
+	base := newBaselines()
+	rawConsume := func(name string, sameJob bool) {
 		b.Run(name, func(b *testing.B) {
-			subject := fmt.Sprintf("raw.consume.%s.%d", name, b.N)
+			agent := env.name("raw-" + name)
+			subject := rawDirect(b, agent, senderAgent, benchType)
+			var headers func() nats.Header
+			cfg := jetstream.ConsumerConfig{
+				Durable: agent, FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+			}
+			if sameJob {
+				headers = busHeaders(b)
+				cfg = rawDirectConsumer(b, agent)
+			}
 			for range b.N {
 				m := &nats.Msg{Subject: subject, Data: payload}
 				if headers != nil {
@@ -202,10 +396,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			<-env.raw.PublishAsyncComplete()
 			rc := embeddedtest.Connect(b, env.srv)
-			js, _ := jetstream.New(rc)
-			cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{
-				Durable: fmt.Sprintf("%s-%d", name, b.N), FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
-			})
+			js, err := jetstream.New(rc)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -214,7 +405,16 @@ func BenchmarkConsume(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
+			cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
 			cc, err := cons.Consume(func(m jetstream.Msg) {
+				if sameJob {
+					if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
+						b.Error(err)
+					}
+				}
 				m.Ack()
 				if n.Add(1) == int64(b.N) {
 					close(done)
@@ -226,20 +426,32 @@ func BenchmarkConsume(b *testing.B) {
 			<-done
 			b.StopTimer()
 			cc.Stop()
+			<-cc.Closed()
+			base.set("", name, rate(b))
 		})
 	}
-	rawConsume("raw", nil)
-	rawConsume("raw-headers", busHeaders(b))
+	rawConsume("raw", false)
+	rawConsume("raw-headers", true)
+	b.Run("bus-defaults", func(b *testing.B) {
+		benchConsumeBus(b, env, base, env.name("defaults"), nil)
+	})
+	b.Run("bus", func(b *testing.B) {
+		benchConsumeBus(b, env, base, env.name("consumer"), []bus.SubscribeOption{bus.WithPrefetch(500)})
+	})
+	b.Run("bus-untracked", func(b *testing.B) {
+		benchConsumeBus(b, env, base, env.name("untracked"), []bus.SubscribeOption{bus.WithPrefetch(500)}, bus.WithoutLifecycle())
+	})
 }
 
 // benchConsumeBus publishes a backlog of b.N messages to agent and times
-// how long a subscription of agent (a bus with opts) takes to handle and
-// ack them, with a prefetch of 500.
-func benchConsumeBus(b *testing.B, env *benchEnv, agent string, opts ...bus.Option) {
+// how long a subscription of agent (a bus with opts, subscribed with
+// subOpts) takes to handle and ack them, and reports the rate against the
+// raw baselines in base, if any.
+func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string, subOpts []bus.SubscribeOption, opts ...bus.Option) {
 	// The backlog is published untracked: only the consuming side is
 	// measured, and no status writes of the publisher overlap it.
 	for range b.N {
-		if _, err := env.untracked.PublishAsync(context.Background(), bus.Message{To: agent, Type: "BENCH", Data: payload}); err != nil {
+		if _, err := env.untracked.PublishAsync(context.Background(), bus.Message{To: agent, Type: benchType, Data: payload}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -259,7 +471,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, agent string, opts ...bus.Opti
 			close(done)
 		}
 		return nil
-	}, bus.WithPrefetch(500))
+	}, subOpts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -270,52 +482,179 @@ func benchConsumeBus(b *testing.B, env *benchEnv, agent string, opts ...bus.Opti
 	b.StopTimer()
 	sub.Stop()
 	<-sub.Done()
+	base.report(b, "", rate(b))
 }
 
-// BenchmarkSetupAgents measures creating the six consumers and starting the
-// subscription of many agents on one connection; run with -benchtime 1x.
-// It reports setup time per agent and the heap growth per agent (client and
-// in-process server together).
-func BenchmarkSetupAgents(b *testing.B) {
-	const agents = 1000
-	s := embeddedtest.RunServer(b)
-	nc := embeddedtest.Connect(b, s)
-	if _, err := bus.Provision(context.Background(), nc, bus.StreamConfig{}); err != nil {
-		b.Fatal(err)
+// BenchmarkRequestReply measures the round trip of a request and its reply
+// and reports its p50 and p99:
+//
+//	raw-core       core NATS nc.Request to a responder that echoes the payload
+//	raw-jetstream  raw nats.go doing the bus's hops: the requester publishes
+//	               the request (the bus's headers, a unique Nats-Msg-Id) to
+//	               the stream; the responder reads it with a durable pull
+//	               consumer, decodes it, publishes the reply to the stream
+//	               and acks; the requester reads the reply from a durable
+//	               pull consumer of its own, decodes and acks it
+//	bus            Bus.Request to an agent whose handler answers with
+//	               Bus.Reply, both agents subscribed with defaults
+func BenchmarkRequestReply(b *testing.B) {
+	env := newBenchEnv(b)
+	ctx := context.Background()
+	base := newBaselines()
+	record := func(b *testing.B, name string, lat []time.Duration) {
+		p50, p99 := latencyFigures(b, lat)
+		base.set("p50-", name, p50)
+		base.set("p99-", name, p99)
 	}
-	for b.Loop() {
-		b.StopTimer()
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		b.StartTimer()
-		start := time.Now()
-		var subs []*bus.Subscription
-		for i := range agents {
-			ab, err := bus.New(nc, fmt.Sprintf("agent-%d-%d", b.N, i))
+
+	b.Run("raw-core", func(b *testing.B) {
+		subject := env.name("raw.core.request")
+		resp := embeddedtest.Connect(b, env.srv)
+		sub, err := resp.Subscribe(subject, func(m *nats.Msg) { m.Respond(m.Data) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		if err := resp.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		req := embeddedtest.Connect(b, env.srv)
+		b.ReportAllocs()
+		var lat []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if _, err := req.Request(subject, payload, 10*time.Second); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		record(b, "raw-core", lat)
+	})
+
+	b.Run("raw-jetstream", func(b *testing.B) {
+		requester, responder := env.name("raw-requester"), env.name("raw-responder")
+		// consume consumes agent's direct messages at the default priority
+		// on a connection of its own with the bus's consumer settings,
+		// decoding each event and passing it to f before the ack.
+		consume := func(agent string, f func(js jetstream.JetStream, m *codec.Message)) {
+			js, err := jetstream.New(embeddedtest.Connect(b, env.srv))
 			if err != nil {
 				b.Fatal(err)
 			}
-			sub, err := ab.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error { return nil })
+			cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", rawDirectConsumer(b, agent))
 			if err != nil {
 				b.Fatal(err)
 			}
-			subs = append(subs, sub)
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				msg, err := codec.Decode(m.Headers(), m.Data())
+				if err != nil {
+					b.Error(err)
+					m.Term()
+					return
+				}
+				f(js, msg)
+				m.Ack()
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cc.Stop(); <-cc.Closed() })
 		}
-		elapsed := time.Since(start)
+		replySubject := rawDirect(b, requester, responder, "RESULT")
+		consume(responder, func(js jetstream.JetStream, req *codec.Message) {
+			reply := &codec.Message{From: responder, To: req.From, Type: "RESULT", ReplyTo: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
+			m, err := encodeEvent(replySubject, reply)
+			if err == nil {
+				_, err = js.PublishMsg(ctx, m)
+			}
+			if err != nil {
+				b.Error(err)
+			}
+		})
+		replies := make(chan *codec.Message, 16)
+		consume(requester, func(_ jetstream.JetStream, m *codec.Message) { replies <- m })
+		subject := rawDirect(b, responder, requester, "REQUEST")
+		timeout := time.NewTimer(time.Hour)
+		defer timeout.Stop()
+		b.ReportAllocs()
+		var lat []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			req := &codec.Message{From: requester, To: responder, Type: "REQUEST", Data: payload}
+			m, err := encodeEvent(subject, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := env.raw.PublishMsg(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+			timeout.Reset(10 * time.Second)
+		wait:
+			for {
+				select {
+				case reply := <-replies:
+					if reply.ReplyTo == req.ID {
+						break wait
+					}
+				case <-timeout.C:
+					b.Fatalf("no reply to request %s in 10 s", req.ID)
+				}
+			}
+			lat = append(lat, time.Since(start))
+		}
+		record(b, "raw-jetstream", lat)
+	})
+
+	b.Run("bus", func(b *testing.B) {
+		requester, responder := env.name("requester"), env.name("responder")
+		rb, err := bus.New(embeddedtest.Connect(b, env.srv), responder)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rb.Close()
+		rsub, err := rb.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+			_, err := rb.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", Data: d.Data})
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { rsub.Stop(); <-rsub.Done() }()
+		qb, err := bus.New(embeddedtest.Connect(b, env.srv), requester)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer qb.Close()
+		// The requester is an agent like any other, subscribed to its
+		// inbox; the stored copy of each reply reaches it too.
+		qsub, err := qb.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { qsub.Stop(); <-qsub.Done() }()
+		b.ReportAllocs()
+		var lat []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := qb.Request(rctx, bus.Message{To: responder, Type: "REQUEST", Data: payload})
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		p50, p99 := latencyFigures(b, lat)
+		base.report(b, "p50-", p50)
+		base.report(b, "p99-", p99)
 		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(elapsed.Microseconds())/agents, "µs/agent")
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/agents/1024, "KiB/agent")
-		b.ReportMetric(float64(runtime.NumGoroutine())/agents, "goroutines/agent")
-		var wg sync.WaitGroup
-		for _, sub := range subs {
-			wg.Go(func() { sub.Stop(); <-sub.Done() })
+		if err := qb.Flush(ctx); err != nil {
+			b.Error(err)
 		}
-		wg.Wait()
-		b.StartTimer()
-	}
+		if err := rb.Flush(ctx); err != nil {
+			b.Error(err)
+		}
+	})
 }
 
 // BenchmarkIdleSubscriber reports the CPU time the whole process (client

@@ -17,7 +17,6 @@ package bus_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"go.opentelemetry.io/otel/metric"
@@ -113,7 +112,7 @@ func BenchmarkTracedConsume(b *testing.B) {
 	env := newBenchEnv(b)
 	for _, mode := range telemetryModes {
 		b.Run(mode.name, func(b *testing.B) {
-			benchConsumeBus(b, env, fmt.Sprintf("consumer-%s-%d", mode.name, b.N), mode.options(b)...)
+			benchConsumeBus(b, env, nil, env.name("consumer-"+mode.name), []bus.SubscribeOption{bus.WithPrefetch(500)}, mode.options(b)...)
 		})
 	}
 }

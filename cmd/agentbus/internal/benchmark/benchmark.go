@@ -34,9 +34,13 @@ const (
 	// EndToEndDuration bounds each side of the e2e scenario: it sends
 	// Messages, or as many as Rate sends in this time if that is fewer.
 	EndToEndDuration = 5 * time.Second
-	// ConsumePrefetch is the bus's prefetch in the consume scenario, the
-	// size of the pull batch of a raw Consume by default.
+	// ConsumePrefetch is the bus's prefetch in the consume and
+	// consume-untracked scenarios, the size of the pull batch of a raw
+	// Consume by default.
 	ConsumePrefetch = 500
+	// MaxRequests bounds the round trips of each side of the request
+	// scenario: it makes Messages, or MaxRequests if that is fewer.
+	MaxRequests = 2000
 	// stallTimeout fails a scenario whose handlers received nothing for
 	// this long.
 	stallTimeout = 30 * time.Second
@@ -74,6 +78,14 @@ type Config struct {
 	// Progress, if not nil, is called with each scenario just before it
 	// runs.
 	Progress func(Scenario)
+	// Memory, if not nil, returns the memory the server under test uses, in
+	// bytes; the setup scenario reports its growth per agent on each side.
+	// Nil leaves the memory figure out: a remote server is not measurable
+	// from here.
+	Memory func() (uint64, error)
+	// MemoryName says in the report what Memory measures, such as "server
+	// RSS" or "process heap: client + embedded server".
+	MemoryName string
 }
 
 // Validate reports whether the figures and names in c are valid, whatever
@@ -119,6 +131,10 @@ func (c Config) runs(name string) bool {
 	return len(c.Only) == 0 || slices.Contains(c.Only, name)
 }
 
+// requests is how many round trips each side of the request scenario
+// makes.
+func (c Config) requests() int { return min(c.Messages, MaxRequests) }
+
 // endToEndMessages is how many messages each side of the e2e scenario
 // sends.
 func (c Config) endToEndMessages() int {
@@ -139,11 +155,15 @@ type Scenario struct {
 // scenarios are every scenario, in the order Run runs them.
 var scenarios = []Scenario{
 	{Name: "async", Summary: "async publish throughput: bus PublishAsync vs raw PublishMsgAsync, bare and with the bus's headers", run: (*runner).async},
+	{Name: "async-untracked", Summary: "async publish throughput with lifecycle off: bus PublishAsync (WithoutLifecycle) vs raw PublishMsgAsync, bare and with the bus's headers", run: (*runner).asyncUntracked},
 	{Name: "sync", Summary: "sync publish latency: bus Publish vs raw PublishMsg", run: (*runner).sync},
-	{Name: "consume", Summary: "subscribe+ack throughput of a backlog: bus Subscribe vs raw Consume with explicit acks", run: (*runner).consume},
+	{Name: "consume", Summary: "subscribe+ack throughput of a backlog: bus Subscribe (prefetch 500) vs raw Consume with explicit acks, bare and with the bus's headers decoded", run: (*runner).consume},
+	{Name: "consume-defaults", Summary: "subscribe+ack throughput of a backlog: bus Subscribe without options vs raw Consume, bare and with the bus's headers decoded", run: (*runner).consumeDefaults},
+	{Name: "consume-untracked", Summary: "subscribe+ack throughput of a backlog with lifecycle off: bus Subscribe (WithoutLifecycle, prefetch 500) vs raw Consume, bare and with the bus's headers decoded", run: (*runner).consumeUntracked},
+	{Name: "request", Summary: "request-reply round trip latency: bus Request and Reply vs the same hops in raw JetStream", run: (*runner).request},
 	{Name: "e2e", Summary: "publish-to-handler latency at a fixed publish rate", run: (*runner).e2e},
 	{Name: "priority", Summary: "priority inversions draining a mixed-priority backlog: bus Strict vs one raw consumer in stream order", run: (*runner).priority},
-	{Name: "setup", Summary: "time to set up the consumers of many agents: bus Subscribe vs raw CreateOrUpdateConsumer", run: (*runner).setup},
+	{Name: "setup", Summary: "time (and, where measurable, server memory) to set up the consumers of many agents: bus New+Subscribe vs raw CreateOrUpdateConsumer", run: (*runner).setup},
 }
 
 // Scenarios returns every scenario in the order Run runs them.

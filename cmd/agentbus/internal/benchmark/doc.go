@@ -25,10 +25,20 @@
 //     payload, and again with exactly the headers the bus writes (the
 //     CloudEvents ce- attributes from package codec and a unique
 //     Nats-Msg-Id), until every publish is acknowledged;
+//   - async-untracked: the same with the bus's lifecycle records off;
 //   - sync: the latency of Publish against PublishMsg, one after another;
 //   - consume: the rate at which a handler that returns nil drains a
 //     backlog, bus Subscribe (prefetch ConsumePrefetch) against a raw
-//     durable consumer's Consume with explicit acks;
+//     durable consumer's Consume with explicit acks, of bare messages and
+//     of messages with the bus's headers, each decoded with codec.Decode;
+//   - consume-defaults: the same with Subscribe given no options;
+//   - consume-untracked: the same with lifecycle records off, prefetch
+//     ConsumePrefetch;
+//   - request: the Request -> Reply round trip, both agents subscribed,
+//     against raw nats.go making the same hops through the stream (request
+//     published, read by the responder's durable pull consumer, reply
+//     published, read by the requester's), events encoded and decoded as
+//     the bus does;
 //   - e2e: the time from the publish call to the handler, with the send
 //     time in the payload, at a fixed publish rate and default subscriber
 //     settings;
@@ -37,9 +47,10 @@
 //     while a more urgent one was still waiting ([CountInversions]). The
 //     bus dispatches by priority (Strict); one raw consumer over all of the
 //     agent's subjects goes in stream order;
-//   - setup: the time to Subscribe many agents one after another, against
-//     creating the same durable consumers (package subjects'
-//     Scheme.Consumers, the bus's default settings) with raw nats.go.
+//   - setup: the time to New and Subscribe many agents one after another,
+//     against creating the same durable consumers (package subjects'
+//     Scheme.Consumers, package consumers' default Settings) with raw
+//     nats.go; with Config.Memory, also the memory growth per agent.
 //
 // # Isolation
 //

@@ -14,11 +14,16 @@ import (
 	"github.com/agentbus/agentbus/subjects"
 )
 
-// The agents and message type of the scenarios.
+// The agents and message types of the scenarios.
 const (
-	senderAgent   = "bench-sender"
-	receiverAgent = "bench-receiver"
-	messageType   = "BENCH"
+	senderAgent        = "bench-sender"
+	receiverAgent      = "bench-receiver"
+	otherReceiverAgent = "bench-receiver-2" // of the raw backlog with headers in the consume scenarios
+	requesterAgent     = "bench-requester"
+	responderAgent     = "bench-responder"
+	messageType        = "BENCH"
+	requestType        = "REQUEST"
+	replyType          = "RESULT"
 )
 
 // env is one scenario's two sides on the server: the bus under a root of
@@ -35,9 +40,17 @@ type env struct {
 	sender *bus.Bus        // publishes on the bus side as senderAgent
 	js     jetstream.JetStream
 
-	mu    sync.Mutex
-	conns []*nats.Conn
-	buses []*bus.Bus
+	mu      sync.Mutex
+	conns   []*nats.Conn
+	buses   []*bus.Bus
+	closers []func() // subscriptions to stop before the buses close
+}
+
+// onClose makes close call f first, before anything else.
+func (e *env) onClose(f func()) {
+	e.mu.Lock()
+	e.closers = append(e.closers, f)
+	e.mu.Unlock()
 }
 
 // newEnv provisions both sides under roots starting with root. On error
@@ -90,9 +103,10 @@ func (e *env) connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
-// newBus returns the bus side's bus of agent on nc, which close closes.
-func (e *env) newBus(nc *nats.Conn, agent string) (*bus.Bus, error) {
-	b, err := bus.New(nc, agent, bus.WithRoot(e.bus.Root()))
+// newBus returns the bus side's bus of agent on nc, with opts, which close
+// closes.
+func (e *env) newBus(nc *nats.Conn, agent string, opts ...bus.Option) (*bus.Bus, error) {
+	b, err := bus.New(nc, agent, append([]bus.Option{bus.WithRoot(e.bus.Root())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bus of %s: %w", agent, err)
 	}
@@ -109,6 +123,9 @@ func (e *env) close() error {
 	var errs []error
 	flushCtx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	for _, f := range e.closers {
+		f()
+	}
 	for _, b := range e.buses {
 		// The lifecycle records still in flight are work the scenario gave
 		// the server: wait for them, so that it does not spill into the

@@ -246,15 +246,27 @@ func busHeaders(payload []byte) (func() nats.Header, error) {
 	}, nil
 }
 
-// subscribeBus subscribes agent on the bus side, on a connection of its
-// own, with a handler that records value(d) in t and returns nil. stop
-// ends the subscription and waits until it has.
-func (e *env) subscribeBus(ctx context.Context, agent string, t *tally, value func(*bus.Delivery) int64, opts ...bus.SubscribeOption) (stop func(), err error) {
+// encodeEvent encodes m, after setting its defaults, as the bus does: the
+// CloudEvents headers, and its ID as the Nats-Msg-Id.
+func encodeEvent(subject string, m *codec.Message) (*nats.Msg, error) {
+	m.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode event: %w", err)
+	}
+	h[jetstream.MsgIDHeader] = []string{m.ID}
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// subscribeBus subscribes agent on the bus side, a bus with busOpts on a
+// connection of its own, with opts and a handler that records value(d) in
+// t and returns nil. stop ends the subscription and waits until it has.
+func (e *env) subscribeBus(ctx context.Context, agent string, t *tally, value func(*bus.Delivery) int64, busOpts []bus.Option, opts ...bus.SubscribeOption) (stop func(), err error) {
 	nc, err := e.connect()
 	if err != nil {
 		return nil, err
 	}
-	b, err := e.newBus(nc, agent)
+	b, err := e.newBus(nc, agent, busOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -15,13 +15,17 @@ import (
 // left out. Every ratio is the bus's figure divided by raw nats.go's, and
 // null when raw's is zero.
 type Report struct {
-	Settings Settings    `json:"settings"`
-	Async    *Throughput `json:"async,omitempty"`
-	Sync     *Latency    `json:"sync,omitempty"`
-	Consume  *Throughput `json:"consume,omitempty"`
-	E2E      *Latency    `json:"e2e,omitempty"`
-	Priority *Inversions `json:"priority,omitempty"`
-	Setup    *SetupTime  `json:"setup,omitempty"`
+	Settings         Settings    `json:"settings"`
+	Async            *Throughput `json:"async,omitempty"`
+	AsyncUntracked   *Throughput `json:"async-untracked,omitempty"`
+	Sync             *Latency    `json:"sync,omitempty"`
+	Consume          *Throughput `json:"consume,omitempty"`
+	ConsumeDefaults  *Throughput `json:"consume-defaults,omitempty"`
+	ConsumeUntracked *Throughput `json:"consume-untracked,omitempty"`
+	Request          *Latency    `json:"request,omitempty"`
+	E2E              *Latency    `json:"e2e,omitempty"`
+	Priority         *Inversions `json:"priority,omitempty"`
+	Setup            *SetupTime  `json:"setup,omitempty"`
 }
 
 // Settings describe the run.
@@ -50,17 +54,19 @@ type Throughput struct {
 	Messages      int     `json:"messages"`
 	BusMsgsPerSec float64 `json:"bus_msgs_per_s"`
 	RawMsgsPerSec float64 `json:"raw_msgs_per_s"`
-	// RawHeadersMsgsPerSec is raw nats.go sending the bus's headers; nil
-	// where the scenario does not measure it.
+	// RawHeadersMsgsPerSec is raw nats.go sending the bus's headers (and,
+	// consuming, decoding each event); nil where the scenario does not
+	// measure it.
 	RawHeadersMsgsPerSec *float64 `json:"raw_headers_msgs_per_s,omitempty"`
 	RatioBusRaw          *float64 `json:"ratio_bus_raw"`
 	RatioBusRawHeaders   *float64 `json:"ratio_bus_raw_headers,omitempty"`
 }
 
-// Latency compares latency percentiles in microseconds: sync publish and
-// e2e.
+// Latency compares latency percentiles in microseconds: sync publish, the
+// request round trip and e2e.
 type Latency struct {
-	// Messages is how many messages each side sent.
+	// Messages is how many messages (round trips, for request) each side
+	// sent.
 	Messages int `json:"messages"`
 	// RateMsgsPerSec is the publish rate, for e2e; 0 (left out) means as
 	// fast as each publish returns.
@@ -108,6 +114,14 @@ type SetupTime struct {
 	BusMillis    float64  `json:"bus_ms"`
 	RawMillis    float64  `json:"raw_ms"`
 	RatioBusRaw  *float64 `json:"ratio_bus_raw"`
+	// Memory names what BusKiBPerAgent and RawKiBPerAgent measure (see
+	// Config.MemoryName); empty, and the figures nil, when the server was
+	// not measurable. The figures are the growth per agent with every
+	// agent set up.
+	Memory            string   `json:"memory,omitempty"`
+	BusKiBPerAgent    *float64 `json:"bus_kib_per_agent,omitempty"`
+	RawKiBPerAgent    *float64 `json:"raw_kib_per_agent,omitempty"`
+	RatioMemoryBusRaw *float64 `json:"ratio_memory_bus_raw,omitempty"`
 }
 
 // Columns of the table WriteTable prints.
@@ -128,7 +142,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		orDash(s.Server), orDash(s.ServerVersion), s.GoVersion, s.CPUs, s.Messages, s.SizeBytes, s.RunID)
 	writeAligned(&b, append([][]string{columns}, r.rows()...))
 	b.WriteString("\nbus/raw is the bus's figure divided by raw nats.go's: for throughput below 1 means the bus is slower;\n" +
-		"for latency, time and inversions above 1 means the bus takes longer or inverts more.\n")
+		"for latency, time, memory and inversions above 1 means the bus takes longer, uses more or inverts more.\n" +
+		"raw+headers is raw nats.go sending the bus's headers and, consuming, decoding each event.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -137,16 +152,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 func (r *Report) rows() [][]string {
 	var rows [][]string
 	if t := r.Async; t != nil {
-		rows = append(rows, []string{"async", "publish throughput", "msg/s",
-			formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), optional(formatWhole, t.RawHeadersMsgsPerSec),
-			optional(formatRatio, t.RatioBusRaw), optional(formatRatio, t.RatioBusRawHeaders)})
+		rows = append(rows, throughputRow("async", "publish throughput", t))
+	}
+	if t := r.AsyncUntracked; t != nil {
+		rows = append(rows, throughputRow("async-untracked", "publish throughput, lifecycle off", t))
 	}
 	if l := r.Sync; l != nil {
 		rows = append(rows, latencyRows("sync", "publish latency", l)...)
 	}
 	if t := r.Consume; t != nil {
-		rows = append(rows, []string{"consume", fmt.Sprintf("subscribe+ack throughput, prefetch %d", ConsumePrefetch), "msg/s",
-			formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), "-", optional(formatRatio, t.RatioBusRaw), "-"})
+		rows = append(rows, throughputRow("consume", fmt.Sprintf("subscribe+ack throughput, prefetch %d", ConsumePrefetch), t))
+	}
+	if t := r.ConsumeDefaults; t != nil {
+		rows = append(rows, throughputRow("consume-defaults", "subscribe+ack throughput, no options", t))
+	}
+	if t := r.ConsumeUntracked; t != nil {
+		rows = append(rows, throughputRow("consume-untracked", fmt.Sprintf("subscribe+ack throughput, lifecycle off, prefetch %d", ConsumePrefetch), t))
+	}
+	if l := r.Request; l != nil {
+		rows = append(rows, latencyRows("request", "round trip vs raw JetStream", l)...)
 	}
 	if l := r.E2E; l != nil {
 		rows = append(rows, latencyRows("e2e", fmt.Sprintf("latency at %s msg/s", strconv.FormatFloat(l.RateMsgsPerSec, 'f', -1, 64)), l)...)
@@ -158,8 +182,19 @@ func (r *Report) rows() [][]string {
 	if t := r.Setup; t != nil {
 		rows = append(rows, []string{"setup", setupFigure(t), "ms",
 			formatTenths(t.BusMillis), formatTenths(t.RawMillis), "-", optional(formatRatio, t.RatioBusRaw), "-"})
+		if t.Memory != "" {
+			rows = append(rows, []string{"setup", "memory per agent, " + t.Memory, "KiB",
+				optional(formatTenths, t.BusKiBPerAgent), optional(formatTenths, t.RawKiBPerAgent), "-", optional(formatRatio, t.RatioMemoryBusRaw), "-"})
+		}
 	}
 	return rows
+}
+
+// throughputRow returns the row of t.
+func throughputRow(scenario, figure string, t *Throughput) []string {
+	return []string{scenario, figure, "msg/s",
+		formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), optional(formatWhole, t.RawHeadersMsgsPerSec),
+		optional(formatRatio, t.RatioBusRaw), optional(formatRatio, t.RatioBusRawHeaders)}
 }
 
 // latencyRows returns the p50 and p99 rows of l.

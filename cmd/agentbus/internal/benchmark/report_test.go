@@ -16,13 +16,22 @@ func fullReport() *Report {
 			Messages: 100, SizeBytes: 1024, Agents: 3, RateMsgsPerSec: 1000, RunID: "0123abcd"},
 		Async: &Throughput{Messages: 100, BusMsgsPerSec: 50, RawMsgsPerSec: 100, RawHeadersMsgsPerSec: ptr(80),
 			RatioBusRaw: ptr(0.5), RatioBusRawHeaders: ptr(0.625)},
+		AsyncUntracked: &Throughput{Messages: 100, BusMsgsPerSec: 80, RawMsgsPerSec: 100, RawHeadersMsgsPerSec: ptr(80),
+			RatioBusRaw: ptr(0.8), RatioBusRawHeaders: ptr(1)},
 		Sync: &Latency{Messages: 100, BusP50Micros: 30, BusP99Micros: 90, RawP50Micros: 20, RawP99Micros: 60,
 			RatioBusRawP50: ptr(1.5), RatioBusRawP99: ptr(1.5)},
 		Consume: &Throughput{Messages: 100, BusMsgsPerSec: 60, RawMsgsPerSec: 120, RatioBusRaw: ptr(0.5)},
+		ConsumeDefaults: &Throughput{Messages: 100, BusMsgsPerSec: 30, RawMsgsPerSec: 120, RawHeadersMsgsPerSec: ptr(60),
+			RatioBusRaw: ptr(0.25), RatioBusRawHeaders: ptr(0.5)},
+		ConsumeUntracked: &Throughput{Messages: 100, BusMsgsPerSec: 90, RawMsgsPerSec: 120, RawHeadersMsgsPerSec: ptr(60),
+			RatioBusRaw: ptr(0.75), RatioBusRawHeaders: ptr(1.5)},
+		Request: &Latency{Messages: 100, BusP50Micros: 400, BusP99Micros: 1200, RawP50Micros: 200, RawP99Micros: 600,
+			RatioBusRawP50: ptr(2), RatioBusRawP99: ptr(2)},
 		E2E: &Latency{Messages: 100, RateMsgsPerSec: 1000, BusP50Micros: 300, BusP99Micros: 900, RawP50Micros: 200,
 			RawP99Micros: 600, RatioBusRawP50: ptr(1.5), RatioBusRawP99: ptr(1.5)},
 		Priority: &Inversions{Messages: 100, BusInversions: 0, RawInversions: 80, RatioBusRaw: ptr(0)},
-		Setup:    &SetupTime{Agents: 3, BusConsumers: 30, RawConsumers: 30, BusMillis: 12, RawMillis: 10, RatioBusRaw: ptr(1.2)},
+		Setup: &SetupTime{Agents: 3, BusConsumers: 30, RawConsumers: 30, BusMillis: 12, RawMillis: 10, RatioBusRaw: ptr(1.2),
+			Memory: "server RSS", BusKiBPerAgent: ptr(300), RawKiBPerAgent: ptr(200), RatioMemoryBusRaw: ptr(1.5)},
 	}
 }
 
@@ -90,19 +99,36 @@ func TestWriteTable(t *testing.T) {
 			t.Errorf("no row for scenario %s in\n%s", s.Name, b.String())
 		}
 	}
-	want := map[string][]string{
-		"async":    {"50", "100", "80", "0.50", "0.62"},
-		"consume":  {"60", "120", "-", "0.50", "-"},
-		"priority": {"0", "80", "-", "0.00", "-"},
-		"setup":    {"12.0", "10.0", "-", "-", "-"},
+	want := map[string][][]string{
+		"async":             {{"50", "100", "80", "0.50", "0.62"}},
+		"async-untracked":   {{"80", "100", "80", "0.80", "1.00"}},
+		"consume":           {{"60", "120", "-", "0.50", "-"}},
+		"consume-defaults":  {{"30", "120", "60", "0.25", "0.50"}},
+		"consume-untracked": {{"90", "120", "60", "0.75", "1.50"}},
+		"request":           {{"400.0", "200.0", "-", "2.00", "-"}, {"1200.0", "600.0", "-", "2.00", "-"}},
+		"priority":          {{"0", "80", "-", "0.00", "-"}},
+		"setup":             {{"12.0", "10.0", "-", "-", "-"}, {"300.0", "200.0", "-", "1.50", "-"}},
 	}
-	for name, cells := range want {
-		if got := byScenario[name][0]; !slices.Equal(got, cells) {
-			t.Errorf("%s row ends %q, want %q", name, got, cells)
+	for name, rows := range want {
+		if got := byScenario[name]; !slices.EqualFunc(got, rows, slices.Equal) {
+			t.Errorf("%s rows end %q, want %q", name, got, rows)
 		}
 	}
 	if got := len(byScenario["sync"]) + len(byScenario["e2e"]); got != 4 {
 		t.Errorf("%d latency rows, want p50 and p99 for sync and e2e", got)
+	}
+	if !strings.Contains(b.String(), "memory per agent, server RSS") {
+		t.Errorf("table does not name what the setup memory measures:\n%s", b.String())
+	}
+
+	// Without a measurable server setup has its time row only.
+	rep.Setup.Memory, rep.Setup.BusKiBPerAgent, rep.Setup.RawKiBPerAgent, rep.Setup.RatioMemoryBusRaw = "", nil, nil, nil
+	b.Reset()
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(b.String(), "\nsetup "); n != 1 {
+		t.Errorf("%d setup rows without memory figures, want 1:\n%s", n, b.String())
 	}
 	if !strings.Contains(b.String(), "bus/raw is the bus's figure divided by raw nats.go's") {
 		t.Errorf("table does not say how to read the ratios:\n%s", b.String())

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -29,26 +32,45 @@ func (e *env) rawSubject(p int) (string, error) {
 // async compares asynchronous publish throughput: Messages published as
 // fast as the client allows, until the last is acknowledged.
 func (r *runner) async(ctx context.Context, e *env) error {
+	t, err := r.publishThroughput(ctx, e, e.sender)
+	r.report.Async = t
+	return err
+}
+
+// asyncUntracked is async with lifecycle tracking off on the bus side.
+func (r *runner) asyncUntracked(ctx context.Context, e *env) error {
+	sender, err := e.newBus(e.admin, senderAgent, bus.WithoutLifecycle())
+	if err != nil {
+		return err
+	}
+	t, err := r.publishThroughput(ctx, e, sender)
+	r.report.AsyncUntracked = t
+	return err
+}
+
+// publishThroughput measures async publish throughput of sender against
+// raw nats.go, bare and with the bus's headers.
+func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus) (*Throughput, error) {
 	n := r.cfg.Messages
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	headers, err := busHeaders(r.payload)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	busRate, err := timed(n, func() error {
-		return publishBusAsync(ctx, e.sender, n, func(int) bus.Message { return r.message(receiverAgent, 0) })
+		return publishBusAsync(ctx, sender, n, func(int) bus.Message { return r.message(receiverAgent, 0) })
 	})
 	if err != nil {
-		return fmt.Errorf("bus: %w", err)
+		return nil, fmt.Errorf("bus: %w", err)
 	}
 	rawRate, err := timed(n, func() error {
 		return publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} })
 	})
 	if err != nil {
-		return fmt.Errorf("raw: %w", err)
+		return nil, fmt.Errorf("raw: %w", err)
 	}
 	headersRate, err := timed(n, func() error {
 		return publishRawAsync(ctx, e.js, n, func(int) *nats.Msg {
@@ -56,13 +78,12 @@ func (r *runner) async(ctx context.Context, e *env) error {
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("raw+headers: %w", err)
+		return nil, fmt.Errorf("raw+headers: %w", err)
 	}
-	r.report.Async = &Throughput{
+	return &Throughput{
 		Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RawHeadersMsgsPerSec: &headersRate,
 		RatioBusRaw: Ratio(busRate, rawRate), RatioBusRawHeaders: Ratio(busRate, headersRate),
-	}
-	return nil
+	}, nil
 }
 
 // sync compares the latency of synchronous publishes, one after another.
@@ -91,30 +112,97 @@ func (r *runner) sync(ctx context.Context, e *env) error {
 }
 
 // consume compares how fast a subscriber handles and acks a backlog of
-// Messages, from the first message handled to the last.
+// Messages, from the first message handled to the last, with a prefetch of
+// ConsumePrefetch.
 func (r *runner) consume(ctx context.Context, e *env) error {
+	t, err := r.consumeThroughput(ctx, e, nil, bus.WithPrefetch(ConsumePrefetch))
+	r.report.Consume = t
+	return err
+}
+
+// consumeDefaults is consume with a Subscribe without options.
+func (r *runner) consumeDefaults(ctx context.Context, e *env) error {
+	t, err := r.consumeThroughput(ctx, e, nil)
+	r.report.ConsumeDefaults = t
+	return err
+}
+
+// consumeUntracked is consume with lifecycle tracking off on the bus side,
+// for the sender of the backlog and for the subscriber.
+func (r *runner) consumeUntracked(ctx context.Context, e *env) error {
+	t, err := r.consumeThroughput(ctx, e, []bus.Option{bus.WithoutLifecycle()}, bus.WithPrefetch(ConsumePrefetch))
+	r.report.ConsumeUntracked = t
+	return err
+}
+
+// consumeThroughput measures how fast a bus subscriber of receiverAgent
+// (a bus with busOpts, subscribed with opts) drains a backlog of Messages,
+// against a raw consumer of the bare payload and a raw consumer of
+// messages with the bus's headers that decodes each event.
+func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Option, opts ...bus.SubscribeOption) (*Throughput, error) {
 	n := r.cfg.Messages
-	if err := publishBusAsync(ctx, e.sender, n, func(int) bus.Message { return r.message(receiverAgent, 0) }); err != nil {
-		return fmt.Errorf("bus backlog: %w", err)
+	sender := e.sender
+	if len(busOpts) > 0 {
+		var err error
+		if sender, err = e.newBus(e.admin, senderAgent, busOpts...); err != nil {
+			return nil, err
+		}
 	}
-	busT, err := e.drainBus(ctx, n, func(*bus.Delivery) int64 { return 0 }, bus.WithPrefetch(ConsumePrefetch))
+	if err := publishBusAsync(ctx, sender, n, func(int) bus.Message { return r.message(receiverAgent, 0) }); err != nil {
+		return nil, fmt.Errorf("bus backlog: %w", err)
+	}
+	busT, err := e.drainBus(ctx, n, func(*bus.Delivery) int64 { return 0 }, busOpts, opts...)
 	if err != nil {
-		return fmt.Errorf("bus: %w", err)
+		return nil, fmt.Errorf("bus: %w", err)
 	}
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} }); err != nil {
-		return fmt.Errorf("raw backlog: %w", err)
+		return nil, fmt.Errorf("raw backlog: %w", err)
 	}
-	rawT, err := e.drainRaw(ctx, "bench-consume", n, func(jetstream.Msg) int64 { return 0 })
+	rawT, err := e.drainRaw(ctx, "bench-consume", e.rawFilter(), n, func(jetstream.Msg) int64 { return 0 })
 	if err != nil {
-		return fmt.Errorf("raw: %w", err)
+		return nil, fmt.Errorf("raw: %w", err)
 	}
-	busRate, rawRate := busT.rate(), rawT.rate()
-	r.report.Consume = &Throughput{Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RatioBusRaw: Ratio(busRate, rawRate)}
-	return nil
+	// The backlog with headers goes to another raw agent, so that its
+	// consumer does not see the bare one.
+	headers, err := busHeaders(r.payload)
+	if err != nil {
+		return nil, err
+	}
+	headersSubject, err := e.raw.Direct(otherReceiverAgent, senderAgent, messageType, subjects.DefaultPriority)
+	if err != nil {
+		return nil, err
+	}
+	headersFilter, err := e.raw.AgentFilter(otherReceiverAgent)
+	if err != nil {
+		return nil, err
+	}
+	if err := publishRawAsync(ctx, e.js, n, func(int) *nats.Msg {
+		return &nats.Msg{Subject: headersSubject, Header: headers(), Data: r.payload}
+	}); err != nil {
+		return nil, fmt.Errorf("raw+headers backlog: %w", err)
+	}
+	var undecodable atomic.Int64
+	headersT, err := e.drainRaw(ctx, "bench-consume-headers", headersFilter, n, func(m jetstream.Msg) int64 {
+		if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
+			undecodable.Add(1)
+		}
+		return 0
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raw+headers: %w", err)
+	}
+	if k := undecodable.Load(); k > 0 {
+		return nil, fmt.Errorf("raw+headers: %d of %d messages did not decode", k, n)
+	}
+	busRate, rawRate, headersRate := busT.rate(), rawT.rate(), headersT.rate()
+	return &Throughput{
+		Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RawHeadersMsgsPerSec: &headersRate,
+		RatioBusRaw: Ratio(busRate, rawRate), RatioBusRawHeaders: Ratio(busRate, headersRate),
+	}, nil
 }
 
 // e2e compares the time from the publish call to the handler's start, at
@@ -123,7 +211,7 @@ func (r *runner) e2e(ctx context.Context, e *env) error {
 	n := r.cfg.endToEndMessages()
 	busLat, err := r.endToEnd(ctx, n,
 		func(t *tally) (func(), error) {
-			return e.subscribeBus(ctx, receiverAgent, t, func(d *bus.Delivery) int64 { return int64(since(r.epoch, d.Data)) })
+			return e.subscribeBus(ctx, receiverAgent, t, func(d *bus.Delivery) int64 { return int64(since(r.epoch, d.Data)) }, nil)
 		},
 		func(int) error {
 			_, err := unstalled(ctx, e.sender.PublishAsyncComplete, func() (*bus.PublishFuture, error) {
@@ -179,6 +267,176 @@ func (r *runner) endToEnd(ctx context.Context, n int, subscribe func(*tally) (st
 	return out, nil
 }
 
+// request compares the round trip of a request and its reply, one after
+// another: bus Request to an agent whose handler answers with Reply, both
+// agents subscribed with defaults, against raw nats.go doing the same hops
+// (rawRoundTrip).
+func (r *runner) request(ctx context.Context, e *env) error {
+	n := r.cfg.requests()
+	busLat, err := e.busRoundTrips(ctx, n, r.payload)
+	if err != nil {
+		return fmt.Errorf("bus: %w", err)
+	}
+	rawLat, err := e.rawRoundTrips(ctx, n, r.payload)
+	if err != nil {
+		return fmt.Errorf("raw: %w", err)
+	}
+	r.report.Request = newLatency(n, 0, busLat, rawLat)
+	return nil
+}
+
+// busRoundTrips makes n requests of payload from requesterAgent to
+// responderAgent on the bus side and returns how long each took.
+func (e *env) busRoundTrips(ctx context.Context, n int, payload []byte) ([]time.Duration, error) {
+	subscribe := func(agent string, h func(b *bus.Bus) bus.Handler) (*bus.Bus, error) {
+		nc, err := e.connect()
+		if err != nil {
+			return nil, err
+		}
+		b, err := e.newBus(nc, agent)
+		if err != nil {
+			return nil, err
+		}
+		sub, err := b.Subscribe(ctx, h(b))
+		if err != nil {
+			return nil, fmt.Errorf("subscribe %s: %w", agent, err)
+		}
+		e.onClose(func() { sub.Stop(); <-sub.Done() })
+		return b, nil
+	}
+	if _, err := subscribe(responderAgent, func(b *bus.Bus) bus.Handler {
+		return func(ctx context.Context, d *bus.Delivery) error {
+			_, err := b.Reply(ctx, &d.Message, bus.Message{Type: replyType, Data: d.Data})
+			return err
+		}
+	}); err != nil {
+		return nil, err
+	}
+	// The requester is an agent like any other, subscribed to its inbox;
+	// the stored copy of each reply reaches it too.
+	requester, err := subscribe(requesterAgent, func(*bus.Bus) bus.Handler {
+		return func(context.Context, *bus.Delivery) error { return nil }
+	})
+	if err != nil {
+		return nil, err
+	}
+	return latencies(n, func(int) error {
+		ctx, cancel := context.WithTimeout(ctx, stallTimeout)
+		defer cancel()
+		_, err := requester.Request(ctx, bus.Message{To: responderAgent, Type: requestType, Data: payload})
+		return err
+	})
+}
+
+// rawRoundTrips makes n round trips of payload on the raw side, each the
+// hops of a bus Request and Reply done with raw nats.go: the requester
+// publishes the request, an event with the bus's headers and a unique
+// Nats-Msg-Id, to the stream; the responder reads it with a durable pull
+// consumer, decodes it, publishes the reply to the stream and acks; the
+// requester reads the reply from a durable pull consumer of its own,
+// decodes it and acks. Both consumers have the bus's consumer settings. It
+// returns how long each round trip took.
+func (e *env) rawRoundTrips(ctx context.Context, n int, payload []byte) ([]time.Duration, error) {
+	replySubject, err := e.raw.Direct(requesterAgent, responderAgent, replyType, subjects.DefaultPriority)
+	if err != nil {
+		return nil, err
+	}
+	requestSubject, err := e.raw.Direct(responderAgent, requesterAgent, requestType, subjects.DefaultPriority)
+	if err != nil {
+		return nil, err
+	}
+	var failures atomic.Int64 // replies the responder failed to send
+	if err := e.consumeEvents(ctx, responderAgent, func(js jetstream.JetStream, req *codec.Message) {
+		reply := &codec.Message{From: responderAgent, To: req.From, Type: replyType, ReplyTo: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
+		m, err := encodeEvent(replySubject, reply)
+		if err == nil {
+			_, err = js.PublishMsg(ctx, m)
+		}
+		if err != nil {
+			failures.Add(1)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	replies := make(chan *codec.Message, 16)
+	if err := e.consumeEvents(ctx, requesterAgent, func(_ jetstream.JetStream, m *codec.Message) { replies <- m }); err != nil {
+		return nil, err
+	}
+	timeout := time.NewTimer(time.Hour)
+	defer timeout.Stop()
+	return latencies(n, func(int) error {
+		req := &codec.Message{From: requesterAgent, To: responderAgent, Type: requestType, Data: payload}
+		m, err := encodeEvent(requestSubject, req)
+		if err != nil {
+			return err
+		}
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			return err
+		}
+		timeout.Reset(stallTimeout)
+		for {
+			select {
+			case reply := <-replies:
+				if reply.ReplyTo == req.ID {
+					return nil
+				}
+			case <-timeout.C:
+				return fmt.Errorf("no reply to request %s in %v (%d replies failed)", req.ID, stallTimeout, failures.Load())
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+}
+
+// consumeEvents consumes agent's direct messages at the default priority on
+// the raw side, on a connection of its own, with the consumer the bus
+// would create for them; it decodes each and passes it to f, with the
+// connection's JetStream, before the ack. The consumption stops when the
+// env closes.
+func (e *env) consumeEvents(ctx context.Context, agent string, f func(jetstream.JetStream, *codec.Message)) error {
+	cfgs, err := rawConsumers(e.raw, agent)
+	if err != nil {
+		return err
+	}
+	cs, _ := e.raw.Consumers(agent) // agent is valid: rawConsumers succeeded
+	var cfg *jetstream.ConsumerConfig
+	for i, c := range cs {
+		if c.Priority == subjects.DefaultPriority && !c.Broadcast {
+			cfg = &cfgs[i]
+		}
+	}
+	if cfg == nil {
+		return fmt.Errorf("no direct consumer of %s at priority %d", agent, subjects.DefaultPriority)
+	}
+	nc, err := e.connect()
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("raw consumer of %s: %w", agent, err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, e.raw.Stream(), *cfg)
+	if err != nil {
+		return fmt.Errorf("create raw consumer %s: %w", cfg.Durable, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		msg, err := codec.Decode(m.Headers(), m.Data())
+		if err != nil {
+			_ = m.Term()
+			return
+		}
+		f(js, msg)
+		_ = m.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("consume raw consumer %s: %w", cfg.Durable, err)
+	}
+	e.onClose(func() { cc.Stop(); <-cc.Closed() })
+	return nil
+}
+
 // backlogPriority is the priority of the i-th message of the priority
 // scenario's backlog: 5, 4, 3, 2, 1, 5, 4, ... so that in stream order
 // every message but the priority-1 ones and the last few has a more urgent
@@ -196,7 +454,7 @@ func (r *runner) priority(ctx context.Context, e *env) error {
 	if err := publishBusAsync(ctx, e.sender, n, func(i int) bus.Message { return r.message(receiverAgent, backlogPriority(i)) }); err != nil {
 		return fmt.Errorf("bus backlog: %w", err)
 	}
-	busT, err := e.drainBus(ctx, n, func(d *bus.Delivery) int64 { return int64(d.Priority) })
+	busT, err := e.drainBus(ctx, n, func(d *bus.Delivery) int64 { return int64(d.Priority) }, nil)
 	if err != nil {
 		return fmt.Errorf("bus: %w", err)
 	}
@@ -209,7 +467,7 @@ func (r *runner) priority(ctx context.Context, e *env) error {
 	if err := publishRawAsync(ctx, e.js, n, func(i int) *nats.Msg { return &nats.Msg{Subject: subjectOf[backlogPriority(i)], Data: r.payload} }); err != nil {
 		return fmt.Errorf("raw backlog: %w", err)
 	}
-	rawT, err := e.drainRaw(ctx, "bench-priority", n, func(m jetstream.Msg) int64 {
+	rawT, err := e.drainRaw(ctx, "bench-priority", e.rawFilter(), n, func(m jetstream.Msg) int64 {
 		a, _ := e.raw.Parse(m.Subject()) // a subject built above
 		return int64(a.Priority)
 	})
@@ -221,17 +479,22 @@ func (r *runner) priority(ctx context.Context, e *env) error {
 	return nil
 }
 
-// setup compares the time to set up the consumers of Agents agents.
+// setup compares the time to set up the consumers of Agents agents and,
+// when Config.Memory is set, the memory that takes per agent, measured
+// while every agent is set up.
 func (r *runner) setup(ctx context.Context, e *env) error {
 	agents := make([]string, r.cfg.Agents)
 	for i := range agents {
 		agents[i] = fmt.Sprintf("bench-agent-%d", i)
 	}
-	busTime, err := e.setupBus(ctx, agents)
+	busTime, busMem, err := r.measureSetup(func() (time.Duration, func(), error) { return e.setupBus(ctx, agents) })
 	if err != nil {
 		return fmt.Errorf("bus: %w", err)
 	}
-	rawTime, err := e.setupRaw(ctx, agents)
+	rawTime, rawMem, err := r.measureSetup(func() (time.Duration, func(), error) {
+		d, err := e.setupRaw(ctx, agents)
+		return d, func() {}, err
+	})
 	if err != nil {
 		return fmt.Errorf("raw: %w", err)
 	}
@@ -244,11 +507,48 @@ func (r *runner) setup(ctx context.Context, e *env) error {
 		return fmt.Errorf("raw: %w", err)
 	}
 	busMs, rawMs := millis(busTime), millis(rawTime)
-	r.report.Setup = &SetupTime{
+	s := &SetupTime{
 		Agents: len(agents), BusConsumers: busConsumers, RawConsumers: rawConsumers,
 		BusMillis: busMs, RawMillis: rawMs, RatioBusRaw: Ratio(busMs, rawMs),
 	}
+	if r.cfg.Memory != nil {
+		perAgent := func(bytes float64) *float64 { v := bytes / 1024 / float64(len(agents)); return &v }
+		s.Memory = r.cfg.MemoryName
+		s.BusKiBPerAgent, s.RawKiBPerAgent = perAgent(busMem), perAgent(rawMem)
+		s.RatioMemoryBusRaw = Ratio(*s.BusKiBPerAgent, *s.RawKiBPerAgent)
+	}
+	r.report.Setup = s
 	return nil
+}
+
+// measureSetup runs setup, which returns how long it took and how to undo
+// what it set up, and returns that time and, with Config.Memory, how much
+// the memory grew between before setup and after it, before the undo.
+func (r *runner) measureSetup(setup func() (time.Duration, func(), error)) (time.Duration, float64, error) {
+	mem := func() (float64, error) {
+		if r.cfg.Memory == nil {
+			return 0, nil
+		}
+		m, err := r.cfg.Memory()
+		if err != nil {
+			return 0, fmt.Errorf("measure memory: %w", err)
+		}
+		return float64(m), nil
+	}
+	before, err := mem()
+	if err != nil {
+		return 0, 0, err
+	}
+	d, undo, err := setup()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer undo()
+	after, err := mem()
+	if err != nil {
+		return 0, 0, err
+	}
+	return d, after - before, nil
 }
 
 // rawFilter returns the filter of every direct message to receiverAgent on
@@ -258,11 +558,12 @@ func (e *env) rawFilter() string {
 	return f
 }
 
-// drainBus subscribes receiverAgent on the bus side with opts, waits until
-// its handler ran n times, recording value of each delivery, and stops.
-func (e *env) drainBus(ctx context.Context, n int, value func(*bus.Delivery) int64, opts ...bus.SubscribeOption) (*tally, error) {
+// drainBus subscribes receiverAgent on the bus side, a bus with busOpts,
+// with opts, waits until its handler ran n times, recording value of each
+// delivery, and stops.
+func (e *env) drainBus(ctx context.Context, n int, value func(*bus.Delivery) int64, busOpts []bus.Option, opts ...bus.SubscribeOption) (*tally, error) {
 	t := newTally(n)
-	stop, err := e.subscribeBus(ctx, receiverAgent, t, value, opts...)
+	stop, err := e.subscribeBus(ctx, receiverAgent, t, value, busOpts, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -270,12 +571,12 @@ func (e *env) drainBus(ctx context.Context, n int, value func(*bus.Delivery) int
 	return t, t.wait(ctx)
 }
 
-// drainRaw consumes every direct message to receiverAgent on the raw side
-// with one durable consumer called name, waits until its handler ran n
-// times, recording value of each message, and stops.
-func (e *env) drainRaw(ctx context.Context, name string, n int, value func(jetstream.Msg) int64) (*tally, error) {
+// drainRaw consumes the messages filter selects on the raw side with one
+// durable consumer called name, waits until its handler ran n times,
+// recording value of each message, and stops.
+func (e *env) drainRaw(ctx context.Context, name, filter string, n int, value func(jetstream.Msg) int64) (*tally, error) {
 	t := newTally(n)
-	stop, err := e.consumeRaw(ctx, name, e.rawFilter(), t, value)
+	stop, err := e.consumeRaw(ctx, name, filter, t, value)
 	if err != nil {
 		return nil, err
 	}
@@ -283,29 +584,32 @@ func (e *env) drainRaw(ctx context.Context, name string, n int, value func(jetst
 	return t, t.wait(ctx)
 }
 
-// setupBus subscribes every agent on one connection, one agent after
-// another, and returns how long that took. It stops the subscriptions
-// before it returns; their durable consumers stay.
-func (e *env) setupBus(ctx context.Context, agents []string) (time.Duration, error) {
+// setupBus makes the bus of every agent and subscribes it, on one
+// connection, one agent after another, and returns how long that took and
+// stop, which stops the subscriptions; their durable consumers stay. On
+// error it stops them itself.
+func (e *env) setupBus(ctx context.Context, agents []string) (_ time.Duration, stop func(), err error) {
 	nc, err := e.connect()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	subs := make([]*bus.Subscription, 0, len(agents))
-	defer func() { stopAll(subs) }()
+	stop = func() { stopAll(subs) }
 	start := time.Now()
 	for _, a := range agents {
 		b, err := e.newBus(nc, a)
 		if err != nil {
-			return 0, err
+			stop()
+			return 0, nil, err
 		}
 		sub, err := b.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
 		if err != nil {
-			return 0, fmt.Errorf("subscribe %s: %w", a, err)
+			stop()
+			return 0, nil, fmt.Errorf("subscribe %s: %w", a, err)
 		}
 		subs = append(subs, sub)
 	}
-	return time.Since(start), nil
+	return time.Since(start), stop, nil
 }
 
 // stopAll stops every subscription at once and waits until all stopped.
@@ -346,7 +650,8 @@ func (e *env) setupRaw(ctx context.Context, agents []string) (time.Duration, err
 
 // rawConsumers returns the configurations of the durable consumers the bus
 // creates for agent, under the scheme s: the names and filters of
-// s.Consumers with the bus's default settings.
+// s.Consumers with the settings package consumers gives every bus consumer
+// by default, so that they follow the bus's choices when those change.
 func rawConsumers(s subjects.Scheme, agent string) ([]jetstream.ConsumerConfig, error) {
 	cs, err := s.Consumers(agent)
 	if err != nil {
@@ -354,15 +659,7 @@ func rawConsumers(s subjects.Scheme, agent string) ([]jetstream.ConsumerConfig, 
 	}
 	out := make([]jetstream.ConsumerConfig, len(cs))
 	for i, c := range cs {
-		out[i] = jetstream.ConsumerConfig{
-			Durable:       c.Name,
-			FilterSubject: c.Filter,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       bus.DefaultAckWait,
-			MaxDeliver:    bus.DefaultMaxDeliver,
-			MaxAckPending: bus.DefaultMaxAckPending,
-		}
+		out[i] = consumers.Settings{}.ConsumerConfig(consumers.Spec{Name: c.Name, FilterSubject: c.Filter, NewOnly: c.Broadcast})
 	}
 	return out, nil
 }

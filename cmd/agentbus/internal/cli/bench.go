@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -32,21 +33,38 @@ func (a *app) benchCommand() *cobra.Command {
 		Long: `Bench runs the bus and raw nats.go side by side on the same server in the
 same run and prints each figure with its ratio, bus divided by raw:
 
-  async     async publish throughput: bus PublishAsync against jetstream
-            PublishMsgAsync with the bare payload ("raw") and with exactly
-            the headers the bus writes ("raw+headers")
-  sync      sync publish latency p50 and p99: Publish against PublishMsg
-  consume   subscribe+ack throughput of a backlog: Subscribe (prefetch 500)
-            with a handler that returns nil, against a raw durable
-            consumer's Consume with explicit acks
-  e2e       publish-to-handler latency p50 and p99 at --rate, the send time
-            carried in the payload; --messages or 5 s worth, if fewer
-  priority  priority inversions draining a backlog of priorities 1..5 sent
-            to an offline agent: handler starts that took a message while a
-            more urgent one waited; the bus (Strict) against one raw
-            consumer over the agent's subjects in stream order
-  setup     time to Subscribe --agents agents, against creating the same
-            durable consumers with raw nats.go
+  async              async publish throughput: bus PublishAsync against
+                     jetstream PublishMsgAsync with the bare payload ("raw")
+                     and with exactly the headers the bus writes
+                     ("raw+headers")
+  async-untracked    the same with the bus's lifecycle records off
+                     (bus.WithoutLifecycle)
+  sync               sync publish latency p50 and p99: Publish against
+                     PublishMsg
+  consume            subscribe+ack throughput of a backlog: Subscribe
+                     (prefetch 500) with a handler that returns nil, against
+                     a raw durable consumer's Consume with explicit acks, of
+                     bare messages ("raw") and of messages with the bus's
+                     headers, each decoded ("raw+headers")
+  consume-defaults   the same with Subscribe given no options
+  consume-untracked  the same with lifecycle records off, prefetch 500
+  request            Request -> Reply round trip p50 and p99, both agents
+                     subscribed, against raw nats.go doing the same hops:
+                     request to the stream, read by the responder's durable
+                     pull consumer, reply to the stream, read by the
+                     requester's; --messages or 2000 round trips, if fewer
+  e2e                publish-to-handler latency p50 and p99 at --rate, the
+                     send time carried in the payload; --messages or 5 s
+                     worth, if fewer
+  priority           priority inversions draining a backlog of priorities
+                     1..5 sent to an offline agent: handler starts that took
+                     a message while a more urgent one waited; the bus
+                     (Strict) against one raw consumer over the agent's
+                     subjects in stream order
+  setup              time to New and Subscribe --agents agents, against
+                     creating the same durable consumers with raw nats.go;
+                     with the embedded server also the growth of this
+                     process's heap (client and server together) per agent
 
 For throughput a ratio below 1 means the bus is slower; for latency, time
 and inversions a ratio above 1 means the bus takes longer or inverts more.
@@ -70,7 +88,7 @@ reports each scenario on stderr as it starts.`,
 	fl.IntVar(&f.agents, "agents", benchmark.DefaultAgents, "agents the setup scenario subscribes")
 	fl.StringVar(&f.rate, "rate", strconv.FormatFloat(benchmark.DefaultRate, 'f', -1, 64)+"/s", "publish rate of the e2e scenario, N/s or N messages per second")
 	fl.BoolVar(&f.json, "json", false, "print one JSON document instead of the table")
-	fl.StringSliceVar(&f.only, "only", nil, "comma-separated scenarios to run (async,sync,consume,e2e,priority,setup); default all")
+	fl.StringSliceVar(&f.only, "only", nil, "comma-separated scenarios to run ("+strings.Join(scenarioNames(), ",")+"); default all")
 	return cmd
 }
 
@@ -163,5 +181,23 @@ func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config) (stop func(
 	url := s.ClientURL()
 	cfg.Dial = func() (*nats.Conn, error) { return nats.Connect(url, opts...) }
 	cfg.Server = "embedded, file storage"
+	// The server shares this process: its memory is the process's heap,
+	// the client's included.
+	cfg.MemoryName = "process heap (client + embedded server)"
+	cfg.Memory = func() (uint64, error) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc, nil
+	}
 	return s.Shutdown, nil
+}
+
+// scenarioNames returns the name of every bench scenario.
+func scenarioNames() []string {
+	var out []string
+	for _, s := range benchmark.Scenarios() {
+		out = append(out, s.Name)
+	}
+	return out
 }

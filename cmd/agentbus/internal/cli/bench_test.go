@@ -10,22 +10,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/cmd/agentbus/internal/benchmark"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // benchTiny are bench flags small enough for a test under -race; the
 // figures they give mean nothing and no test looks at them.
 var benchTiny = []string{"bench", "--messages", "200", "--agents", "3", "--rate", "2000/s"}
-
-// scenarioNames returns the name of every bench scenario.
-func scenarioNames() []string {
-	var out []string
-	for _, s := range benchmark.Scenarios() {
-		out = append(out, s.Name)
-	}
-	return out
-}
 
 func TestBenchTable(t *testing.T) {
 	tmp := embeddedtest.TempDir(t)
@@ -60,12 +50,15 @@ func TestBenchTable(t *testing.T) {
 				t.Errorf("row %q: cell %d %q is not a number", l, i, c)
 			}
 		}
-		withHeaders := f[0] == "async"
+		withHeaders := strings.HasPrefix(f[0], "async") || strings.HasPrefix(f[0], "consume")
 		if _, err := strconv.ParseFloat(cells[4], 64); (err == nil) != withHeaders {
-			t.Errorf("row %q: bus/raw+headers %q, want a number for async only", l, cells[4])
+			t.Errorf("row %q: bus/raw+headers %q, want a number for async and consume only", l, cells[4])
 		}
 	}
-	want := map[string]int{"async": 1, "sync": 2, "consume": 1, "e2e": 2, "priority": 1, "setup": 1}
+	want := map[string]int{
+		"async": 1, "async-untracked": 1, "sync": 2, "consume": 1, "consume-defaults": 1, "consume-untracked": 1,
+		"request": 2, "e2e": 2, "priority": 1, "setup": 2, // time, and heap with the embedded server
+	}
 	for _, name := range scenarioNames() {
 		if rows[name] != want[name] {
 			t.Errorf("%d rows for %s, want %d; output:\n%s", rows[name], name, want[name], r.stdout)
@@ -86,13 +79,19 @@ func TestBenchJSON(t *testing.T) {
 		settings["size_bytes"] != 1024.0 || settings["rate_msgs_per_s"] != 2000.0 {
 		t.Errorf("settings %v", settings)
 	}
+	throughput := []string{"ratio_bus_raw", "ratio_bus_raw_headers"}
+	latency := []string{"ratio_bus_raw_p50", "ratio_bus_raw_p99"}
 	ratios := map[string][]string{
-		"async":    {"ratio_bus_raw", "ratio_bus_raw_headers"},
-		"sync":     {"ratio_bus_raw_p50", "ratio_bus_raw_p99"},
-		"consume":  {"ratio_bus_raw"},
-		"e2e":      {"ratio_bus_raw_p50", "ratio_bus_raw_p99"},
-		"priority": {"ratio_bus_raw"},
-		"setup":    {"ratio_bus_raw"},
+		"async":             throughput,
+		"async-untracked":   throughput,
+		"sync":              latency,
+		"consume":           throughput,
+		"consume-defaults":  throughput,
+		"consume-untracked": throughput,
+		"request":           latency,
+		"e2e":               latency,
+		"priority":          {"ratio_bus_raw"},
+		"setup":             {"ratio_bus_raw", "bus_kib_per_agent", "raw_kib_per_agent"},
 	}
 	for _, name := range scenarioNames() {
 		s, ok := rep[name]
@@ -113,13 +112,16 @@ func TestBenchJSON(t *testing.T) {
 	if got := rep["setup"]; got["bus_consumers"] != got["raw_consumers"] {
 		t.Errorf("setup made %v bus and %v raw consumers, want the same", got["bus_consumers"], got["raw_consumers"])
 	}
+	if got := rep["setup"]["memory"]; got != "process heap (client + embedded server)" {
+		t.Errorf("setup.memory = %v, want the embedded server's process heap named", got)
+	}
 }
 
 // TestBenchServer runs a subset of bench against a server given with
 // --server and checks that it leaves no stream behind.
 func TestBenchServer(t *testing.T) {
 	s := embeddedtest.RunServer(t)
-	out := mustRun(t, "--server", s.ClientURL(), "bench", "--messages", "50", "--only", "sync,priority", "--json")
+	out := mustRun(t, "--server", s.ClientURL(), "bench", "--messages", "50", "--agents", "2", "--only", "sync,priority,request,setup", "--json")
 	var rep map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, out)
@@ -129,8 +131,12 @@ func TestBenchServer(t *testing.T) {
 		got = append(got, k)
 	}
 	slices.Sort(got)
-	if want := []string{"priority", "settings", "sync"}; !slices.Equal(got, want) {
+	if want := []string{"priority", "request", "settings", "setup", "sync"}; !slices.Equal(got, want) {
 		t.Errorf("members %v, want %v", got, want)
+	}
+	// A server given with --server is not measured: no memory figures.
+	if strings.Contains(string(rep["setup"]), "kib_per_agent") {
+		t.Errorf("setup %s has memory figures for a server bench cannot measure", rep["setup"])
 	}
 	if !strings.Contains(string(rep["settings"]), s.ClientURL()) {
 		t.Errorf("settings %s do not name the server %s", rep["settings"], s.ClientURL())
