@@ -83,10 +83,23 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}
+	var status *tracker // nil when lifecycle tracking is off
+	if o.lifecycle {
+		var err error
+		if status, err = newTracker(nc, &o); err != nil {
+			return nil, fmt.Errorf("new bus: %w", err)
+		}
+	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
 		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
+		// An acknowledged asynchronous publish writes its pending record,
+		// which needs the stream sequence the ack carries.
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+			status.acked(m, ack)
+		}),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			status.unsent(m, err)
 			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
 		}),
 	)
@@ -108,12 +121,7 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 			return nil, err
 		}
 	}
-	b := &Bus{agent: agent, nc: nc, js: js, opts: o, tel: tel, subs: make(map[*Subscription]struct{})}
-	if o.lifecycle {
-		if b.status, err = newTracker(nc, &o); err != nil {
-			return nil, fmt.Errorf("new bus: %w", err)
-		}
-	}
+	b := &Bus{agent: agent, nc: nc, js: js, opts: o, tel: tel, status: status, subs: make(map[*Subscription]struct{})}
 	if b.backlogReg, err = tel.meter.RegisterCallback(b.observeBacklog, tel.backlog, tel.inflight); err != nil {
 		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,16 +28,20 @@ type State string
 // The lifecycle states.
 const (
 	// StatePending: published, not yet handled. The sender writes it once
-	// the message is sent, and only if no record exists, so it never
-	// overwrites a recipient's state.
+	// the server stored the message, with its stream sequence, and only if
+	// no record exists, so it never overwrites a recipient's state.
 	StatePending State = "pending"
-	// StateDelivered: a recipient's handler has been working on it for
-	// DeliveredAfter and has not finished.
+	// StateDelivered: a recipient has received it and not finished with
+	// it. Nobody writes it: a lookup reads it from the recipient's consumer,
+	// which has delivered the message and not had it acknowledged.
 	StateDelivered State = "delivered"
 	// StateReplied: the recipient answered it with Reply.
 	StateReplied State = "replied"
 	// StateCompleted: the recipient's handler succeeded without replying,
-	// or a Request took it as its reply.
+	// or a Request took it as its reply. For a direct message without a TTL
+	// nobody writes it either: a lookup reads it from the recipient's
+	// consumer, whose ack floor has passed the message (and then writes it
+	// down).
 	StateCompleted State = "completed"
 	// StateFailed: the handler failed; the message will be delivered again
 	// after a backoff. Reason says why.
@@ -79,10 +85,12 @@ type Status struct {
 	By            string    `json:"by"`                   // the agent that wrote State
 	Stream        string    `json:"stream,omitempty"`     // where the recipient got it
 	Sequence      uint64    `json:"sequence,omitempty"`   // its stream sequence
-	Deliveries    int       `json:"deliveries,omitempty"` // deliveries so far
+	Deliveries    int       `json:"deliveries,omitempty"` // deliveries so far (read from the consumer: the fewest there can have been)
 	Reason        string    `json:"reason,omitempty"`     // why it failed or was dead-lettered
 	ReplyID       string    `json:"replyId,omitempty"`    // the reply, for StateReplied
 	ReplyBy       time.Time `json:"replyBy,omitzero"`     // a Request's deadline (ExtReplyBy)
+
+	revision uint64 // the record's sequence in the bucket when it was read
 }
 
 // Message returns the message s records, as far as Reply needs it: ID,
@@ -150,10 +158,19 @@ type tracker struct {
 	js        jetstream.JetStream
 	onError   func(error)
 	missing   atomic.Bool // the bucket was found missing and reported once
+
+	// acking holds the pending records of asynchronous publishes until the
+	// server's ack gives their stream sequence, by message ID.
+	mu     sync.Mutex
+	acking map[string]Status
+
+	scheme subjects.Scheme
+	stream string // the messages stream, whose consumers tell progress
 }
 
 func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
-	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, onError: o.onError}
+	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, onError: o.onError, acking: make(map[string]Status),
+		scheme: o.scheme, stream: o.scheme.Stream()}
 	t.prefix = "$KV." + t.bucket + "."
 	t.directGet = "$JS.API.DIRECT.GET.KV_" + t.bucket + "." + t.prefix
 	js, err := jetstream.New(nc,
@@ -188,9 +205,101 @@ func (t *tracker) failed(subject string, err error) {
 	t.onError(fmt.Errorf("record status %s: %w", subject, err))
 }
 
+// recordPending writes the sender's pending record s of a message the
+// server stored as ack says. The record holds the stream sequence, by which
+// a lookup reads the recipient's progress from its consumer. It is only
+// created, never overwrites: a recipient's state written first wins.
+func (t *tracker) recordPending(s Status, ack *jetstream.PubAck) {
+	if t == nil {
+		return
+	}
+	s.Stream, s.Sequence = ack.Stream, ack.Sequence
+	t.record(s, true)
+}
+
+// recordPendingAfter holds the pending record s of an asynchronous publish
+// until its ack arrives (acked) or the publish fails (unsent).
+func (t *tracker) recordPendingAfter(s Status) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.acking[s.ID] = s
+	t.mu.Unlock()
+}
+
+// take removes and returns the record held for the message m.
+func (t *tracker) take(m *nats.Msg) (Status, bool) {
+	if t == nil {
+		return Status{}, false
+	}
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.acking[id]
+	delete(t.acking, id)
+	return s, ok
+}
+
+// acked is the bus's asynchronous ack handler: it writes the pending
+// record of m, which the server stored as ack says. It runs on nats.go's
+// ack goroutine and does not block but when the status bucket's own
+// asynchronous writes are stalled.
+func (t *tracker) acked(m *nats.Msg, ack *jetstream.PubAck) {
+	if t == nil {
+		return
+	}
+	if s, ok := t.take(m); ok {
+		t.recordPending(s, ack)
+	}
+}
+
+// unsent records an asynchronous publish that failed with err as failed.
+func (t *tracker) unsent(m *nats.Msg, err error) {
+	if t == nil {
+		return
+	}
+	if s, ok := t.take(m); ok {
+		s.State, s.Reason = StateFailed, err.Error()
+		t.record(s, false)
+	}
+}
+
+// flush waits until every record written so far is stored or has failed.
+// The bus's asynchronous publishes must be complete first: their acks
+// write records.
+func (t *tracker) flush(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// update writes s only if the record is still at revision rev, the one it
+// was read at: a state derived from what was read never overwrites one a
+// recipient wrote in the meantime.
+func (t *tracker) update(s Status, rev uint64) {
+	t.write(s, strconv.FormatUint(rev, 10))
+}
+
 // record writes s. With create it is written only if the record does not
 // exist yet, so a sender's pending never overwrites a recipient's state.
 func (t *tracker) record(s Status, create bool) {
+	expect := ""
+	if create {
+		expect = "0"
+	}
+	t.write(s, expect)
+}
+
+// write writes s, with expect, if not empty, as the record's expected
+// last revision ("0": it must not exist).
+func (t *tracker) write(s Status, expect string) {
 	if t == nil {
 		return
 	}
@@ -205,8 +314,8 @@ func (t *tracker) record(s Status, create bool) {
 		return
 	}
 	m := &nats.Msg{Subject: t.prefix + key, Data: data}
-	if create {
-		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}
+	if expect != "" {
+		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{expect}}
 	}
 	if _, err := t.js.PublishMsgAsync(m); err != nil {
 		t.failed(m.Subject, err)
@@ -271,22 +380,100 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 				out = append(out, s)
 			}
 		})
+		// Deleted at once rather than left to expire: a stream holds at
+		// most 1,000 consumers by default, which a tool polling a status
+		// would otherwise reach within minutes.
+		if info := c.CachedInfo(); info != nil {
+			if derr := t.js.DeleteConsumer(context.WithoutCancel(ctx), "KV_"+t.bucket, info.Name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+				t.onError(fmt.Errorf("delete status lookup consumer %s: %w", info.Name, derr))
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read status %s: %w", f, err)
 		}
 	}
-	now := time.Now()
-	for i, s := range out {
-		if (s.State == StatePending && s.To != Broadcast || s.State == StateFailed) && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
-			s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "TTL passed before it was handled"
-			t.record(s, false)
-			out[i] = s
-		}
-	}
+	t.derive(ctx, out)
 	slices.SortFunc(out, func(a, b Status) int {
 		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.ID, b.ID), cmp.Compare(a.To, b.To))
 	})
 	return out, nil
+}
+
+// derive brings the records in out that are not final up to date from what
+// the server knows, and writes back the final states it finds. A recipient
+// writes no record when it handles a direct message (see
+// completionRecorded): the sender's pending record holds the message's
+// stream sequence, and the recipient's consumer of the message's priority
+// tells how far the recipient has got. A message at or below the
+// consumer's ack floor is completed (for a message with a TTL, whose
+// completion is recorded, it was removed unread at its expiry); one the
+// consumer has delivered but not yet acked is delivered; a message still
+// pending past its expiry has expired. A failed record moves on the same
+// way once a later delivery succeeded. A consumer that cannot be read (it
+// does not exist yet, or the reader may not see it) leaves the record as it
+// is.
+func (t *tracker) derive(ctx context.Context, out []Status) {
+	now := time.Now()
+	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
+	for i, s := range out {
+		switch s.State {
+		case StatePending, StateDelivered, StateFailed:
+		default:
+			continue
+		}
+		if s.To != Broadcast && s.Sequence > 0 && s.Stream == t.stream {
+			if info := t.consumerOf(ctx, floors, s.To, s.Priority); info != nil {
+				switch {
+				case s.Sequence <= info.AckFloor.Stream && s.ExpiresAt.IsZero():
+					s.State, s.Reason = StateCompleted, ""
+				case s.Sequence <= info.AckFloor.Stream:
+					s.State, s.Reason = StateExpired, "removed at its expiry before it was handled"
+				case s.Sequence <= info.Delivered.Stream && s.State == StatePending:
+					s.State = StateDelivered
+				}
+				if s.State != out[i].State {
+					// The consumer does not count deliveries per message:
+					// record the fewest there can have been.
+					s.Updated, s.By, s.Deliveries = now.UTC(), s.To, s.Deliveries+1
+				}
+			}
+		}
+		if (s.State == StatePending && s.To != Broadcast || s.State == StateFailed) && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
+			s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "TTL passed before it was handled"
+		}
+		if s.State.Final() && s.State != out[i].State {
+			t.update(s, out[i].revision)
+		}
+		out[i] = s
+	}
+}
+
+// consumerInfoTimeout bounds a lookup's read of one consumer's state.
+const consumerInfoTimeout = 2 * time.Second
+
+// consumerOf returns the info of the consumer that delivers agent's direct
+// messages of priority, read once per lookup into floors, or nil if it
+// cannot be read.
+func (t *tracker) consumerOf(ctx context.Context, floors map[string]*jetstream.ConsumerInfo, agent string, priority int) *jetstream.ConsumerInfo {
+	cs, err := t.scheme.Consumers(agent)
+	if err != nil || priority < subjects.HighestPriority || priority > subjects.LowestPriority {
+		return nil
+	}
+	name := cs[priority-1].Name
+	if info, ok := floors[name]; ok {
+		return info
+	}
+	// Bounded on its own: a server that refuses the request (an agent
+	// whose permissions predate this lookup) does not answer, and the
+	// record is then returned as written.
+	ctx, cancel := context.WithTimeout(ctx, consumerInfoTimeout)
+	defer cancel()
+	var info *jetstream.ConsumerInfo
+	if c, err := t.js.Consumer(ctx, t.stream, name); err == nil {
+		info = c.CachedInfo()
+	}
+	floors[name] = info
+	return info
 }
 
 // readAll fetches what an ordered consumer has pending now and passes each
@@ -313,6 +500,7 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 			if err := json.Unmarshal(m.Data(), &s); err != nil {
 				return fmt.Errorf("record %s: %w", m.Subject(), err)
 			}
+			s.revision = md.Sequence.Stream
 			add(m.Subject(), s)
 		}
 		if err := batch.Error(); err != nil {

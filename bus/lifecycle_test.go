@@ -39,11 +39,11 @@ func TestLifecycleStates(t *testing.T) {
 		return nil
 	}, bus.WithBackoff(func(int) time.Duration { return 0 }))
 
-	if st := waitState(t, orch, done.ID, bus.StateCompleted); st.By != "worker" || st.Sequence != done.Sequence || st.Deliveries != 1 {
-		t.Errorf("completed status = %+v, want by worker, sequence %d, 1 delivery", st, done.Sequence)
+	if st := waitState(t, orch, done.ID, bus.StateCompleted); st.By != "worker" || st.Sequence != done.Sequence {
+		t.Errorf("completed status = %+v, want by worker, sequence %d", st, done.Sequence)
 	}
-	if st := waitState(t, worker, retried.ID, bus.StateCompleted); st.Deliveries != 2 {
-		t.Errorf("retried status = %+v, want 2 deliveries", st)
+	if st := waitState(t, worker, retried.ID, bus.StateCompleted); st.By != "worker" || st.Sequence != retried.Sequence {
+		t.Errorf("retried status = %+v, want completed by worker after its failure", st)
 	}
 	if st := waitState(t, worker, rejected.ID, bus.StateDeadLettered); st.Reason == "" {
 		t.Errorf("dead-lettered status = %+v, want a reason", st)
@@ -126,21 +126,25 @@ func TestLifecycleScopeAndSwitch(t *testing.T) {
 	}
 }
 
-// TestLifecycleDeliveredOnlyWhileWorking: a handler that is still working
-// after DeliveredAfter shows its message as delivered; a fast handler takes
-// its message from pending to completed in one write, with no delivered
-// record in between, and no delivered record ever follows the outcome.
-func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
+// TestLifecycleReadFromConsumer: a recipient writes no record for a
+// direct message it handles; a lookup reads delivered (while the handler
+// works) and completed (once acknowledged) from the recipient's consumer,
+// and writes completed down once, so that the record's history is the
+// sender's pending and that one state.
+func TestLifecycleReadFromConsumer(t *testing.T) {
 	s := newServer(t)
 	orch := newBus(t, s, "orchestrator")
 	worker := newBus(t, s, "worker")
-	// Both queued first, so that each history starts with the sender's
-	// pending (a recipient that is quicker than the sender's record wins).
 	fast := publish(t, orch, bus.Message{To: "worker", Type: "FAST", CorrelationID: "conv-work"})
 	slow := publish(t, orch, bus.Message{To: "worker", Type: "SLOW", CorrelationID: "conv-work"})
-	waitState(t, orch, fast.ID, bus.StatePending)
-	waitState(t, orch, slow.ID, bus.StatePending)
+	if err := orch.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, orch, fast.ID, bus.StatePending); st.Sequence != fast.Sequence || st.Stream != fast.Stream {
+		t.Errorf("pending record at %s/%d, want the message's %s/%d", st.Stream, st.Sequence, fast.Stream, fast.Sequence)
+	}
 	release := make(chan struct{})
+	handled := newRecorder()
 	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
 		if d.Type == "SLOW" {
 			select {
@@ -148,19 +152,9 @@ func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
 			case <-ctx.Done():
 			}
 		}
-		return nil
+		return handled.handle(ctx, d)
 	})
-	waitState(t, orch, fast.ID, bus.StateCompleted)
-	if st := waitState(t, orch, slow.ID, bus.StateDelivered); st.By != "worker" || st.Deliveries != 1 {
-		t.Errorf("delivered status = %+v, want by worker, 1 delivery", st)
-	}
-	close(release)
-	waitState(t, orch, slow.ID, bus.StateCompleted)
-	if err := worker.Flush(testContext(t)); err != nil {
-		t.Fatal(err)
-	}
 
-	// The records' histories, as an operator reads them from the bucket.
 	nc := embeddedtest.Connect(t, s)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -170,14 +164,9 @@ func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct {
-		ack  bus.PubAck
-		want []bus.State
-	}{
-		{fast, []bus.State{bus.StatePending, bus.StateCompleted}},
-		{slow, []bus.State{bus.StatePending, bus.StateDelivered, bus.StateCompleted}},
-	} {
-		key, err := subjects.StatusKey("conv-work", tt.ack.ID, "orchestrator", "worker")
+	history := func(ack bus.PubAck) []bus.State {
+		t.Helper()
+		key, err := subjects.StatusKey("conv-work", ack.ID, "orchestrator", "worker")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,8 +182,31 @@ func TestLifecycleDeliveredOnlyWhileWorking(t *testing.T) {
 			}
 			got = append(got, st.State)
 		}
-		if !slices.Equal(got, tt.want) {
-			t.Errorf("history of %s = %v, want %v", key, got, tt.want)
+		return got
+	}
+
+	if st := waitState(t, orch, slow.ID, bus.StateDelivered); st.By != "worker" {
+		t.Errorf("delivered status = %+v, want by worker", st)
+	}
+	handled.waitCount(t, 1) // FAST; SLOW is still running
+	if err := worker.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := history(fast); !slices.Equal(got, []bus.State{bus.StatePending}) {
+		t.Errorf("history of the handled message before a lookup = %v, want [pending]: the recipient writes nothing", got)
+	}
+	if st := waitState(t, orch, fast.ID, bus.StateCompleted); st.By != "worker" {
+		t.Errorf("completed status = %+v, want by worker", st)
+	}
+	close(release)
+	waitState(t, orch, slow.ID, bus.StateCompleted)
+	waitState(t, orch, fast.ID, bus.StateCompleted) // read again: no second write
+	if err := orch.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, ack := range []bus.PubAck{fast, slow} {
+		if got := history(ack); !slices.Equal(got, []bus.State{bus.StatePending, bus.StateCompleted}) {
+			t.Errorf("history of %s = %v, want [pending completed]", ack.ID, got)
 		}
 	}
 }

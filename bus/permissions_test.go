@@ -336,9 +336,9 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	t.Run("pull from alice's consumer", func(t *testing.T) {
 		mallory.deniedRequest(t, "$JS.API.CONSUMER.MSG.NEXT."+stream+".alice_p3", map[string]any{"batch": 1})
 	})
-	t.Run("read alice's consumer", func(t *testing.T) {
-		mallory.denied(t, "$JS.API.CONSUMER.INFO."+stream+".alice_p3", func(ctx context.Context) error {
-			_, err := mallory.js.Consumer(ctx, stream, "alice_p3")
+	t.Run("read the status bucket's consumers", func(t *testing.T) {
+		mallory.denied(t, "$JS.API.CONSUMER.INFO.KV_"+stream+"_STATUS.x", func(ctx context.Context) error {
+			_, err := mallory.js.Consumer(ctx, "KV_"+stream+"_STATUS", "x")
 			return err
 		})
 	})

@@ -270,7 +270,7 @@ func (n *protoNet) exchange(t *testing.T, p profiles.Profile, ex protoExample, n
 
 		st := waitState(t, n.buses[to], ack.ID, bus.StateCompleted)
 		if st.From != ex.from || st.To != to || st.Type != want.Type || st.Priority != want.Priority ||
-			st.CorrelationID != wantCorrelation || st.By != to || st.Deliveries != 1 {
+			st.CorrelationID != wantCorrelation || st.By != to || st.Sequence != ack.Sequence {
 			t.Errorf("%s: lifecycle record %+v", to, st)
 		}
 	}

@@ -68,10 +68,11 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
 	}
-	// After the message, so that the server stores the message first and
-	// the caller does not wait for the record. A recipient's state written
-	// in between wins: pending is only ever created, never overwrites.
-	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true)
+	// After the message, so that the record holds its stream sequence, by
+	// which a lookup finds the recipient's progress, and the caller does not
+	// wait for the record. A recipient's state written in between wins:
+	// pending is only ever created, never overwrites.
+	b.status.recordPending(statusOf(&m, m.To, StatePending, b.agent), ack)
 	op.end(b.tel, ctx, nil, ack.Duplicate)
 	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
@@ -118,14 +119,18 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 		return nil, err
 	}
 	op := b.tel.startSend(ctx, &m, msg)
+	// Held before the message goes out, so the ack finds it: the pending
+	// record is written once the ack gives the stream sequence, as in
+	// Publish.
+	b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
+		b.status.take(msg)
 		err = b.publishError(m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)
 		return nil, err
 	}
-	b.status.record(statusOf(&m, m.To, StatePending, b.agent), true) // after the message, as in Publish
 	op.end(b.tel, ctx, nil, false)
 	return &PublishFuture{id: m.ID, subject: msg.Subject, f: f, b: b}, nil
 }
@@ -141,18 +146,12 @@ func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncC
 // messages they describe; Flush is how a program makes sure they are
 // stored, before it reads them back or before it exits.
 func (b *Bus) Flush(ctx context.Context) error {
-	chans := []<-chan struct{}{b.js.PublishAsyncComplete()}
-	if b.status != nil {
-		chans = append(chans, b.status.js.PublishAsyncComplete())
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	for _, c := range chans {
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return b.status.flush(ctx)
 }
 
 // prepare fills m's defaults, checks it and encodes it as a NATS message.

@@ -109,7 +109,6 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	s := statusOf(request, b.agent, StateReplied, b.agent)
 	s.ReplyID = ack.ID
 	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
-		h.delivered.cancel()
 		h.replied.Store(true)
 		s = s.withDelivery(h.d)
 	}
@@ -121,9 +120,8 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 // Delivery being handled, and what the subscription and Reply share about
 // it.
 type handling struct {
-	d         *Delivery
-	delivered *deliveredTimer // the pending delivered record of d; nil outside a subscription
-	replied   atomic.Bool     // Reply answered d
+	d       *Delivery
+	replied atomic.Bool // Reply answered d
 }
 
 // requests are a bus's Requests waiting for replies.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/agentbus/agentbus/codec"
@@ -269,12 +268,10 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 		if b.settledElsewhere(ctx, d) {
 			return nil
 		}
-		hs := &handling{d: d, delivered: b.recordDeliveredLater(m, md)}
-		defer hs.delivered.cancel() // also when h panics
+		hs := &handling{d: d}
 		err = h(context.WithValue(ctx, deliveryKey{}, hs), d)
-		hs.delivered.cancel()
 		switch {
-		case err == nil && !hs.replied.Load():
+		case err == nil && !hs.replied.Load() && completionRecorded(m):
 			b.record(m, StateCompleted, md, nil)
 		case err != nil && !consumers.IsPermanent(err):
 			b.record(m, StateFailed, md, err) // a termination records dead_lettered
@@ -297,50 +294,17 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 	b.status.record(st, false)
 }
 
-// DeliveredAfter is how long a handler runs before the lifecycle record of
-// its message becomes delivered. A handler that returns sooner takes its
-// message from pending straight to its outcome (completed, replied,
-// failed, ...), in one status write instead of two: most handlers are
-// fast, and the write would be overwritten within milliseconds. A
-// long-running handler, an agent working on a task, shows as delivered
-// while it works (docs/reliability.md).
-const DeliveredAfter = 250 * time.Millisecond
-
-// recordDeliveredLater writes the delivered state of m once its handler
-// has run for DeliveredAfter, unless cancelled first. It returns nil when
-// lifecycle tracking is off.
-func (b *Bus) recordDeliveredLater(m *Message, md consumers.Metadata) *deliveredTimer {
-	if b.status == nil {
-		return nil
-	}
-	t := &deliveredTimer{}
-	t.timer = time.AfterFunc(DeliveredAfter, func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if !t.cancelled {
-			b.record(m, StateDelivered, md, nil)
-		}
-	})
-	return t
-}
-
-// deliveredTimer is a pending delivered record.
-type deliveredTimer struct {
-	timer     *time.Timer
-	mu        sync.Mutex // held while the record is written
-	cancelled bool
-}
-
-// cancel stops the delivered record from being written, or, if it is
-// being written, waits until it has been handed to the connection: a state
-// recorded after cancel returns is never overwritten by delivered.
-func (t *deliveredTimer) cancel() {
-	if t == nil || t.timer.Stop() {
-		return
-	}
-	t.mu.Lock()
-	t.cancelled = true
-	t.mu.Unlock()
+// completionRecorded reports whether a recipient writes the completed
+// record of m when its handler succeeds. For most messages it does not: the
+// sender's pending record holds the message's stream sequence, and a lookup
+// reads completed (or delivered) from the recipient's consumer, whose ack
+// floor has passed it (see Bus.Status). That leaves the common path with
+// no lifecycle write on the recipient's side. Two kinds are written: a
+// broadcast, whose sender's record names no recipient, and a message with
+// a TTL, whose consumer also passes it when the server removed it unread
+// at its expiry, which a lookup must tell apart.
+func completionRecorded(m *Message) bool {
+	return m.Broadcast() || m.TTL > 0
 }
 
 // checkSender reports ErrSenderMismatch unless the event's source names the

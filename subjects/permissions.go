@@ -54,9 +54,12 @@ func InboxPrefix(agent string) (string, error) {
 //   - for each of its consumers C with filter F ([Scheme.Consumers]):
 //     $JS.API.CONSUMER.CREATE.S.C.F, create or update C with filter F and
 //     no other (the server refuses a request whose configured filter is not
-//     the one in the subject); $JS.API.CONSUMER.INFO.S.C, read by the
-//     backlog metrics; $JS.API.CONSUMER.MSG.NEXT.S.C, pull; $JS.ACK.S.C.>,
-//     acknowledge;
+//     the one in the subject); $JS.API.CONSUMER.MSG.NEXT.S.C, pull;
+//     $JS.ACK.S.C.>, acknowledge;
+//   - $JS.API.CONSUMER.INFO.S.*: read the state of any agent's consumer on
+//     the stream (no message in it): how far a recipient has got is how a
+//     status lookup tells delivered and completed, which nobody writes,
+//     and the backlog metrics read the agent's own;
 //   - $KV.B.P: write the status records that name it;
 //   - $JS.API.DIRECT.GET.KV_B.$KV.B.P: read one of them by key;
 //   - $JS.API.CONSUMER.CREATE.KV_B.*.$KV.B.P, then
@@ -92,11 +95,11 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 	for _, c := range cs {
 		pub = append(pub,
 			jsConsumerCreate+stream+"."+c.Name+"."+c.Filter,
-			jsConsumerInfo+stream+"."+c.Name,
 			jsConsumerNext+stream+"."+c.Name,
 			jsAck+stream+"."+c.Name+"."+tail,
 		)
 	}
+	pub = append(pub, jsConsumerInfo+stream+"."+anyToken)
 	bucket := s.StatusBucket()
 	kvStream, kv := kvStreamPrefix+bucket, kvPrefix+bucket+"."
 	for _, p := range patterns {

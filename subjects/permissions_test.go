@@ -24,11 +24,11 @@ func TestAgentPermissionsGolden(t *testing.T) {
 		}
 		want = append(want,
 			"$JS.API.CONSUMER.CREATE.AGENTBUS.a_"+c+"."+filter,
-			"$JS.API.CONSUMER.INFO.AGENTBUS.a_"+c,
 			"$JS.API.CONSUMER.MSG.NEXT.AGENTBUS.a_"+c,
 			"$JS.ACK.AGENTBUS.a_"+c+".>",
 		)
 	}
+	want = append(want, "$JS.API.CONSUMER.INFO.AGENTBUS.*")
 	want = append(want,
 		"$KV.AGENTBUS_STATUS.*.*.a.*",
 		"$JS.API.DIRECT.GET.KV_AGENTBUS_STATUS.$KV.AGENTBUS_STATUS.*.*.a.*",

@@ -31,9 +31,10 @@ func (a *app) statusCommand() *cobra.Command {
 
 A direct message has one record. A broadcast has its sender's, which stays
 pending, and one for each agent that received it. The states are pending
-(sent, not yet received), delivered (a handler has been working on it for
-250 ms), failed (it will be delivered again), and the final replied,
-completed, expired and dead_lettered. seq is the message's stream sequence, reply the ID of the
+(sent, not yet received), delivered (the recipient has received it and not
+finished with it), failed (it will be delivered again), and the final replied,
+completed, expired and dead_lettered; delivered and completed are read from
+the recipient's consumer. seq is the message's stream sequence, reply the ID of the
 reply that answered it. --json prints a JSON array of the records.
 
 Without --agent, status reads every record of the message, which needs an
