@@ -62,8 +62,13 @@ type storeLock struct {
 }
 
 // lockStore creates dir if needed and takes the lock on its lock file. It
-// returns a *StoreLockedError if another server holds it.
+// returns a *StoreLockedError if another server holds it. An empty dir,
+// which only Options.Configure can leave, is the server's shared default
+// under os.TempDir and is not locked.
 func lockStore(dir string) (*storeLock, error) {
+	if dir == "" {
+		return nil, nil
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create store directory: %w", err)
 	}
