@@ -37,7 +37,64 @@ const (
 	HeaderDeadLetterAgent = "Agentbus-Dlq-Agent"
 	// HeaderDeadLetterTime is when it was dead-lettered (RFC 3339).
 	HeaderDeadLetterTime = "Agentbus-Dlq-Time"
+	// HeaderDeadLetterOrigPrefix prefixes the JetStream control headers of
+	// the original message (Nats-Expected-Stream, Nats-TTL, Nats-Rollup,
+	// ...), which a dead letter keeps as "Agentbus-Dlq-Orig-<header>" with
+	// the header's name as the message had it: under their own names the
+	// server would act on them again when the dead letter is stored, and
+	// refuse it or expire it. The original's Nats-Msg-Id is not kept: the
+	// dead letter's own ID ends with it.
+	HeaderDeadLetterOrigPrefix = "Agentbus-Dlq-Orig-"
 )
+
+// jetStreamControlHeaders are the headers nats-server (2.15) acts on when a
+// message is published to a stream, matched in any case, and
+// jetStreamControlPrefixes the families of them that the server itself
+// strips by prefix when it copies a message (sources, mirrors, schedules).
+// A copy of a message, such as a dead letter, must not carry them: on
+// another stream they can make the server refuse the copy
+// (Nats-Expected-*, Nats-TTL, Nats-Rollup, Nats-Incr, Nats-Batch-Id,
+// Nats-Schedule*, Nats-Stream-Source), expire it (Nats-TTL), purge other
+// messages (Nats-Rollup) or treat it as a marker or a trace. The server's
+// response and republish headers (Nats-Stream, Nats-Sequence, ...) and
+// Nats-Request-Info, which it removes before storing, are not acted on and
+// are kept.
+var (
+	jetStreamControlHeaders = []string{
+		"Nats-Msg-Id",             // deduplication
+		"Nats-TTL",                // per-message TTL
+		"Nats-Rollup",             // purges the subject or the stream
+		"Nats-Incr",               // counter streams
+		"Nats-Counter-Sources",    // counter streams
+		"Nats-Stream-Source",      // only sourced messages may carry it
+		"Nats-Marker-Reason",      // delete markers
+		"Nats-Required-Api-Level", // batches and API requests
+	}
+	jetStreamControlPrefixes = []string{
+		"Nats-Expected-", // -Stream, -Last-Sequence, -Last-Subject-Sequence(-Subject), -Last-Msg-Id
+		"Nats-Batch-",    // -Id, -Sequence, -Commit: atomic batches
+		"Nats-Schedule",  // Nats-Schedule, -Time-Zone, -TTL, -Rollup, -Target, -Source, -Next, Nats-Scheduler
+		"Nats-Trace-",    // -Dest, -Only, -Hop, -Origin-Account: message tracing
+	}
+)
+
+// isJetStreamControlHeader reports whether k names, in any case, a header
+// the server acts on when a message carrying it is published to a stream.
+// (The server matches names exactly; a copy drops other spellings too, so
+// that no client or proxy that changes their case can make them count.)
+func isJetStreamControlHeader(k string) bool {
+	for _, h := range jetStreamControlHeaders {
+		if strings.EqualFold(k, h) {
+			return true
+		}
+	}
+	for _, p := range jetStreamControlPrefixes {
+		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
 
 // DeadLetterReason says why a message was dead-lettered.
 type DeadLetterReason string
@@ -106,15 +163,7 @@ func (b *Bus) writeDeadLetter(ctx context.Context, dl deadLetter) error {
 	if err != nil {
 		return fmt.Errorf("dead-letter subject: %w", err)
 	}
-	h := make(nats.Header, len(dl.header)+9)
-	for k, v := range dl.header {
-		switch k {
-		case jetstream.MsgIDHeader, jetstream.MsgTTLHeader:
-			// The dead letter has its own ID and never expires.
-		default:
-			h[k] = v
-		}
-	}
+	h := deadLetterHeader(dl.header)
 	h[jetstream.MsgIDHeader] = []string{deadLetterID(dl)}
 	h[HeaderDeadLetterReason] = []string{string(dl.reason)}
 	if dl.err != nil {
@@ -132,6 +181,31 @@ func (b *Bus) writeDeadLetter(ctx context.Context, dl deadLetter) error {
 		return fmt.Errorf("write dead letter for %s seq %d: %w", dl.stream, dl.seq, b.notProvisioned(err))
 	}
 	return nil
+}
+
+// deadLetterHeader returns the headers of a dead letter of a message with
+// header orig, before the dead letter's own: orig's, except that its
+// JetStream control headers are renamed with HeaderDeadLetterOrigPrefix,
+// and its Nats-Msg-Id dropped, so that the dead-letter stream stores the
+// copy as it is, and stores it once.
+func deadLetterHeader(orig nats.Header) nats.Header {
+	h := make(nats.Header, len(orig)+9)
+	var control []string
+	for k, v := range orig {
+		if isJetStreamControlHeader(k) {
+			control = append(control, k)
+			continue
+		}
+		h[k] = v
+	}
+	// After the others, so that the original's control headers win over
+	// any header of the same name it carried.
+	for _, k := range control {
+		if !strings.EqualFold(k, jetstream.MsgIDHeader) {
+			h[HeaderDeadLetterOrigPrefix+k] = orig[k]
+		}
+	}
+	return h
 }
 
 // oneLine makes s a valid header value: no line breaks, at most n bytes.

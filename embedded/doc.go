@@ -32,6 +32,11 @@
 //	srv.Shutdown()
 //	srv, _ = embedded.Start(opts) // same port, same streams and messages
 //
+// One server at a time may use a store directory. Start locks it and fails
+// with [ErrStoreLocked] while another server, in this process or another,
+// holds it; the lock ends with the server's Shutdown, or with its process
+// if it crashed.
+//
 // # Configuration and logging
 //
 // Options covers what agentbus needs, client TLS included (Options.TLS).

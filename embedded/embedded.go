@@ -45,6 +45,7 @@ type Options struct {
 
 	// StoreDir is the JetStream file store directory; the server keeps its
 	// data in a "jetstream" directory inside it and creates it if needed.
+	// One server at a time may use it: Start locks it (see [Start]).
 	// Empty means a new temporary directory that Shutdown removes, so data
 	// does not outlive the server: set StoreDir to restart on the same data.
 	StoreDir string
@@ -302,6 +303,14 @@ type Server struct {
 // reported a cause, such as syscall.EADDRINUSE for a port in use, the error
 // wraps it as well. On error nothing is left running and a temporary store
 // is removed.
+//
+// The server holds a lock on its store directory (the file [LockFileName] in
+// it) until it has stopped. If another server, in this process or another,
+// holds it, Start fails with a [*StoreLockedError], which matches
+// [ErrStoreLocked]. The lock goes with the process, so a server that
+// crashed does not keep its store from being started again. The store is
+// locked on Linux, macOS and the BSDs; elsewhere nothing stops two servers
+// from sharing one store.
 func Start(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
@@ -327,8 +336,20 @@ func start(o Options, ownStore bool) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
+	// nats-server does not lock its store: two servers on one directory
+	// both run, and each destroys what the other acknowledged. The lock is
+	// held until the server has stopped.
+	lock, err := lockStore(so.StoreDir)
+	if err != nil {
+		var locked *StoreLockedError
+		if errors.As(err, &locked) {
+			return nil, fmt.Errorf("%w: %w", ErrStart, err)
+		}
+		return nil, startError("store "+so.StoreDir, err)
+	}
 	ns, err := server.NewServer(so)
 	if err != nil {
+		lock.release()
 		return nil, startError("configure", err)
 	}
 	log := newFatalLogger(o.Logger)
@@ -346,6 +367,7 @@ func start(o Options, ownStore bool) (*Server, error) {
 		ns.Shutdown()
 		<-started
 		ns.WaitForShutdown()
+		lock.release()
 		return nil, startError(what, cause)
 	}
 
@@ -391,9 +413,11 @@ func start(o Options, ownStore bool) (*Server, error) {
 	o.ServerName = ns.Name()
 	s := &Server{ns: ns, opts: o, ownStore: ownStore, log: log, done: make(chan struct{})}
 	// Owned by s: ends when the server stops, which Shutdown causes and
-	// waits for.
+	// waits for. The store is unlocked once the server has let go of it,
+	// however it stopped.
 	go func() {
 		ns.WaitForShutdown()
+		lock.release()
 		close(s.done)
 	}()
 	return s, nil
@@ -479,8 +503,8 @@ func (s *Server) NATS() *server.Server {
 	return s.ns
 }
 
-// Shutdown stops the server, waits until it has fully stopped and, if Start
-// created the store directory, removes it. It is safe to call more than once
+// Shutdown stops the server, waits until it has fully stopped, unlocks the
+// store directory and, if Start created it, removes it. It is safe to call more than once
 // and from several goroutines; every call returns after the server stopped.
 func (s *Server) Shutdown() {
 	s.shutdownOnce.Do(func() {

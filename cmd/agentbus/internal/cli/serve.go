@@ -38,7 +38,10 @@ stream on it (the defaults of 'agentbus provision'), and serves until it
 receives SIGINT or SIGTERM, when it shuts down cleanly and exits 0.
 
 Messages are kept in --store, so they survive restarts. The default store is
-$XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus.
+$XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus. One server at a time
+may use a store: serve refuses, and exits 1, if another holds it (it locks
+the file agentbus.lock in the store, on Linux, macOS and the BSDs; the lock
+goes with the process, so a crashed server never blocks a restart).
 
 --listen takes HOST:PORT; port 0 picks a free port, and an empty host
 (":4222") listens on every interface. Without --auth the server has no
@@ -103,6 +106,10 @@ on stderr.`,
 				TLS:        tlsOpts,
 				ConfigFile: authFile,
 			})
+			var locked *embedded.StoreLockedError
+			if errors.As(err, &locked) {
+				return locked // says which store and who holds it, nothing more
+			}
 			if err != nil {
 				return err
 			}
