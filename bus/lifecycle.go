@@ -85,7 +85,7 @@ type Status struct {
 	By            string    `json:"by"`                   // the agent that wrote State
 	Stream        string    `json:"stream,omitempty"`     // where the recipient got it
 	Sequence      uint64    `json:"sequence,omitempty"`   // its stream sequence
-	Deliveries    int       `json:"deliveries,omitempty"` // deliveries so far (read from the consumer: the fewest there can have been)
+	Deliveries    int       `json:"deliveries,omitempty"` // deliveries so far
 	Reason        string    `json:"reason,omitempty"`     // why it failed or was dead-lettered
 	ReplyID       string    `json:"replyId,omitempty"`    // the reply, for StateReplied
 	ReplyBy       time.Time `json:"replyBy,omitzero"`     // a Request's deadline (ExtReplyBy)
@@ -432,9 +432,10 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 					s.State = StateDelivered
 				}
 				if s.State != out[i].State {
-					// The consumer does not count deliveries per message:
-					// record the fewest there can have been.
-					s.Updated, s.By, s.Deliveries = now.UTC(), s.To, s.Deliveries+1
+					// The consumer does not count deliveries per message; a
+					// recipient records a completion after a redelivery
+					// itself, so this was at least the first.
+					s.Updated, s.By, s.Deliveries = now.UTC(), s.To, max(s.Deliveries, 1)
 				}
 			}
 		}

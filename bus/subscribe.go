@@ -271,7 +271,7 @@ func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
 		hs := &handling{d: d}
 		err = h(context.WithValue(ctx, deliveryKey{}, hs), d)
 		switch {
-		case err == nil && !hs.replied.Load() && completionRecorded(m):
+		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
 			b.record(m, StateCompleted, md, nil)
 		case err != nil && !consumers.IsPermanent(err):
 			b.record(m, StateFailed, md, err) // a termination records dead_lettered
@@ -299,12 +299,14 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 // sender's pending record holds the message's stream sequence, and a lookup
 // reads completed (or delivered) from the recipient's consumer, whose ack
 // floor has passed it (see Bus.Status). That leaves the common path with
-// no lifecycle write on the recipient's side. Two kinds are written: a
-// broadcast, whose sender's record names no recipient, and a message with
-// a TTL, whose consumer also passes it when the server removed it unread
-// at its expiry, which a lookup must tell apart.
-func completionRecorded(m *Message) bool {
-	return m.Broadcast() || m.TTL > 0
+// no lifecycle write on the recipient's side. Three kinds are written: a
+// broadcast, whose sender's record names no recipient; a message with a
+// TTL, whose consumer also passes it when the server removed it unread at
+// its expiry, which a lookup must tell apart; and a message delivered more
+// than once (md), whose record then says how often, which the consumer
+// does not (a completion read from it was the first delivery).
+func completionRecorded(m *Message, md consumers.Metadata) bool {
+	return m.Broadcast() || m.TTL > 0 || md.NumDelivered > 1
 }
 
 // checkSender reports ErrSenderMismatch unless the event's source names the

@@ -16,7 +16,7 @@ func TestStatus(t *testing.T) {
 	publish(t, url, "--from", "alice", "--to", "bob", "--type", "TASK", "--id", "s-1", "--data", "x")
 	status := []string{"--server", url, "status", "s-1"}
 
-	pending := regexp.MustCompile(`^s-1 alice -> bob pending updated=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n$`)
+	pending := regexp.MustCompile(`^s-1 alice -> bob pending seq=1 updated=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n$`)
 	waitFor(t, "the pending record", func() (bool, string) {
 		r := runIn(t, "", status...)
 		return r.code == exitOK && pending.MatchString(r.stdout), r.stdout + r.stderr
