@@ -210,3 +210,36 @@ func TestLifecycleReadFromConsumer(t *testing.T) {
 		}
 	}
 }
+
+// TestLifecyclePendingAfterAsyncAck: an asynchronous publish's pending
+// record is written once the ack arrives and holds the stream sequence the
+// ack gave; a lookup then reads completed from the recipient's consumer.
+func TestLifecyclePendingAfterAsyncAck(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	f, err := orch.PublishAsync(testContext(t), bus.Message{To: "worker", Type: "ASYNC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := f.Wait(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := orch.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := orch.Status(testContext(t), ack.ID)
+	if err != nil || len(sts) != 1 {
+		t.Fatalf("Status = %+v, %v; want one record", sts, err)
+	}
+	if st := sts[0]; st.State != bus.StatePending || st.Sequence != ack.Sequence || st.Stream != ack.Stream || st.By != "orchestrator" {
+		t.Errorf("record %+v, want pending by orchestrator at %s/%d", st, ack.Stream, ack.Sequence)
+	}
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	r.waitCount(t, 1)
+	if st := waitState(t, orch, ack.ID, bus.StateCompleted); st.By != "worker" || st.Deliveries != 1 {
+		t.Errorf("record %+v, want completed by worker after 1 delivery", st)
+	}
+}
