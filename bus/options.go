@@ -33,9 +33,6 @@ const (
 	// when the server does not answer or answers that it cannot yet (see
 	// WithPublishAttempts).
 	DefaultPublishAttempts = 3
-	// DefaultPrefetch is how many messages a subscription holds in memory
-	// per consumer ahead of its handlers (see WithPrefetch).
-	DefaultPrefetch = 64
 	// DefaultRequestTimeout is how long Request waits for a reply when its
 	// context has no deadline.
 	DefaultRequestTimeout = 5 * time.Minute
@@ -270,15 +267,18 @@ func WithConcurrency(n int) SubscribeOption {
 
 // WithPrefetch sets how many messages per consumer (the agent has six: one
 // per priority and one for the broadcasts) this process holds in memory
-// ahead of its handlers; DefaultPrefetch by default. With a prefetch of
-// one, every message waits for a pull round trip to the server; a deeper
-// prefetch lets a fast handler run at the server's speed, and costs memory:
-// at most six times the prefetch messages held at once. Less prefetch
-// spreads work more evenly between the processes of one agent. Prefetch
-// never changes the order handlers start in: the highest priority held
-// starts first. Held messages are kept alive, so waiting in memory never
-// causes a redelivery. docs/performance.md has the measurements behind the
-// default.
+// ahead of its handlers. By default it adapts: a consumer holds about what
+// the handlers start in 100 ms at the speed they have shown so far, at
+// least the concurrency and at most 256 (consumers.MaxPrefetch). Fast
+// handlers then never wait for a pull round trip to the server, and slow
+// ones, an agent working minutes on each task, hold no more than they are
+// about to start, leaving the rest of a backlog to the agent's other
+// processes. A fixed prefetch trades the same way: more for throughput,
+// less for an even split, and memory up to six times the prefetch
+// messages. Prefetch never changes the order handlers start in: the
+// highest priority held starts first. Held messages are kept alive, so
+// waiting in memory never causes a redelivery. docs/performance.md has
+// the measurements behind the default.
 func WithPrefetch(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if n <= 0 {

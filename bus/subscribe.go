@@ -89,7 +89,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
-	o := subscribeOptions{concurrency: 1, prefetch: DefaultPrefetch}
+	o := subscribeOptions{concurrency: 1} // prefetch 0: adaptive
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,6 +48,14 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", int(p))
 }
 
+// Adaptive prefetch (Options.Prefetch zero).
+const (
+	// MaxPrefetch bounds what a lane holds in memory.
+	MaxPrefetch = 256
+	// PrefetchWindow is how much work, in handler time, a lane holds.
+	PrefetchWindow = 100 * time.Millisecond
+)
+
 // DefaultPullExpiry is how long one waiting pull request lasts when the
 // queues are empty. An idle dispatcher sends one request per lane per
 // DefaultPullExpiry and nothing else.
@@ -57,8 +66,13 @@ type Options struct {
 	// Concurrency is how many handlers may run at once. Zero means 1.
 	Concurrency int
 	// Prefetch is how many messages each lane may hold in memory waiting
-	// for a handler. Zero means Concurrency. Held messages are kept alive
-	// with in-progress acks, so waiting here never causes a redelivery.
+	// for a handler. Zero means adaptive: about as many as the handlers
+	// start in PrefetchWindow, judged from how long they have taken so far,
+	// at least Concurrency and at most MaxPrefetch. Fast handlers then
+	// never wait for a pull round trip, and slow ones hold no more than
+	// they are about to start, which leaves the rest of a backlog to the
+	// agent's other processes. Held messages are kept alive with
+	// in-progress acks, so waiting here never causes a redelivery.
 	Prefetch int
 	// Policy chooses between levels. The zero value is Strict.
 	Policy Policy
@@ -168,9 +182,7 @@ func (o *Options) setDefaults(levels int) error {
 	if o.Prefetch < 0 {
 		return fmt.Errorf("%w: prefetch %d is negative", ErrInvalidOptions, o.Prefetch)
 	}
-	if o.Prefetch == 0 {
-		o.Prefetch = o.Concurrency
-	}
+
 	if o.Policy != Strict && o.Policy != Weighted {
 		return fmt.Errorf("%w: unknown policy %v", ErrInvalidOptions, o.Policy)
 	}
@@ -285,6 +297,10 @@ type Dispatcher struct {
 	stopPull   context.CancelFunc
 	handlerCtx context.Context // cancelled to cancel running handlers
 	stopAll    context.CancelFunc
+
+	// handling is the moving average of how long a handler takes, in
+	// nanoseconds; 0 until one returned. It sizes an adaptive prefetch.
+	handling atomic.Int64
 
 	pulling sync.WaitGroup // pullers and the connection watcher
 	workers sync.WaitGroup
@@ -476,7 +492,7 @@ func (d *Dispatcher) pickLocked() *held {
 	var q *queue // the queue to take the message from
 	total := 0
 	for i, qs := range d.levels {
-		head, unknown := headLocked(qs, d.opts.Prefetch)
+		head, unknown := headLocked(qs, d.prefetch())
 		if d.opts.Policy == Strict {
 			if unknown {
 				return nil
@@ -533,7 +549,39 @@ func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 func (d *Dispatcher) handle(h *held) {
 	nm := h.msg
 	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply}
-	d.settle(m, d.call(m))
+	start := time.Now()
+	err := d.call(m)
+	d.observe(time.Since(start))
+	d.settle(m, err)
+}
+
+// observe adds a handler's duration to the moving average (weight 1/8).
+func (d *Dispatcher) observe(took time.Duration) {
+	for {
+		old := d.handling.Load()
+		next := int64(took)
+		if old != 0 {
+			next = old + (int64(took)-old)/8
+		}
+		if d.handling.CompareAndSwap(old, max(next, 1)) {
+			return
+		}
+	}
+}
+
+// prefetch returns how many messages a lane may hold now: Options.Prefetch,
+// or, when that is zero, as many as the handlers start in PrefetchWindow
+// at their average speed so far, between Concurrency and MaxPrefetch.
+func (d *Dispatcher) prefetch() int {
+	if d.opts.Prefetch > 0 {
+		return d.opts.Prefetch
+	}
+	avg := d.handling.Load()
+	if avg == 0 {
+		return d.opts.Concurrency
+	}
+	n := int64(d.opts.Concurrency) * int64(PrefetchWindow) / avg
+	return int(min(max(n, int64(d.opts.Concurrency)), MaxPrefetch))
 }
 
 func (d *Dispatcher) call(m *Msg) (err error) {

@@ -263,10 +263,11 @@ func (d *Dispatcher) request(l *lane, n int, noWait bool) ending {
 // prefetch, or any room while drained (a drained lane must keep a request
 // waiting at the server).
 func (d *Dispatcher) waitRoom(l *lane) (room int, drained, ok bool) {
-	threshold := max(1, d.opts.Prefetch/2)
 	for {
+		prefetch := d.prefetch()
+		threshold := max(1, prefetch/2)
 		d.mu.Lock()
-		room, drained = d.opts.Prefetch-l.buffered, l.drained
+		room, drained = prefetch-l.buffered, l.drained
 		d.mu.Unlock()
 		if room >= threshold || (drained && room > 0) {
 			return room, drained, true
