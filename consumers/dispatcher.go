@@ -551,7 +551,18 @@ func (d *Dispatcher) handle(h *held) {
 	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply}
 	start := time.Now()
 	err := d.call(m)
-	d.observe(time.Since(start))
+	if d.opts.Prefetch == 0 {
+		before := d.prefetch()
+		d.observe(time.Since(start))
+		if d.prefetch() > before {
+			// A lane that was full may pull again: wake its puller, or
+			// Strict would wait on a lane that now has room but does not
+			// ask.
+			for _, l := range d.lanes {
+				signal(l.room)
+			}
+		}
+	}
 	d.settle(m, err)
 }
 

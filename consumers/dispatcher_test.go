@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -485,5 +486,57 @@ func TestFullAnyLevelLaneDoesNotBlock(t *testing.T) {
 	embeddedtest.WaitFor(t, testTimeout, "the lower-level message handled", func() (bool, string) {
 		got := r.handled()
 		return len(got) == 1, fmt.Sprint(got)
+	})
+}
+
+// TestAdaptivePrefetchGrowthWakesAFullLane: with the adaptive prefetch a
+// lane starts holding one message; when the handlers turn out fast the
+// prefetch grows, and a lane that was full at the old size must ask again,
+// or Strict waits for news from it for good (a broadcast lane holding a
+// low-priority message, its high-priority queue empty).
+func TestAdaptivePrefetchGrowthWakesAFullLane(t *testing.T) {
+	nc, js := setup(t, "high", "mixed")
+	ctx := t.Context()
+	for _, subj := range []string{"s.mixed.0", "s.mixed.1"} {
+		if _, err := js.Publish(ctx, subj, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embeddedtest.WaitFor(t, testTimeout, "two pending", func() (bool, string) {
+		n := consumerInfo(t, js, "mixed").NumPending
+		return n == 2, fmt.Sprint(n)
+	})
+	var d *consumers.Dispatcher
+	started := make(chan struct{})
+	var handled atomic.Int64
+	h := func(ctx context.Context, m *consumers.Msg) error {
+		if handled.Add(1) == 1 {
+			<-started
+			// Return once the lane holds the second message: it is then
+			// full at the prefetch of one it started with.
+			for ctx.Err() == nil {
+				if b := d.Buffered(); b[0]+b[1] == 1 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return nil
+	}
+	levelOf := func(subject string) int { return int(subject[len(subject)-1] - '0') }
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{
+		{Consumer: "high", Level: 0}, {Consumer: "mixed", Level: consumers.AnyLevel},
+	}, h, consumers.Options{LevelOf: levelOf, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(started)
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	embeddedtest.WaitFor(t, testTimeout, "both handled", func() (bool, string) {
+		n := handled.Load()
+		return n == 2, fmt.Sprintf("%d handled, buffered %v", n, d.Buffered())
 	})
 }
