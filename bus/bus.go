@@ -37,10 +37,6 @@ const (
 	Weighted = consumers.Weighted
 )
 
-// Permanent marks a handler error as permanent: the message is terminated
-// at once instead of redelivered. Permanent(nil) is nil.
-func Permanent(err error) error { return consumers.Permanent(err) }
-
 // Bus is one agent's connection to the message bus. It is safe for
 // concurrent use. Create one with New or Connect and release it with Close.
 type Bus struct {

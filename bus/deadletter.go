@@ -235,43 +235,38 @@ func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
 		return ReasonSenderMismatch, true
 	case errors.Is(reason, ErrInvalidNative):
 		return ReasonInvalidNative, true
-	case errors.Is(reason, consumers.ErrMaxDeliver):
+	case errors.Is(reason, errMaxDeliver):
 		return ReasonMaxDeliveries, true
 	}
 	return ReasonRejected, true
 }
 
-// terminate is the dispatcher's OnTerminate hook: before a message is
-// terminated it is written to the dead-letter stream, except when it only
-// expired.
-func (b *Bus) terminate(m *consumers.Msg, reason error) error {
-	r, ok := deadLetterReasonOf(reason)
-	if !ok {
-		return nil
-	}
+// deadLetter files the message cm, decoded as m (nil if it could not be),
+// on the dead-letter stream for reason r and records it dead_lettered.
+func (b *Bus) deadLetter(cm *consumers.Msg, m *Message, r DeadLetterReason, reason error) error {
 	dl := deadLetter{
 		agent:      b.agent,
 		reason:     r,
 		err:        reason,
-		subject:    m.Subject,
-		stream:     m.Metadata.Stream,
-		seq:        m.Metadata.StreamSeq,
-		deliveries: m.Metadata.NumDelivered,
-		header:     m.Header,
-		data:       m.Data,
+		subject:    cm.Subject,
+		stream:     cm.Metadata.Stream,
+		seq:        cm.Metadata.StreamSeq,
+		deliveries: cm.Metadata.NumDelivered,
+		header:     cm.Header,
+		data:       cm.Data,
 	}
 	if err := b.writeDeadLetter(context.Background(), dl); err != nil {
 		return err
 	}
-	b.recordDeadLetter(dl)
+	b.recordDeadLetter(dl, m)
 	return nil
 }
 
-// recordDeadLetter records the message dl holds as dead-lettered at its
-// agent. A message that cannot be decoded has no record to update.
-func (b *Bus) recordDeadLetter(dl deadLetter) {
-	m, err := codec.Decode(dl.header, dl.data)
-	if err != nil {
+// recordDeadLetter records the message dl holds, decoded as m, as
+// dead-lettered at its agent. A message that cannot be decoded (m nil) has
+// no record to update.
+func (b *Bus) recordDeadLetter(dl deadLetter, m *Message) {
+	if m == nil {
 		return
 	}
 	s := statusOf(m, dl.agent, StateDeadLettered, b.agent)
@@ -359,7 +354,9 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	if err := b.writeDeadLetter(ctx, dl); err != nil {
 		return err
 	}
-	b.recordDeadLetter(dl)
+	if m, err := codec.Decode(raw.Header, raw.Data); err == nil {
+		b.recordDeadLetter(dl, m)
+	}
 	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
 		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))
 	// A direct message concerns this agent alone; a broadcast stays for the

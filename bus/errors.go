@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/agentbus/agentbus/codec"
-	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -50,7 +49,7 @@ var (
 	ErrPermissionDenied = errors.New("bus: permission denied")
 	// ErrHandlerPanic is wrapped by the error that stands for a panic in a
 	// handler; the message is settled as if the handler failed.
-	ErrHandlerPanic = consumers.ErrHandlerPanic
+	ErrHandlerPanic = errors.New("bus: handler panicked")
 
 	// ErrInvalidMessage is wrapped by errors for messages that cannot be
 	// sent; errors.As to *codec.FieldError tells which field.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -13,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -45,12 +42,6 @@ type telemetry struct {
 	expirations     metric.Int64Counter
 	backlog         metric.Int64ObservableGauge
 	inflight        metric.Int64ObservableGauge
-
-	// spans holds the recording process spans of messages handled and not
-	// yet settled, by message; tracked counts them so that settling skips
-	// the lookup when nothing is traced.
-	spans   sync.Map // *consumers.Msg -> trace.Span
-	tracked atomic.Int64
 }
 
 // level is what the metrics of one of the agent's priority levels record
@@ -171,47 +162,6 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 // durationBuckets are the bucket boundaries the semantic conventions advise
 // for messaging durations, in seconds.
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
-
-// track keeps a recording process span until its message is settled.
-func (t *telemetry) track(m *consumers.Msg, span trace.Span) {
-	t.tracked.Add(1)
-	t.spans.Store(m, span)
-}
-
-// untrack returns and forgets the span track kept for m, if any.
-func (t *telemetry) untrack(m *consumers.Msg) (trace.Span, bool) {
-	if t.tracked.Load() == 0 {
-		return nil, false
-	}
-	v, ok := t.spans.LoadAndDelete(m)
-	if !ok {
-		return nil, false
-	}
-	t.tracked.Add(-1)
-	return v.(trace.Span), true
-}
-
-// settled is the dispatcher's OnSettle hook: it counts dead letters and
-// expirations and ends the message's span with an event for the
-// settlement.
-func (b *Bus) settled(m *consumers.Msg, s consumers.Settlement) {
-	t := b.tel
-	if s.Outcome == consumers.Terminated {
-		if dest := t.destinationOf(m.Subject); dest != nil {
-			lv := &t.levels[dest.priority-1]
-			ctx := context.Background()
-			if r, ok := deadLetterReasonOf(s.Reason); ok {
-				t.deadLetters.Add(ctx, 1, metric.WithAttributes(append(lv.set.ToSlice(), attrDeadLetterReason.String(string(r)))...))
-			} else if s.Reason != nil {
-				t.expirations.Add(ctx, 1, lv.opts...)
-			}
-		}
-	}
-	if span, ok := t.untrack(m); ok {
-		settleEvent(span, s)
-		span.End()
-	}
-}
 
 // observeBacklog reports the backlog of the agent's consumers from their
 // info: one data point per priority from its direct consumer, and one for

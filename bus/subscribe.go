@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
-	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -110,14 +108,10 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		Weights:     o.weights,
 		LevelOf:     b.levelOf,
 		AckWait:     o.ackWait,
-		MaxDeliver:  o.maxDeliver,
-		Backoff:     o.backoff,
-		OnTerminate: b.terminate,
-		OnSettle:    b.settled,
 		OnError:     b.opts.onError,
 		Logger:      b.opts.logger,
 	}
-	d, err := consumers.Start(b.nc, stream, subjects.LowestPriority, lanes, b.handler(h, o), dopts)
+	d, err := consumers.Start(b.nc, stream, subjects.LowestPriority, lanes, b.deliver(h, o), dopts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
@@ -214,112 +208,4 @@ func (b *Bus) levelOf(subject string) int {
 		return p - 1
 	}
 	return subjects.LowestPriority - 1
-}
-
-// handler adapts h to the dispatcher: it decodes each message, filters out
-// what must not reach h, and traces and measures the rest.
-func (b *Bus) handler(h Handler, o subscribeOptions) consumers.Handler {
-	return func(ctx context.Context, cm *consumers.Msg) (err error) {
-		m, derr := codec.Decode(cm.Header, cm.Data)
-		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
-			return nil
-		}
-		ctx, op := b.tel.startProcess(ctx, cm, m)
-		if op.span.IsRecording() {
-			b.tel.track(cm, op.span) // settled ends it
-		} else {
-			op.span.End()
-		}
-		defer func() {
-			if r := recover(); r != nil {
-				op.end(b.tel, ctx, fmt.Errorf("%w: %v", ErrHandlerPanic, r))
-				panic(r) // the dispatcher recovers it and settles the message
-			}
-			op.end(b.tel, ctx, err)
-		}()
-		if derr != nil {
-			err = fmt.Errorf("decode message on %s: %w", cm.Subject, derr)
-			b.opts.onError(err)
-			return consumers.Permanent(err)
-		}
-		if err := b.checkSender(cm.Subject, m); err != nil {
-			b.opts.onError(err)
-			return consumers.Permanent(err)
-		}
-		if err := b.checkNative(ctx, m); err != nil {
-			b.opts.onError(err)
-			return consumers.Permanent(err)
-		}
-		md := cm.Metadata
-		if m.Expired(time.Now()) {
-			err := fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano))
-			b.record(m, StateExpired, md, err)
-			return consumers.Permanent(err)
-		}
-		d := &Delivery{
-			Message:      *m,
-			Subject:      cm.Subject,
-			Stream:       md.Stream,
-			Consumer:     md.Consumer,
-			Sequence:     md.StreamSeq,
-			NumDelivered: int(md.NumDelivered),
-			Replayed:     len(cm.Header[HeaderReplayOf]) > 0,
-		}
-		if b.settledElsewhere(ctx, d) {
-			return nil
-		}
-		hs := &handling{d: d}
-		err = h(context.WithValue(ctx, deliveryKey{}, hs), d)
-		switch {
-		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
-			b.record(m, StateCompleted, md, nil)
-		case err != nil && !consumers.IsPermanent(err):
-			b.record(m, StateFailed, md, err) // a termination records dead_lettered
-		}
-		return err
-	}
-}
-
-// record writes state s of m, delivered to this agent as md says, to the
-// lifecycle bucket; reason, if not nil, says why.
-func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
-	if b.status == nil {
-		return
-	}
-	st := statusOf(m, b.agent, s, b.agent)
-	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.NumDelivered)
-	if reason != nil {
-		st.Reason = reason.Error()
-	}
-	b.status.record(st, false)
-}
-
-// completionRecorded reports whether a recipient writes the completed
-// record of m when its handler succeeds. For most messages it does not: the
-// sender's pending record holds the message's stream sequence, and a lookup
-// reads completed (or delivered) from the recipient's consumer, whose ack
-// floor has passed it (see Bus.Status). That leaves the common path with
-// no lifecycle write on the recipient's side. Three kinds are written: a
-// broadcast, whose sender's record names no recipient; a message with a
-// TTL, whose consumer also passes it when the server removed it unread at
-// its expiry, which a lookup must tell apart; and a message delivered more
-// than once (md), whose record then says how often, which the consumer
-// does not (a completion read from it was the first delivery).
-func completionRecorded(m *Message, md consumers.Metadata) bool {
-	return m.Broadcast() || m.TTL > 0 || md.NumDelivered > 1
-}
-
-// checkSender reports ErrSenderMismatch unless the event's source names the
-// agent the subject names as the sender. The server's permissions decide who
-// may publish on a subject; this check makes sure the event does not claim
-// another sender than the subject it was published on.
-func (b *Bus) checkSender(subject string, m *Message) error {
-	addr, err := b.opts.scheme.Parse(subject)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrSenderMismatch, err)
-	}
-	if addr.From != m.From {
-		return fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
-	}
-	return nil
 }

@@ -418,24 +418,25 @@ func (op processOp) end(t *telemetry, ctx context.Context, err error) {
 	}
 }
 
-// settleEvent adds the settlement of a message to its span as an event.
-func settleEvent(span trace.Span, s consumers.Settlement) {
+// settleEvent adds the settlement of a message to its span as an event;
+// err is the error sending it, if any.
+func settleEvent(span trace.Span, s settlement, err error) {
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeSettle,
-		semconv.MessagingOperationName(s.Outcome.String()),
+		semconv.MessagingOperationName(s.outcome),
 	}
-	switch s.Outcome {
-	case consumers.Nacked:
-		attrs = append(attrs, attrNakDelay.Float64(s.Delay.Seconds()))
-	case consumers.Terminated:
-		if r, ok := deadLetterReasonOf(s.Reason); ok {
+	switch s.outcome {
+	case "nak":
+		attrs = append(attrs, attrNakDelay.Float64(s.delay.Seconds()))
+	case "term":
+		if r, ok := deadLetterReasonOf(s.reason); ok {
 			attrs = append(attrs, attrDeadLetterReason.String(string(r)))
 		}
 	}
-	if s.Err != nil {
-		attrs = append(attrs, semconv.ErrorTypeKey.String(semconv.ErrorType(s.Err).Value.AsString()))
+	if err != nil {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(semconv.ErrorType(err).Value.AsString()))
 	}
-	span.AddEvent(s.Outcome.String(), trace.WithAttributes(attrs...))
+	span.AddEvent(s.outcome, trace.WithAttributes(attrs...))
 }
 
 // messageAttrs returns the attributes of a span about m sent on subject.
@@ -505,7 +506,7 @@ func handlerErrorType(err error) string {
 	if errors.As(err, &et) {
 		return et.ErrorType()
 	}
-	if consumers.IsPermanent(err) {
+	if isPermanent(err) {
 		return string(ReasonRejected)
 	}
 	return semconv.ErrorType(err).Value.AsString()

@@ -3,7 +3,6 @@ package consumers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -55,17 +54,6 @@ func TestExponentialBackoff(t *testing.T) {
 	}
 }
 
-func TestPermanent(t *testing.T) {
-	base := errors.New("bad input")
-	err := fmt.Errorf("handler: %w", Permanent(base))
-	if !IsPermanent(err) || !errors.Is(err, base) {
-		t.Errorf("IsPermanent(%v) = false or base lost", err)
-	}
-	if IsPermanent(base) || Permanent(nil) != nil {
-		t.Error("plain error permanent, or Permanent(nil) not nil")
-	}
-}
-
 func TestStartRejectsBadOptions(t *testing.T) {
 	nc := &nats.Conn{} // never used: Start fails before any I/O
 	one := []Lane{{Consumer: "a_p1"}, {Consumer: "a_b"}}
@@ -107,7 +95,7 @@ func TestStartRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func nopHandler(context.Context, *Msg) error { return nil }
+func nopHandler(context.Context, *Msg) {}
 
 func TestParseMetadata(t *testing.T) {
 	tests := []struct {

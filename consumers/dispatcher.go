@@ -16,11 +16,12 @@ import (
 // ErrInvalidOptions is wrapped by every error [Start] returns for bad Options.
 var ErrInvalidOptions = errors.New("consumers: invalid options")
 
-// Handler processes one message. Returning nil acknowledges it. Returning an
-// error naks it with a backoff delay, or terminates it when it was the last
-// delivery allowed or the error is [Permanent]. A panic counts as an error
-// wrapping [ErrHandlerPanic]. ctx is cancelled when the dispatcher stops.
-type Handler func(ctx context.Context, msg *Msg) error
+// Handler processes one message and settles it: [Msg.Ack], [Msg.Nak] or
+// [Msg.Term]. A message the handler returns without settling, or whose
+// handler panics, is given back for redelivery at once (and the panic is
+// reported to Options.OnError as an error wrapping [ErrHandlerPanic]).
+// ctx is cancelled when the dispatcher stops.
+type Handler func(ctx context.Context, msg *Msg)
 
 // Policy decides which level's message starts next. Within a level the
 // message with the lowest stream sequence among the heads of its lanes
@@ -89,29 +90,14 @@ type Options struct {
 	// for held and running messages at least every AckWait/2. Zero means
 	// DefaultAckWait.
 	AckWait time.Duration
-	// MaxDeliver must equal the consumers' MaxDeliver; a failure on that
-	// delivery terminates the message. Zero means DefaultMaxDeliver, -1
-	// without limit.
-	MaxDeliver int
-	// Backoff gives the nak delay after a failure. Nil means DefaultBackoff.
-	Backoff Backoff
 	// PullExpiry is the lifetime of a waiting pull request. Zero means
 	// DefaultPullExpiry. It must be at least 1s.
 	PullExpiry time.Duration
-	// OnTerminate, if set, is called before a message is terminated, with
-	// the reason. If it returns an error the message is not terminated but
-	// nak'ed with backoff, so nothing is dropped that could not be kept
-	// elsewhere (bus uses it to write the dead letter first).
-	OnTerminate func(m *Msg, reason error) error
-	// OnSettle, if set, is called after each handled message was settled,
-	// on the goroutine that ran its handler, with how it was settled. It
-	// must not block: bus uses it for tracing and metrics.
-	OnSettle func(m *Msg, s Settlement)
 	// APIPrefix is the JetStream API subject prefix. Empty means
 	// "$JS.API."; a JetStream domain D uses "$JS.D.API.".
 	APIPrefix string
 	// OnError receives errors that happen in the background: failed pulls,
-	// failed acks and handler panics. Nil drops them.
+	// handler panics and messages given back unsettled. Nil drops them.
 	OnError func(error)
 	// Logger receives debug records. Nil discards them.
 	Logger *slog.Logger
@@ -203,12 +189,6 @@ func (o *Options) setDefaults(levels int) error {
 	if o.AckWait == 0 {
 		o.AckWait = DefaultAckWait
 	}
-	if o.MaxDeliver == 0 {
-		o.MaxDeliver = DefaultMaxDeliver
-	}
-	if o.Backoff == nil {
-		o.Backoff = DefaultBackoff
-	}
 	if o.PullExpiry == 0 {
 		o.PullExpiry = DefaultPullExpiry
 	}
@@ -228,47 +208,6 @@ func (o *Options) setDefaults(levels int) error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
-}
-
-// Outcome is how a message was settled.
-type Outcome int
-
-// The outcomes of settling a message.
-const (
-	// Acked: the handler succeeded and the message was acknowledged.
-	Acked Outcome = iota + 1
-	// Nacked: the message was given back for redelivery, after
-	// Settlement.Delay.
-	Nacked
-	// Terminated: the message will not be redelivered; Settlement.Reason
-	// says why.
-	Terminated
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Acked:
-		return "ack"
-	case Nacked:
-		return "nak"
-	case Terminated:
-		return "term"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-// Settlement tells Options.OnSettle how a message was settled.
-type Settlement struct {
-	// Outcome is what was sent to the server.
-	Outcome Outcome
-	// Delay is the redelivery delay of a Nacked message; zero means at once.
-	Delay time.Duration
-	// Reason is why a Terminated message was terminated; nil otherwise.
-	Reason error
-	// HandlerErr is what the handler returned; nil for an Acked message.
-	HandlerErr error
-	// Err is the error sending the settlement to the server, if that failed.
-	Err error
 }
 
 // held is a message delivered to this process and not yet settled.
@@ -545,12 +484,13 @@ func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 	return head, unknown
 }
 
-// handle runs the handler on h's message and settles it by the result.
+// handle runs the handler on h's message. The handler settles it; one it
+// returns without settling, or whose handler panicked, is given back.
 func (d *Dispatcher) handle(h *held) {
 	nm := h.msg
-	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply}
+	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply, nc: d.nc}
 	start := time.Now()
-	err := d.call(m)
+	panicked := d.call(m)
 	if d.opts.Prefetch == 0 {
 		before := d.prefetch()
 		d.observe(time.Since(start))
@@ -563,7 +503,29 @@ func (d *Dispatcher) handle(h *held) {
 			}
 		}
 	}
-	d.settle(m, err)
+	if !m.settled {
+		if !panicked {
+			d.opts.OnError(fmt.Errorf("message %s: %w", m.Subject, errUnsettled))
+		}
+		if err := m.Nak(0); err != nil {
+			d.opts.OnError(fmt.Errorf("give back message %s: %w", m.Subject, err))
+		}
+	}
+}
+
+// errUnsettled reports a handler that returned without settling.
+var errUnsettled = errors.New("consumers: handler returned without settling the message; given back")
+
+// call runs the handler on m and reports whether it panicked.
+func (d *Dispatcher) call(m *Msg) (panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = true
+			d.opts.OnError(fmt.Errorf("message %s: %w", m.Subject, panicError(r)))
+		}
+	}()
+	d.handler(d.handlerCtx, m)
+	return false
 }
 
 // observe adds a handler's duration to the moving average (weight 1/8).
@@ -593,57 +555,6 @@ func (d *Dispatcher) prefetch() int {
 	}
 	n := int64(d.opts.Concurrency) * int64(PrefetchWindow) / avg
 	return int(min(max(n, int64(d.opts.Concurrency)), MaxPrefetch))
-}
-
-func (d *Dispatcher) call(m *Msg) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = panicError(r)
-			d.opts.OnError(fmt.Errorf("message %s: %w", m.Subject, err))
-		}
-	}()
-	return d.handler(d.handlerCtx, m)
-}
-
-// settle acks, naks with backoff, or terminates m after its handler returned
-// herr.
-func (d *Dispatcher) settle(m *Msg, herr error) {
-	delivery := int(m.Metadata.NumDelivered)
-	var body []byte
-	var reason error // set when the message is to be terminated
-	s := Settlement{HandlerErr: herr}
-	switch {
-	case herr == nil:
-		body, s.Outcome = ackBody, Acked
-	case IsPermanent(herr):
-		reason = herr
-	case d.handlerCtx.Err() != nil:
-		// The handler gave up because the dispatcher stopped: not the
-		// message's fault, so no backoff and no step towards termination.
-		body, s.Outcome = nakBody, Nacked
-	case d.opts.MaxDeliver > 0 && delivery >= d.opts.MaxDeliver:
-		reason = fmt.Errorf("%w: failed on delivery %d of %d: %w", ErrMaxDeliver, delivery, d.opts.MaxDeliver, herr)
-	default:
-		s.Delay = d.opts.Backoff(delivery)
-		body, s.Outcome = nakDelayBody(s.Delay), Nacked
-	}
-	if reason != nil {
-		body, s.Outcome, s.Reason = termBody(termReason(reason)), Terminated, reason
-		if d.opts.OnTerminate != nil {
-			if err := d.opts.OnTerminate(m, reason); err != nil {
-				d.opts.OnError(fmt.Errorf("message %s kept, not terminated: %w", m.Subject, err))
-				s.Delay = d.opts.Backoff(delivery)
-				body, s.Outcome, s.Reason = nakDelayBody(s.Delay), Nacked, nil
-			}
-		}
-	}
-	if err := d.nc.Publish(m.reply, body); err != nil {
-		s.Err = err
-		d.opts.OnError(fmt.Errorf("settle message %s: %w", m.Subject, err))
-	}
-	if d.opts.OnSettle != nil {
-		d.opts.OnSettle(m, s)
-	}
 }
 
 // giveBack naks m so the server redelivers it at once, to this agent's other

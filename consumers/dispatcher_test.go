@@ -2,6 +2,7 @@ package consumers_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -107,7 +108,7 @@ type record struct {
 	gate chan struct{} // handlers wait for it to close; nil means no wait
 }
 
-func (r *record) handle(ctx context.Context, m *consumers.Msg) error {
+func (r *record) handle(ctx context.Context, m *consumers.Msg) {
 	r.mu.Lock()
 	r.seqs = append(r.seqs, m.Metadata.StreamSeq)
 	r.mu.Unlock()
@@ -115,10 +116,10 @@ func (r *record) handle(ctx context.Context, m *consumers.Msg) error {
 		select {
 		case <-r.gate:
 		case <-ctx.Done():
-			return ctx.Err()
+			return // given back unsettled
 		}
 	}
-	return nil
+	m.Ack()
 }
 
 func (r *record) handled() []uint64 {
@@ -509,7 +510,8 @@ func TestAdaptivePrefetchGrowthWakesAFullLane(t *testing.T) {
 	var d *consumers.Dispatcher
 	started := make(chan struct{})
 	var handled atomic.Int64
-	h := func(ctx context.Context, m *consumers.Msg) error {
+	h := func(ctx context.Context, m *consumers.Msg) {
+		defer m.Ack()
 		if handled.Add(1) == 1 {
 			<-started
 			// Return once the lane holds the second message: it is then
@@ -521,7 +523,6 @@ func TestAdaptivePrefetchGrowthWakesAFullLane(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		}
-		return nil
 	}
 	levelOf := func(subject string) int { return int(subject[len(subject)-1] - '0') }
 	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{
@@ -539,4 +540,60 @@ func TestAdaptivePrefetchGrowthWakesAFullLane(t *testing.T) {
 		n := handled.Load()
 		return n == 2, fmt.Sprintf("%d handled, buffered %v", n, d.Buffered())
 	})
+}
+
+// TestHandlerSettles: the handler settles its message once (a second
+// settlement is ErrSettled); a message returned unsettled, or whose handler
+// panics, is given back and delivered again at once, and reported.
+func TestHandlerSettles(t *testing.T) {
+	nc, js := setup(t, "a")
+	publish(t, js, "a")
+	var mu sync.Mutex
+	var deliveries []uint64
+	var second error
+	var reported []error
+	h := func(_ context.Context, m *consumers.Msg) {
+		mu.Lock()
+		deliveries = append(deliveries, m.Metadata.NumDelivered)
+		n := len(deliveries)
+		mu.Unlock()
+		switch n {
+		case 1: // returned unsettled
+		case 2:
+			panic("boom")
+		default:
+			m.Ack()
+			err := m.Nak(0)
+			mu.Lock()
+			second = err
+			mu.Unlock()
+		}
+	}
+	d, err := consumers.Start(nc, stream, 1, []consumers.Lane{{Consumer: "a"}}, h, consumers.Options{
+		OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	embeddedtest.WaitFor(t, testTimeout, "acked on the third delivery", func() (bool, string) {
+		info := consumerInfo(t, js, "a")
+		mu.Lock()
+		defer mu.Unlock()
+		return info.AckFloor.Stream == 1 && len(deliveries) == 3, fmt.Sprintf("deliveries %v, ack floor %d", deliveries, info.AckFloor.Stream)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(deliveries, []uint64{1, 2, 3}) {
+		t.Errorf("deliveries %v, want 1 2 3", deliveries)
+	}
+	if !errors.Is(second, consumers.ErrSettled) {
+		t.Errorf("second settlement: %v, want ErrSettled", second)
+	}
+	if len(reported) != 2 || !errors.Is(reported[1], consumers.ErrHandlerPanic) {
+		t.Errorf("reported %v, want the unsettled message and the panic", reported)
+	}
 }

@@ -3,28 +3,34 @@
 //
 // It is the engine under bus.Subscribe; most programs use that instead.
 //
-// # Levels and settings
+// # Consumers and settings
 //
-// A [Level] names one durable consumer (its name and its one filter subject,
-// built by package subjects) and [Settings] holds what the server enforces
-// for it: AckWait, MaxDeliver, MaxAckPending. [Ensure] creates the consumers
-// or updates them in place, so a restarted agent picks up changed settings.
+// A [Spec] names one durable consumer (its name, its one filter subject,
+// built by package subjects, and whether a new one starts at the next
+// message) and [Settings] holds what the server enforces for it: AckWait,
+// MaxDeliver, MaxAckPending. [Ensure] reads the consumers, creates the
+// missing ones and updates those whose settings differ, so a restarted
+// agent picks up changed settings and an unchanged one costs the server no
+// write.
 // A consumer with a single filter is created on a subject that names the
 // filter ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>), so server
 // permissions can pin which consumer, with which filter, an agent may create.
 //
 // # Levels and lanes
 //
-// [Start] runs a [Dispatcher] over the consumers grouped by level, highest
-// priority first. A level may have several consumers, its lanes: bus gives
-// each priority two, the agent's direct messages and the broadcasts. The
-// policy chooses a level; within the level the buffered message with the
-// lowest stream sequence starts first, so the lanes of a level together keep
-// the order in which their messages were published. The sequence is read
-// once, when a message arrives.
+// [Start] runs a [Dispatcher] over consumers, its [Lane]s, each of one
+// level (0 the highest priority) or, with [AnyLevel], of every level, its
+// messages placed by Options.LevelOf: bus gives each priority a lane of its
+// own for the agent's direct messages and one lane for the broadcasts of
+// every priority. The policy chooses a level; within the level the buffered
+// message with the lowest stream sequence starts first, so the lanes of a
+// level together keep the order in which their messages were published.
+// The sequence is read once, when a message arrives.
 //
-// For each lane the dispatcher keeps a small in-memory buffer
-// (Options.Prefetch messages) filled by pull requests:
+// For each lane the dispatcher keeps an in-memory buffer filled by pull
+// requests. Its size (Options.Prefetch) adapts by default: about what the
+// handlers start in [PrefetchWindow] at the speed they have shown, between
+// the concurrency and [MaxPrefetch]. Then:
 //
 //   - while a lane may hold messages at the server it asks without waiting
 //     (FetchNoWait), so the answer tells whether the lane is empty;
@@ -37,7 +43,8 @@
 // then picks a message. Under the [Strict] policy it takes the head of the
 // highest level that has one, and waits rather than start a lower level, or
 // a later message of the same level, while a lane of that level or a higher
-// one has not yet told whether it is empty: with backlogs at every level,
+// one has not yet told whether it is empty (an AnyLevel lane only while it
+// has room to fetch more): with backlogs at every level,
 // messages start in priority order, in publish order within a level, and a
 // priority-1 message that arrives while lower work runs is the next to
 // start. The [Weighted] policy shares starts between the levels that have
@@ -47,10 +54,11 @@
 //
 // # Settlement and keep-alive
 //
-// A handler that returns nil acks its message. An error naks it with a
-// [Backoff] delay, or terminates it on its last allowed delivery or when it
-// is [Permanent]. A panic is recovered and counts as an error wrapping
-// [ErrHandlerPanic].
+// The handler settles its message: [Msg.Ack], [Msg.Nak] with a delay (see
+// [ExponentialBackoff]) or [Msg.Term]. What to do with a failure is the
+// caller's decision (bus dead-letters before it terminates). A message
+// returned unsettled, or whose handler panicked, is given back for
+// redelivery at once and reported to Options.OnError.
 //
 // Every message held by the process, waiting in a buffer or running in a
 // handler, gets an in-progress ack each AckWait/2. Neither a long handler

@@ -67,12 +67,11 @@ func ExampleStart() {
 	}
 
 	handled := make(chan string)
-	d, err := consumers.Start(nc, "TASKS", 3, lanes, func(ctx context.Context, m *consumers.Msg) error {
+	d, err := consumers.Start(nc, "TASKS", 3, lanes, func(ctx context.Context, m *consumers.Msg) {
 		select {
 		case handled <- fmt.Sprintf("%s %s", m.Metadata.Consumer, m.Data):
-			return nil // ack
-		case <-ctx.Done():
-			return ctx.Err()
+			m.Ack()
+		case <-ctx.Done(): // stopping: returned unsettled, given back
 		}
 	}, consumers.Options{}) // the Strict policy, one handler at a time
 	if err != nil {

@@ -25,7 +25,42 @@ type Msg struct {
 	// Metadata describes the delivery.
 	Metadata Metadata
 
-	reply string // the ack subject
+	reply   string // the ack subject
+	nc      *nats.Conn
+	settled bool
+}
+
+// ErrSettled is returned by a second settlement of one message.
+var ErrSettled = errors.New("consumers: message already settled")
+
+// Ack acknowledges m: the server will not deliver it again.
+func (m *Msg) Ack() error { return m.settle(ackBody) }
+
+// Nak gives m back to the server, to be delivered again after delay (at
+// once for zero); the delivery counts towards the consumer's MaxDeliver.
+func (m *Msg) Nak(delay time.Duration) error {
+	if delay <= 0 {
+		return m.settle(nakBody)
+	}
+	return m.settle(nakDelayBody(delay))
+}
+
+// Term terminates m: the server will not deliver it again, and reports
+// reason (cut to 256 bytes) in its advisory.
+func (m *Msg) Term(reason string) error {
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	return m.settle(termBody(reason))
+}
+
+// settle sends body, the acknowledgement protocol's message, for m, once.
+func (m *Msg) settle(body []byte) error {
+	if m.settled {
+		return ErrSettled
+	}
+	m.settled = true
+	return m.nc.Publish(m.reply, body)
 }
 
 // Metadata describes one delivery, as JetStream encodes it in the ack

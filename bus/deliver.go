@@ -1,0 +1,250 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+)
+
+// The path of one message from the stream to the handler and back, in the
+// order it happens: the dispatcher (package consumers) picks the message by
+// priority and calls deliver, which decodes and checks it, runs the
+// handler, decides how to settle it, files a dead letter when it gives the
+// message up, records the lifecycle state, sends the settlement and ends
+// the span. docs/architecture.md walks through it.
+
+// permanent marks an error after which a message is not redelivered.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent marks a handler error as permanent: the message is
+// dead-lettered at once instead of redelivered. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// isPermanent reports whether err, or an error it wraps, was made by
+// Permanent.
+func isPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// errMaxDeliver is wrapped by the reason a message is dead-lettered after
+// its handler failed on its last allowed delivery.
+var errMaxDeliver = errors.New("bus: delivery limit reached")
+
+// settlement is how deliver settles a message.
+type settlement struct {
+	outcome string        // "ack", "nak" or "term"
+	delay   time.Duration // before redelivery, for nak
+	reason  error         // why, for term
+}
+
+// deliver returns the dispatcher handler that delivers each message to h.
+func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
+	maxDeliver := orDefault(o.maxDeliver, consumers.DefaultMaxDeliver)
+	backoff := o.backoff
+	if backoff == nil {
+		backoff = consumers.DefaultBackoff
+	}
+	return func(ctx context.Context, cm *consumers.Msg) {
+		m, derr := codec.Decode(cm.Header, cm.Data)
+		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
+			b.settle(cm, settlement{outcome: "ack"}, nil)
+			return
+		}
+		ctx, op := b.tel.startProcess(ctx, cm, m)
+		defer op.span.End()
+		err := b.handle(ctx, h, cm, m, derr, maxDeliver)
+		op.end(b.tel, ctx, err)
+
+		s := b.decide(ctx, cm, err, maxDeliver, backoff)
+		if s.outcome == "term" {
+			if r, ok := deadLetterReasonOf(s.reason); ok {
+				if derr := b.deadLetter(cm, m, r, s.reason); derr != nil {
+					// Not terminated: nothing is dropped that could not be
+					// kept elsewhere.
+					b.opts.onError(fmt.Errorf("message %s kept, not terminated: %w", cm.Subject, derr))
+					s = settlement{outcome: "nak", delay: backoff(int(cm.Metadata.NumDelivered))}
+				} else {
+					b.tel.countDeadLetter(ctx, op.dest, r)
+				}
+			} else {
+				b.tel.countExpired(ctx, op.dest)
+			}
+		}
+		b.settle(cm, s, &op)
+	}
+}
+
+// handle checks a decoded message and runs h on it, recovering a panic.
+// The error says what became of it: nil handled, Permanent for a message
+// that must not come again (undecodable, another sender than its subject
+// says, invalid for its protocol, expired), or what h returned.
+func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Message, derr error, maxDeliver int) (err error) {
+	if derr != nil {
+		err = fmt.Errorf("decode message on %s: %w", cm.Subject, derr)
+		b.opts.onError(err)
+		return Permanent(err)
+	}
+	if err := b.checkSender(cm.Subject, m); err != nil {
+		b.opts.onError(err)
+		return Permanent(err)
+	}
+	if err := b.checkNative(ctx, m); err != nil {
+		b.opts.onError(err)
+		return Permanent(err)
+	}
+	md := cm.Metadata
+	if m.Expired(time.Now()) {
+		err := fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano))
+		b.record(m, StateExpired, md, err)
+		return Permanent(err)
+	}
+	d := &Delivery{
+		Message:      *m,
+		Subject:      cm.Subject,
+		Stream:       md.Stream,
+		Consumer:     md.Consumer,
+		Sequence:     md.StreamSeq,
+		NumDelivered: int(md.NumDelivered),
+		Replayed:     len(cm.Header[HeaderReplayOf]) > 0,
+	}
+	if b.settledElsewhere(ctx, d) {
+		return nil
+	}
+	hs := &handling{d: d}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
+			b.opts.onError(fmt.Errorf("message %s: %w", cm.Subject, err))
+		}
+		switch {
+		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
+			b.record(m, StateCompleted, md, nil)
+		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.NumDelivered) < maxDeliver):
+			b.record(m, StateFailed, md, err) // the last failure records dead_lettered
+		}
+	}()
+	return h(context.WithValue(ctx, deliveryKey{}, hs), d)
+}
+
+// decide says how to settle a message whose handling ended with err:
+// acknowledged when handled; given back at once when the subscription
+// stopped under the handler (not the message's fault, so no step towards
+// the delivery limit's backoff); terminated for a permanent error or a
+// failure on the last allowed delivery; otherwise redelivered after the
+// backoff.
+func (b *Bus) decide(ctx context.Context, cm *consumers.Msg, err error, maxDeliver int, backoff consumers.Backoff) settlement {
+	delivery := int(cm.Metadata.NumDelivered)
+	switch {
+	case err == nil:
+		return settlement{outcome: "ack"}
+	case isPermanent(err):
+		return settlement{outcome: "term", reason: err}
+	case ctx.Err() != nil:
+		return settlement{outcome: "nak"}
+	case maxDeliver > 0 && delivery >= maxDeliver:
+		return settlement{outcome: "term", reason: fmt.Errorf("%w: failed on delivery %d of %d: %w", errMaxDeliver, delivery, maxDeliver, err)}
+	}
+	return settlement{outcome: "nak", delay: backoff(delivery)}
+}
+
+// settle sends settlement s of cm to the server and adds it to op's span.
+func (b *Bus) settle(cm *consumers.Msg, s settlement, op *processOp) {
+	var err error
+	switch s.outcome {
+	case "ack":
+		err = cm.Ack()
+	case "nak":
+		err = cm.Nak(s.delay)
+	case "term":
+		err = cm.Term(termReason(s.reason))
+	}
+	if err != nil {
+		b.opts.onError(fmt.Errorf("settle message %s: %w", cm.Subject, err))
+	}
+	if op != nil && op.span.IsRecording() {
+		settleEvent(op.span, s, err)
+	}
+}
+
+// termReason is the reason sent to the server with a termination: the
+// dead-letter reason, or the error's text.
+func termReason(err error) string {
+	if r, ok := deadLetterReasonOf(err); ok {
+		return string(r) + ": " + err.Error()
+	}
+	return err.Error()
+}
+
+// record writes state s of m, delivered to this agent as md says, to the
+// lifecycle bucket; reason, if not nil, says why.
+func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
+	if b.status == nil {
+		return
+	}
+	st := statusOf(m, b.agent, s, b.agent)
+	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.NumDelivered)
+	if reason != nil {
+		st.Reason = reason.Error()
+	}
+	b.status.record(st, false)
+}
+
+// completionRecorded reports whether a recipient writes the completed
+// record of m when its handler succeeds. For most messages it does not: the
+// sender's pending record holds the message's stream sequence, and a lookup
+// reads completed (or delivered) from the recipient's consumer, whose ack
+// floor has passed it (see Bus.Status). That leaves the common path with
+// no lifecycle write on the recipient's side. Three kinds are written: a
+// broadcast, whose sender's record names no recipient; a message with a
+// TTL, whose consumer also passes it when the server removed it unread at
+// its expiry, which a lookup must tell apart; and a message delivered more
+// than once (md), whose record then says how often, which the consumer
+// does not (a completion read from it was the first delivery).
+func completionRecorded(m *Message, md consumers.Metadata) bool {
+	return m.Broadcast() || m.TTL > 0 || md.NumDelivered > 1
+}
+
+// checkSender reports ErrSenderMismatch unless the event's source names the
+// agent the subject names as the sender. The server's permissions decide who
+// may publish on a subject; this check makes sure the event does not claim
+// another sender than the subject it was published on.
+func (b *Bus) checkSender(subject string, m *Message) error {
+	addr, err := b.opts.scheme.Parse(subject)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSenderMismatch, err)
+	}
+	if addr.From != m.From {
+		return fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
+	}
+	return nil
+}
+
+// countDeadLetter and countExpired count a terminated message of dest.
+func (t *telemetry) countDeadLetter(ctx context.Context, dest *destination, r DeadLetterReason) {
+	if dest == nil {
+		return
+	}
+	lv := &t.levels[dest.priority-1]
+	t.deadLetters.Add(ctx, 1, metric.WithAttributes(append(lv.set.ToSlice(), attrDeadLetterReason.String(string(r)))...))
+}
+
+func (t *telemetry) countExpired(ctx context.Context, dest *destination) {
+	if dest != nil {
+		t.expirations.Add(ctx, 1, t.levels[dest.priority-1].opts...)
+	}
+}
