@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +18,7 @@ import (
 
 func (a *app) provisionCommand() *cobra.Command {
 	var cfg bus.StreamConfig
+	budget := byteSize(bus.DefaultDedupMemoryBudget)
 	cmd := &cobra.Command{
 		Use:   "provision",
 		Short: "Create or update the bus's JetStream stream",
@@ -24,7 +28,14 @@ to run from several processes; flags left out take the defaults shown.
 
 On success it prints one line describing the stream, for example:
 
-  stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=50000 messages=0`,
+  stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=50000 messages=0
+
+Every server holding the stream keeps each message ID of the dedup window in
+memory, about 300 B per ID (docs/operations.md, "Duplicate window and
+memory"). With --peak-rate, provision refuses a window whose IDs at that rate
+need more than --dedup-budget, and names the longest window that fits; raise
+--dedup-budget to accept it. Without --peak-rate it provisions, then warns on
+stderr that the memory is not bounded.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			cfg.Root = a.root
@@ -32,7 +43,19 @@ On success it prints one line describing the stream, for example:
 				// A short --max-age alone shortens the dedup window with it.
 				cfg.DuplicateWindow = min(cfg.DuplicateWindow, cfg.MaxAge)
 			}
+			cfg.DedupMemoryBudget = int64(budget)
 			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			if err := cfg.CheckDedupMemory(); err != nil {
+				var be *bus.DedupBudgetError
+				if errors.As(err, &be) {
+					raise := fmt.Sprintf("--dedup-budget %dMiB or more", (be.Estimate+1<<20-1)>>20)
+					if be.MaxWindow == 0 {
+						return usagef("%w: use %s", err, raise)
+					}
+					return usagef("%w: use --dedup-window %s or less, or %s", err, formatDuration(be.MaxWindow), raise)
+				}
 				return usageError{err}
 			}
 			nc, err := a.dial("provision")
@@ -44,7 +67,13 @@ On success it prints one line describing the stream, for example:
 			if err != nil {
 				return err
 			}
-			return printStream(a.stdout, info)
+			if err := printStream(a.stdout, info); err != nil {
+				return err
+			}
+			for _, w := range cfg.Warnings() {
+				a.warnf("%s (--peak-rate)", w)
+			}
+			return nil
 		}),
 	}
 	f := cmd.Flags()
@@ -52,8 +81,52 @@ On success it prints one line describing the stream, for example:
 	f.DurationVar(&cfg.MaxAge, "max-age", bus.DefaultMaxAge, "how long a message is kept")
 	f.DurationVar(&cfg.DuplicateWindow, "dedup-window", bus.DefaultDuplicateWindow, "how long a message ID is remembered to drop republished copies (at most --max-age)")
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (ten per agent)")
+	f.IntVar(&cfg.PeakPublishRate, "peak-rate", 0, "most messages per second the stream takes, all publishers together; bounds the dedup window's memory with --dedup-budget (0: not stated, warn)")
+	f.Var(&budget, "dedup-budget", "most memory on each server for the dedup window's IDs at --peak-rate, in bytes or with KiB, MiB, GiB, TiB")
 	return cmd
 }
+
+// byteSize is a flag value in bytes, written as a whole number with an
+// optional binary unit: 1048576, 512KiB, 256MiB, 2GiB, 1TiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	for _, u := range byteUnits {
+		if *b != 0 && int64(*b)%u.size == 0 {
+			return strconv.FormatInt(int64(*b)/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	n, size := s, int64(1)
+	for _, u := range byteUnits {
+		if v, ok := strings.CutSuffix(s, u.name); ok {
+			n, size = v, u.size
+			break
+		}
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	switch {
+	case err != nil:
+		return errors.New("want a whole number of bytes, optionally with KiB, MiB, GiB or TiB")
+	case v < 0:
+		return errors.New("negative size")
+	case v > math.MaxInt64/size:
+		return errors.New("size out of range")
+	}
+	*b = byteSize(v * size)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }
+
+// byteUnits are the units byteSize reads and prints, largest first.
+var byteUnits = []struct {
+	name string
+	size int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
 
 // printStream prints the one-line summary of a provisioned stream.
 func printStream(w io.Writer, info *jetstream.StreamInfo) error {
