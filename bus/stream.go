@@ -34,8 +34,21 @@ type StreamConfig struct {
 	// MaxAge is how long a message is kept. Zero means DefaultMaxAge.
 	MaxAge time.Duration
 	// DuplicateWindow is how long a message ID is remembered to drop
-	// republished copies. Zero means DefaultDuplicateWindow.
+	// republished copies. Zero means DefaultDuplicateWindow. Every server
+	// that holds a replica keeps each ID of the window in memory (see
+	// DedupMemory); PeakPublishRate and DedupMemoryBudget bound that.
 	DuplicateWindow time.Duration
+	// PeakPublishRate is the most messages per second the operator expects
+	// the stream to take, from all publishers together. Provision checks
+	// the duplicate window's memory at this rate against
+	// DedupMemoryBudget. Zero means not stated: nothing is checked, and
+	// Warnings says the memory is unbounded.
+	PeakPublishRate int
+	// DedupMemoryBudget is the most memory, in bytes on each server, the
+	// duplicate window may take at PeakPublishRate. Zero means
+	// DefaultDedupMemoryBudget. It is checked only when PeakPublishRate is
+	// stated.
+	DedupMemoryBudget int64
 	// MaxConsumers bounds the stream's consumers (six per agent,
 	// subjects.ConsumersPerAgent). Zero means DefaultMaxConsumers.
 	MaxConsumers int
@@ -64,6 +77,10 @@ func (c StreamConfig) Validate() error {
 		return fmt.Errorf("%w: max age %v is negative", ErrInvalidOption, c.MaxAge)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("%w: duplicate window %v is negative", ErrInvalidOption, c.DuplicateWindow)
+	case c.PeakPublishRate < 0:
+		return fmt.Errorf("%w: peak publish rate %d is negative", ErrInvalidOption, c.PeakPublishRate)
+	case c.DedupMemoryBudget < 0:
+		return fmt.Errorf("%w: dedup memory budget %d is negative", ErrInvalidOption, c.DedupMemoryBudget)
 	case c.MaxConsumers < 0:
 		return fmt.Errorf("%w: max consumers %d is negative", ErrInvalidOption, c.MaxConsumers)
 	case c.MaxBytes < 0:
@@ -74,8 +91,12 @@ func (c StreamConfig) Validate() error {
 		return fmt.Errorf("%w: dead-letter max age %v is negative", ErrInvalidOption, c.DeadLetterMaxAge)
 	}
 	maxAge := orDefault(c.MaxAge, DefaultMaxAge)
-	if dw := orDefault(c.DuplicateWindow, DefaultDuplicateWindow); dw > maxAge {
+	dw := orDefault(c.DuplicateWindow, DefaultDuplicateWindow)
+	if dw > maxAge {
 		return fmt.Errorf("%w: duplicate window %v exceeds max age %v", ErrInvalidOption, dw, maxAge)
+	}
+	if dw < minDuplicateWindow {
+		return fmt.Errorf("%w: duplicate window %v is under the server's least, %v", ErrInvalidOption, dw, minDuplicateWindow)
 	}
 	return nil
 }
@@ -146,15 +167,20 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 // lifecycle status bucket (see StatusBucketConfig), or
 // updates them in place to match, and returns the stream's info. It is
 // idempotent and safe to run from several processes. It returns
-// ErrUnsupportedServer if the server cannot carry the bus, and the server's
-// error (a *jetstream.APIError) if it refuses the update, for example a
-// change of storage type.
+// ErrUnsupportedServer if the server cannot carry the bus, a
+// *DedupBudgetError (errors.Is ErrDedupOverBudget) without touching the
+// server if the duplicate window at c.PeakPublishRate needs more memory
+// than c.DedupMemoryBudget, and the server's error (a *jetstream.APIError)
+// if it refuses the update, for example a change of storage type.
 func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.StreamInfo, error) {
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}
 	cfg, err := c.JetStream()
 	if err != nil {
+		return nil, err
+	}
+	if err := c.CheckDedupMemory(); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(nc)

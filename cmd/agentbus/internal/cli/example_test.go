@@ -12,8 +12,10 @@ import (
 )
 
 // Run command lines in-process against an embedded server, as the tests
-// do: provision the bus, publish a message twice with the same ID, and
-// make a usage error. Each prints its exit code and what it wrote.
+// do: provision the bus for at most 100 messages a second (so its 1 h
+// duplicate window stays within the default memory budget), publish a
+// message twice with the same ID, and make a usage error. Each prints its
+// exit code and what it wrote.
 func ExampleMain() {
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
@@ -30,7 +32,7 @@ func ExampleMain() {
 		code := cli.Main(ctx, args, strings.NewReader(""), &stdout, &stderr)
 		fmt.Printf("exit %d: %s%s", code, stdout.String(), stderr.String())
 	}
-	run("provision")
+	run("provision", "--peak-rate", "100")
 	run("publish", "--from", "planner", "--to", "worker-1", "--type", "TASK", "--id", "task-1", "--data", "build it")
 	run("publish", "--from", "planner", "--to", "worker-1", "--type", "TASK", "--id", "task-1", "--data", "build it")
 	run("publish", "--from", "planner", "--to", "worker-1", "--data", "no type")

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +20,7 @@ import (
 func (a *app) provisionCommand() *cobra.Command {
 	var cfg bus.StreamConfig
 	var agents []string
+	budget := byteSize(bus.DefaultDedupMemoryBudget)
 	cmd := &cobra.Command{
 		Use:   "provision",
 		Short: "Create or update the bus's JetStream stream",
@@ -32,7 +36,14 @@ With --agent it also creates the durable consumers of each agent named, as its
 first subscribe would, and prints a line per agent. Messages sent to an agent
 wait for it in any case; broadcasts only from the moment its consumers exist,
 so an agent set up this way before it first runs gets the broadcasts sent in
-between.`,
+between.
+
+Every server holding the stream keeps each message ID of the dedup window in
+memory, about 300 B per ID (docs/operations.md, "Duplicate window and
+memory"). With --peak-rate, provision refuses a window whose IDs at that rate
+need more than --dedup-budget, and names the longest window that fits; raise
+--dedup-budget to accept it. Without --peak-rate it provisions, then warns on
+stderr that the memory is not bounded.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			cfg.Root = a.root
@@ -40,6 +51,7 @@ between.`,
 				// A short --max-age alone shortens the dedup window with it.
 				cfg.DuplicateWindow = min(cfg.DuplicateWindow, cfg.MaxAge)
 			}
+			cfg.DedupMemoryBudget = int64(budget)
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -47,6 +59,17 @@ between.`,
 				if err := subjects.ValidateID(agent); err != nil {
 					return usageError{fmt.Errorf("--agent: %w", err)}
 				}
+			}
+			if err := cfg.CheckDedupMemory(); err != nil {
+				var be *bus.DedupBudgetError
+				if errors.As(err, &be) {
+					raise := fmt.Sprintf("--dedup-budget %dMiB or more", (be.Estimate+1<<20-1)>>20)
+					if be.MaxWindow == 0 {
+						return usagef("%w: use %s", err, raise)
+					}
+					return usagef("%w: use --dedup-window %s or less, or %s", err, formatDuration(be.MaxWindow), raise)
+				}
+				return usageError{err}
 			}
 			nc, err := a.dial("provision")
 			if err != nil {
@@ -59,6 +82,9 @@ between.`,
 			}
 			if err := printStream(a.stdout, info); err != nil {
 				return err
+			}
+			for _, w := range cfg.Warnings() {
+				a.warnf("%s (--peak-rate)", w)
 			}
 			for _, agent := range agents {
 				if err := ensureAgent(cmd.Context(), nc, a.root, agent); err != nil {
@@ -77,8 +103,52 @@ between.`,
 	f.DurationVar(&cfg.DuplicateWindow, "dedup-window", bus.DefaultDuplicateWindow, "how long a message ID is remembered to drop republished copies (at most --max-age)")
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (six per agent)")
 	f.StringArrayVar(&agents, "agent", nil, "also create this agent's consumers (repeatable)")
+	f.IntVar(&cfg.PeakPublishRate, "peak-rate", 0, "most messages per second the stream takes, all publishers together; bounds the dedup window's memory with --dedup-budget (0: not stated, warn)")
+	f.Var(&budget, "dedup-budget", "most memory on each server for the dedup window's IDs at --peak-rate, in bytes or with KiB, MiB, GiB, TiB")
 	return cmd
 }
+
+// byteSize is a flag value in bytes, written as a whole number with an
+// optional binary unit: 1048576, 512KiB, 256MiB, 2GiB, 1TiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	for _, u := range byteUnits {
+		if *b != 0 && int64(*b)%u.size == 0 {
+			return strconv.FormatInt(int64(*b)/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	n, size := s, int64(1)
+	for _, u := range byteUnits {
+		if v, ok := strings.CutSuffix(s, u.name); ok {
+			n, size = v, u.size
+			break
+		}
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	switch {
+	case err != nil:
+		return errors.New("want a whole number of bytes, optionally with KiB, MiB, GiB or TiB")
+	case v < 0:
+		return errors.New("negative size")
+	case v > math.MaxInt64/size:
+		return errors.New("size out of range")
+	}
+	*b = byteSize(v * size)
+	return nil
+}
+
+func (b *byteSize) Type() string { return "size" }
+
+// byteUnits are the units byteSize reads and prints, largest first.
+var byteUnits = []struct {
+	name string
+	size int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
 
 // printStream prints the one-line summary of a provisioned stream.
 func printStream(w io.Writer, info *jetstream.StreamInfo) error {

@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+// TestProvisionDedupBudget: without --peak-rate provision warns that the
+// duplicate window's memory is not bounded; with it, a window over
+// --dedup-budget is refused before anything is provisioned, naming the
+// window that fits, and accepted with that window or a raised budget.
+func TestProvisionDedupBudget(t *testing.T) {
+	url := embeddedtest.RunServer(t).ClientURL()
+	prov := func(args ...string) []string { return append([]string{"--server", url, "provision"}, args...) }
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string // in the one stream line; empty for a failure
+		wantStderr string // in stderr; empty for nothing on stderr
+	}{
+		{name: "rate not stated", args: prov(), wantStdout: " dedup-window=1h ", wantStderr: "agentbus: warning: duplicate window memory not bounded"},
+		{name: "over the default budget", args: prov("--peak-rate", "50000"), wantCode: exitUsage,
+			wantStderr: "use --dedup-window 17s or less, or --dedup-budget 51499MiB or more"},
+		{name: "the window that fits", args: prov("--peak-rate", "50000", "--dedup-window", "17s"), wantStdout: " dedup-window=17s "},
+		{name: "budget raised", args: prov("--peak-rate", "50000", "--dedup-budget", "51499MiB"), wantStdout: " dedup-window=1h "},
+		{name: "within the default budget", args: prov("--peak-rate", "100"), wantStdout: " dedup-window=1h "},
+		{name: "nothing fits", args: prov("--peak-rate", "10000000"), wantCode: exitUsage, wantStderr: "no window of 100ms or more fits: use --dedup-budget"},
+		{name: "negative rate", args: prov("--peak-rate", "-1"), wantCode: exitUsage, wantStderr: "peak publish rate"},
+		{name: "bad budget", args: prov("--dedup-budget", "lots"), wantCode: exitUsage, wantStderr: "--dedup-budget"},
+		{name: "negative budget", args: prov("--dedup-budget", "-1GiB"), wantCode: exitUsage, wantStderr: "--dedup-budget"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runIn(t, "", tt.args...)
+			if r.code != tt.wantCode {
+				t.Fatalf("exit %d, want %d (stderr %q)", r.code, tt.wantCode, r.stderr)
+			}
+			if tt.wantCode != 0 {
+				checkOneErrorLine(t, r)
+			}
+			if tt.wantStdout == "" && r.stdout != "" || !strings.Contains(r.stdout, tt.wantStdout) {
+				t.Errorf("stdout %q, want %q in it", r.stdout, tt.wantStdout)
+			}
+			if tt.wantStderr == "" && r.stderr != "" || !strings.Contains(r.stderr, tt.wantStderr) {
+				t.Errorf("stderr %q, want %q in it", r.stderr, tt.wantStderr)
+			}
+		})
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		print   string
+		wantErr bool
+	}{
+		{in: "0", want: 0, print: "0"},
+		{in: "1000", want: 1000, print: "1000"},
+		{in: "2048", want: 2048, print: "2KiB"},
+		{in: "256MiB", want: 256 << 20, print: "256MiB"},
+		{in: "1024MiB", want: 1 << 30, print: "1GiB"},
+		{in: "2TiB", want: 2 << 40, print: "2TiB"},
+		{in: "1.5GiB", wantErr: true},
+		{in: "-1", wantErr: true},
+		{in: "9000000TiB", wantErr: true},
+		{in: "GiB", wantErr: true},
+		{in: "1GB", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var b byteSize
+			err := b.Set(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Set(%q) = %v, want error %v", tt.in, err, tt.wantErr)
+			}
+			if tt.wantErr {
+				return
+			}
+			if int64(b) != tt.want || b.String() != tt.print {
+				t.Errorf("Set(%q) = %d printed %q, want %d printed %q", tt.in, int64(b), b.String(), tt.want, tt.print)
+			}
+		})
+	}
+}
