@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 )
 
@@ -51,10 +50,10 @@ type DedupBudgetError struct {
 func (e *DedupBudgetError) Error() string {
 	fits := "no window of 100ms or more fits"
 	if e.MaxWindow > 0 {
-		fits = "the longest window within it is " + shortDuration(e.MaxWindow)
+		fits = "the longest window within it is " + roundDuration(e.MaxWindow)
 	}
 	return fmt.Sprintf("bus: duplicate window %s at %d msg/s needs about %s on each server, over its memory budget of %s; %s",
-		shortDuration(e.Window), e.Rate, formatBytes(e.Estimate), formatBytes(e.Budget), fits)
+		roundDuration(e.Window), e.Rate, formatBytes(e.Estimate), formatBytes(e.Budget), fits)
 }
 
 // Is reports whether target is ErrDedupOverBudget.
@@ -104,7 +103,7 @@ func (c StreamConfig) Warnings() []string {
 	window := orDefault(c.DuplicateWindow, DefaultDuplicateWindow)
 	per1000 := StreamConfig{DuplicateWindow: window, PeakPublishRate: 1000}.DedupMemory()
 	return []string{fmt.Sprintf("duplicate window memory not bounded: no peak publish rate stated; the %s window keeps about %s of message IDs on each server per 1,000 msg/s",
-		shortDuration(window), formatBytes(per1000))}
+		roundDuration(window), formatBytes(per1000))}
 }
 
 // saturate converts f to int64, at most math.MaxInt64.
@@ -115,18 +114,6 @@ func saturate(f float64) int64 {
 	return int64(f)
 }
 
-// shortDuration prints d like time.Duration.String without the zero
-// minutes and seconds that make "1h0m0s" of 1h.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
 
 // formatBytes prints n in the largest binary unit that keeps it at least
 // 1, with one decimal below 10: "256 MiB", "1.0 GiB", "50 GiB".
@@ -144,4 +131,10 @@ func formatBytes(n int64) string {
 		return fmt.Sprintf("%.1f %ciB", v, units[i])
 	}
 	return fmt.Sprintf("%.0f %ciB", v, units[i])
+}
+
+// roundDuration prints d as time.Duration does, to the second: a window
+// and its limit are whole seconds or more.
+func roundDuration(d time.Duration) string {
+	return d.Round(time.Second).String()
 }

@@ -77,8 +77,11 @@
 // Every message has a status record per recipient, pending, delivered,
 // then replied, completed, failed, expired or dead_lettered, in a
 // JetStream KeyValue bucket: [Bus.Status], [Bus.StatusAll],
-// [Bus.Conversation]. Records are written asynchronously ([Bus.Flush]
-// waits for them); [WithoutLifecycle] turns them off.
+// [Bus.Conversation]. The sender writes pending, with the message's stream
+// sequence; delivered and completed are read from the recipient's consumer
+// when a record is looked up, so handling a message writes nothing on the
+// common path. Records are written asynchronously ([Bus.Flush] waits for
+// them); [WithoutLifecycle] turns them off.
 //
 // # Tracing and metrics
 //

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // setupAgents is how many agents BenchmarkSetupAgents sets up.
@@ -204,20 +204,11 @@ func clientStats() processStats {
 }
 
 // buildNATSServer builds nats-server, of the version this module requires,
-// into a temporary directory of b and returns its path. go test puts its
-// own toolchain first on PATH.
+// into a temporary directory of b and returns its path.
 func buildNATSServer(b *testing.B) string {
-	gotool, err := exec.LookPath("go")
-	if err != nil {
-		b.Fatalf("no go command on PATH to build nats-server with: %v", err)
-	}
 	dir := b.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gotool, "build", "-buildvcs=false", "-o", dir+string(filepath.Separator), "github.com/nats-io/nats-server/v2")
-	cmd.Dir = ".." // the module root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build nats-server: %v\n%s", err, out)
+	if err := embeddedtest.GoBuild(dir, "..", "github.com/nats-io/nats-server/v2"); err != nil {
+		b.Fatal(err)
 	}
 	return filepath.Join(dir, "nats-server")
 }
@@ -239,7 +230,7 @@ var monitorClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Tra
 // ends.
 func startServerProcess(b *testing.B, natsServer string) *serverProcess {
 	dir := b.TempDir()
-	ports := freePorts(b, 3)
+	ports := embeddedtest.FreePorts(b, 3)
 	p := &serverProcess{url: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), http: ports[1], prof: ports[2], log: filepath.Join(dir, "nats-server.log")}
 	logFile, err := os.Create(p.log)
 	if err != nil {
@@ -289,20 +280,6 @@ func startServerProcess(b *testing.B, natsServer string) *serverProcess {
 func readLog(path string) string {
 	out, _ := os.ReadFile(path)
 	return string(out)
-}
-
-// freePorts returns n loopback ports nothing listens on right now.
-func freePorts(b *testing.B, n int) []int {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // stats returns the server's resident memory from /varz, its heap after a

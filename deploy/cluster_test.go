@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 var buildOnce sync.Once
@@ -32,23 +32,10 @@ var buildOnce sync.Once
 func binaries(t *testing.T) (natsServer, agentbus string) {
 	t.Helper()
 	buildOnce.Do(func() {
-		gotool, err := exec.LookPath("go")
-		if err != nil {
-			built.err = fmt.Errorf("no go command on PATH to build nats-server and agentbus with: %w", err)
+		if built.dir, built.err = os.MkdirTemp("", "agentbus-deploy-test-"); built.err != nil {
 			return
 		}
-		if built.dir, err = os.MkdirTemp("", "agentbus-deploy-test-"); err != nil {
-			built.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, gotool, "build", "-buildvcs=false", "-o", built.dir+string(filepath.Separator),
-			"github.com/nats-io/nats-server/v2", "github.com/agentbus/agentbus/cmd/agentbus")
-		cmd.Dir = ".." // the module root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build nats-server and agentbus: %w\n%s", err, out)
-		}
+		built.err = embeddedtest.GoBuild(built.dir, "..", "github.com/nats-io/nats-server/v2", "github.com/agentbus/agentbus/cmd/agentbus")
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
@@ -84,21 +71,6 @@ func (n *node) hasExited() bool {
 	default:
 		return false
 	}
-}
-
-// freePorts returns n ports nothing listens on right now.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // writeConfigs copies nats/ into dir, rewriting the listen addresses, the
@@ -173,7 +145,7 @@ func startCluster(t *testing.T, natsServer string) []*node {
 
 func tryStartCluster(t *testing.T, natsServer string) ([]*node, error) {
 	dir := t.TempDir()
-	ports := freePorts(t, 3*len(nodes))
+	ports := embeddedtest.FreePorts(t, 3*len(nodes))
 	var ns []*node
 	for i, name := range nodes {
 		ns = append(ns, &node{

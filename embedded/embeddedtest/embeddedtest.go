@@ -1,7 +1,12 @@
 package embeddedtest
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -129,4 +134,41 @@ func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() (ok 
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// FreePorts returns n loopback ports nothing listens on right now, for a
+// server started in a process of its own (an in-process one picks its own
+// with port 0).
+func FreePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// GoBuild builds pkgs, import paths of this module or of its dependencies
+// (such as "github.com/nats-io/nats-server/v2", at the version go.mod
+// requires), with the go command into dir, from the module at moduleRoot.
+// go test puts its own toolchain first on PATH; a missing go command is an
+// error, not a skip.
+func GoBuild(dir, moduleRoot string, pkgs ...string) error {
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("no go command on PATH to build %v with: %w", pkgs, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gotool, append([]string{"build", "-buildvcs=false", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	cmd.Dir = moduleRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, out)
+	}
+	return nil
 }
