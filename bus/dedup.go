@@ -114,7 +114,6 @@ func saturate(f float64) int64 {
 	return int64(f)
 }
 
-
 // formatBytes prints n in the largest binary unit that keeps it at least
 // 1, with one decimal below 10: "256 MiB", "1.0 GiB", "50 GiB".
 func formatBytes(n int64) string {
