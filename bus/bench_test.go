@@ -265,6 +265,20 @@ func (env *benchEnv) runBuses(b *testing.B, f func(b *testing.B, bb *bus.Bus)) {
 	b.Run("bus-untracked", func(b *testing.B) { f(b, env.untracked) })
 }
 
+// publishRaw publishes b.N payloads to subject asynchronously with raw
+// nats.go, each with headers() if headers is not nil.
+func (env *benchEnv) publishRaw(b *testing.B, subject string, headers func() nats.Header) {
+	for range b.N {
+		m := &nats.Msg{Subject: subject, Data: payload}
+		if headers != nil {
+			m.Header = headers()
+		}
+		if _, err := env.raw.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkPublishAsync measures async publish throughput: b.N publishes
 // and the wait until every one is acknowledged, and for the bus every
 // lifecycle record it wrote stored (Flush), all inside the timed region.
@@ -278,15 +292,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
-			for range b.N {
-				m := &nats.Msg{Subject: subject, Data: payload}
-				if headers != nil {
-					m.Header = headers()
-				}
-				if _, err := env.raw.PublishMsgAsync(m); err != nil {
-					b.Fatal(err)
-				}
-			}
+			env.publishRaw(b, subject, headers)
 			select {
 			case <-env.raw.PublishAsyncComplete():
 			case <-time.After(time.Minute):
@@ -385,15 +391,7 @@ func BenchmarkConsume(b *testing.B) {
 				headers = busHeaders(b)
 				cfg = rawDirectConsumer(b, agent)
 			}
-			for range b.N {
-				m := &nats.Msg{Subject: subject, Data: payload}
-				if headers != nil {
-					m.Header = headers()
-				}
-				if _, err := env.raw.PublishMsgAsync(m); err != nil {
-					b.Fatal(err)
-				}
-			}
+			env.publishRaw(b, subject, headers)
 			<-env.raw.PublishAsyncComplete()
 			rc := embeddedtest.Connect(b, env.srv)
 			js, err := jetstream.New(rc)
