@@ -105,7 +105,8 @@ const (
 	ReasonMaxDeliveries DeadLetterReason = "max_deliveries"
 	// ReasonRejected: the handler returned Permanent(err).
 	ReasonRejected DeadLetterReason = "rejected"
-	// ReasonMalformed: the message is not a valid CloudEvent.
+	// ReasonMalformed: the message is not a valid CloudEvent, or it was
+	// stored on a subject that is not one of the scheme's.
 	ReasonMalformed DeadLetterReason = "malformed"
 	// ReasonSenderMismatch: the event's source names another agent than
 	// the subject it was published on.
@@ -229,7 +230,7 @@ func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
 	switch {
 	case reason == nil, errors.Is(reason, ErrExpired):
 		return "", false
-	case errors.Is(reason, codec.ErrMalformed):
+	case errors.Is(reason, codec.ErrMalformed), errors.Is(reason, ErrMalformedSubject):
 		return ReasonMalformed, true
 	case errors.Is(reason, ErrSenderMismatch):
 		return ReasonSenderMismatch, true

@@ -219,14 +219,15 @@ func completionRecorded(m *Message, md consumers.Metadata) bool {
 	return m.Broadcast() || m.TTL > 0 || md.NumDelivered > 1
 }
 
-// checkSender reports ErrSenderMismatch unless the event's source names the
+// checkSender reports ErrMalformedSubject for a subject that is not one of
+// the scheme's, and ErrSenderMismatch unless the event's source names the
 // agent the subject names as the sender. The server's permissions decide who
 // may publish on a subject; this check makes sure the event does not claim
 // another sender than the subject it was published on.
 func (b *Bus) checkSender(subject string, m *Message) error {
 	addr, err := b.opts.scheme.Parse(subject)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrSenderMismatch, err)
+		return fmt.Errorf("%w: %w", ErrMalformedSubject, err)
 	}
 	if addr.From != m.From {
 		return fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)

@@ -31,6 +31,11 @@ var (
 	// when its CloudEvents source names another agent than the sender in its
 	// subject (a raw publisher, a misconfiguration, an impersonation).
 	ErrSenderMismatch = errors.New("bus: sender does not match subject")
+	// ErrMalformedSubject is the reason a message stored on a subject
+	// that is not one of the scheme's (a priority outside 1..5, a token
+	// too many or too few) is dead-lettered as malformed instead of
+	// handled.
+	ErrMalformedSubject = errors.New("bus: malformed subject")
 	// ErrExpired is the reason a message whose expiry passed before delivery
 	// is terminated instead of handed to the handler.
 	ErrExpired = errors.New("bus: message expired")

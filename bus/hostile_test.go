@@ -145,3 +145,47 @@ func handleOnly(t *testing.T, s *embedded.Server, agent, want string, reported e
 	}
 	return b, &n
 }
+
+// TestMalformedSubjectsAreDeadLettered: a valid event stored on a subject
+// its recipient's consumers match but the scheme does not (a broadcast at
+// priority 7, a direct subject with a token too many) never reaches the
+// handler and is dead-lettered as malformed, not as a sender mismatch.
+func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
+	s := newServer(t)
+	victim := newBus(t, s, "victim", bus.WithErrorHandler(func(error) {}))
+	if err := victim.EnsureConsumers(testContext(t)); err != nil { // its broadcasts start now
+		t.Fatal(err)
+	}
+	raw := embeddedtest.Connect(t, s)
+	ev := &codec.Message{From: "mallory", To: "victim", Type: "T"}
+	ev.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := []string{"agentbus.all.p7.mallory.T", "agentbus.agent.victim.p1.mallory.T.extra"}
+	for _, subj := range subjects {
+		if err := raw.PublishMsg(&nats.Msg{Subject: subj, Header: h, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, newBus(t, s, "orchestrator"), bus.Message{To: "victim", Type: "REAL", Priority: 5})
+	r := newRecorder()
+	subscribe(t, victim, r.handle)
+	r.waitCount(t, 1)
+	got := map[string]string{}
+	for _, dl := range waitDeadLetters(t, victim, len(subjects)) {
+		got[dl.Header.Get(bus.HeaderDeadLetterSubject)] = dl.Header.Get(bus.HeaderDeadLetterReason)
+	}
+	for _, subj := range subjects {
+		if got[subj] != string(bus.ReasonMalformed) {
+			t.Errorf("dead letter of %s: reason %q, want %q (all: %v)", subj, got[subj], bus.ReasonMalformed, got)
+		}
+	}
+	if types := r.types(); len(types) != 1 || types[0] != "REAL" {
+		t.Errorf("handled %v, want only REAL", types)
+	}
+}

@@ -495,7 +495,7 @@ func handlerErrorType(err error) string {
 	switch {
 	case errors.Is(err, ErrExpired):
 		return "expired"
-	case errors.Is(err, codec.ErrMalformed):
+	case errors.Is(err, codec.ErrMalformed), errors.Is(err, ErrMalformedSubject):
 		return string(ReasonMalformed)
 	case errors.Is(err, ErrHandlerPanic):
 		return "panic"
