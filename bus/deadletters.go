@@ -41,7 +41,10 @@ type DeadLetter struct {
 	// Message is the decoded original, or nil if it was not a valid
 	// CloudEvent (Reason is then ReasonMalformed).
 	Message *Message
-	// Header and Data are the original message as it was stored.
+	// Header and Data are the original message as it was stored, with the
+	// JetStream control headers the server would act on again (such as
+	// Nats-Expected-Stream) kept as Agentbus-Dlq-Orig-<header>, and the
+	// dead letter's own headers.
 	Header nats.Header
 	Data   []byte
 }
