@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
@@ -146,10 +148,35 @@ func handleOnly(t *testing.T, s *embedded.Server, agent, want string, reported e
 	return b, &n
 }
 
+// TestMalformedSubjectsAreNotStored: a publish to a subject of another
+// shape than the scheme's (a priority outside 1..5, a token too many or too
+// few) finds no stream: it fails at the publisher instead of being stored
+// and acknowledged where no consumer would deliver it.
+func TestMalformedSubjectsAreNotStored(t *testing.T) {
+	s := newServer(t)
+	newBus(t, s, "victim") // provisions
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{
+		"agentbus.agent.victim.p0.a.T", "agentbus.agent.victim.p9.a.T", "agentbus.agent.victim.p1.a",
+		"agentbus.agent.victim.p1.a.T.extra", "agentbus.all.p7.a.T", "agentbus.all.p1.a", "agentbus.all.p1.a.T.extra",
+	} {
+		ctx, cancel := context.WithTimeout(testContext(t), 2*time.Second)
+		_, err := js.Publish(ctx, subj, []byte("x"), jetstream.WithRetryAttempts(0))
+		cancel()
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+			t.Errorf("publish to %s: %v, want no stream to answer", subj, err)
+		}
+	}
+}
+
 // TestMalformedSubjectsAreDeadLettered: a valid event stored on a subject
-// its recipient's consumers match but the scheme does not (a broadcast at
-// priority 7, a direct subject with a token too many) never reaches the
-// handler and is dead-lettered as malformed, not as a sender mismatch.
+// its recipient's consumers match but the scheme does not (as a stream
+// provisioned by an earlier agentbus, which captured <root>.agent.> and
+// <root>.all.>, stores them) never reaches the handler and is dead-lettered
+// as malformed, not as a sender mismatch.
 func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
 	s := newServer(t)
 	victim := newBus(t, s, "victim", bus.WithErrorHandler(func(error) {}))
@@ -157,6 +184,19 @@ func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := embeddedtest.Connect(t, s)
+	js, err := jetstream.New(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(testContext(t), "AGENTBUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.CachedInfo().Config
+	cfg.Subjects = []string{"agentbus.agent.>", "agentbus.all.>"} // the earlier layout
+	if _, err := js.UpdateStream(testContext(t), cfg); err != nil {
+		t.Fatal(err)
+	}
 	ev := &codec.Message{From: "mallory", To: "victim", Type: "T"}
 	ev.SetDefaults(time.Now())
 	h, data, err := codec.Binary{}.Encode(ev)
@@ -165,12 +205,9 @@ func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
 	}
 	subjects := []string{"agentbus.all.p7.mallory.T", "agentbus.agent.victim.p1.mallory.T.extra"}
 	for _, subj := range subjects {
-		if err := raw.PublishMsg(&nats.Msg{Subject: subj, Header: h, Data: data}); err != nil {
+		if _, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: subj, Header: h, Data: data}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := raw.Flush(); err != nil {
-		t.Fatal(err)
 	}
 	publish(t, newBus(t, s, "orchestrator"), bus.Message{To: "victim", Type: "REAL", Priority: 5})
 	r := newRecorder()

@@ -71,7 +71,7 @@ func ExampleScheme_Parse() {
 
 func ExampleScheme_Consumers() {
 	s := subjects.Default()
-	fmt.Println(s.Stream(), s.StreamSubjects())
+	fmt.Println(s.Stream(), s.StreamSubjects()[0], "...")
 	cs, err := s.Consumers("build orchestrator")
 	if err != nil {
 		panic(err)
@@ -80,7 +80,7 @@ func ExampleScheme_Consumers() {
 		fmt.Println(c.Priority, c.Broadcast, c.Name, c.Filter)
 	}
 	// Output:
-	// AGENTBUS [agentbus.agent.> agentbus.all.>]
+	// AGENTBUS agentbus.agent.*.p1.*.* ...
 	// 1 false build%20orchestrator_p1 agentbus.agent.build%20orchestrator.p1.>
 	// 2 false build%20orchestrator_p2 agentbus.agent.build%20orchestrator.p2.>
 	// 3 false build%20orchestrator_p3 agentbus.agent.build%20orchestrator.p3.>

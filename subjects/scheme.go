@@ -181,13 +181,21 @@ func (s Scheme) DeadLetterStream() string {
 }
 
 // StreamSubjects returns the subjects of the stream named by [Scheme.Stream]:
-// every direct and every broadcast subject of s.
+// every direct subject, <root>.agent.*.p<N>.*.*, and every broadcast
+// subject, <root>.all.p<N>.*.*, for N in 1..5, direct ones first. They
+// capture only subjects of the scheme's shape: a publish to a priority
+// outside 1..5 or with a token too many or too few finds no stream and
+// fails at the publisher, rather than being stored and acknowledged where
+// no agent's consumer would ever deliver it.
 func (s Scheme) StreamSubjects() []string {
 	root := s.Root()
-	return []string{
-		root + "." + kindAgent + "." + tail,
-		root + "." + kindAll + "." + tail,
+	out := make([]string, 0, 2*LowestPriority)
+	for _, kind := range []string{kindAgent + "." + anyToken, kindAll} {
+		for p := HighestPriority; p <= LowestPriority; p++ {
+			out = append(out, root+"."+kind+"."+priorityPrefix+string(rune('0'+p))+"."+anyToken+"."+anyToken)
+		}
 	}
+	return out
 }
 
 // DeadLetterSubjects returns the subjects of the stream named by

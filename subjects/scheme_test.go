@@ -202,6 +202,67 @@ func TestDeadLetter(t *testing.T) {
 	}
 }
 
+// streamSubjects spells out the stream subjects of root.
+func streamSubjects(root string) []string {
+	var out []string
+	for _, p := range []string{"1", "2", "3", "4", "5"} {
+		out = append(out, root+".agent.*.p"+p+".*.*")
+	}
+	for _, p := range []string{"1", "2", "3", "4", "5"} {
+		out = append(out, root+".all.p"+p+".*.*")
+	}
+	return out
+}
+
+// TestStreamSubjectsCaptureTheScheme: every subject Direct and Broadcast
+// build is captured by a stream subject, and subjects of another shape
+// (a priority outside 1..5, a token too many or too few) by none.
+func TestStreamSubjectsCaptureTheScheme(t *testing.T) {
+	s := Default()
+	captured := func(subject string) bool {
+		for _, f := range s.StreamSubjects() {
+			if subjectMatches(f, subject) {
+				return true
+			}
+		}
+		return false
+	}
+	for p := HighestPriority; p <= LowestPriority; p++ {
+		d, _ := s.Direct("build orchestrator", "a.b", "TASK ASSIGNMENT", p)
+		b, _ := s.Broadcast("a", "t", p)
+		for _, subj := range []string{d, b} {
+			if !captured(subj) {
+				t.Errorf("%s is not captured by %q", subj, s.StreamSubjects())
+			}
+		}
+	}
+	for _, subj := range []string{
+		"agentbus.agent.x.p0.a.t", "agentbus.agent.x.p9.a.t", "agentbus.agent.x.p1.a", "agentbus.agent.x.p1.a.t.u",
+		"agentbus.all.p7.a.t", "agentbus.all.p1.a", "agentbus.all.p1.a.t.u", "agentbus.agent.x.p12.a.t",
+	} {
+		if captured(subj) {
+			t.Errorf("%s is captured, want no stream to take it", subj)
+		}
+	}
+}
+
+// subjectMatches reports whether the literal subject matches filter, with
+// NATS's wildcards.
+func subjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(f) == len(s)
+}
+
 func TestStreams(t *testing.T) {
 	tests := []struct {
 		root        string
@@ -211,12 +272,15 @@ func TestStreams(t *testing.T) {
 		dlqSubjects []string
 	}{
 		{"agentbus", "AGENTBUS", "AGENTBUS_DLQ",
-			[]string{"agentbus.agent.>", "agentbus.all.>"}, []string{"agentbus.dlq.>"}},
+			[]string{
+				"agentbus.agent.*.p1.*.*", "agentbus.agent.*.p2.*.*", "agentbus.agent.*.p3.*.*", "agentbus.agent.*.p4.*.*", "agentbus.agent.*.p5.*.*",
+				"agentbus.all.p1.*.*", "agentbus.all.p2.*.*", "agentbus.all.p3.*.*", "agentbus.all.p4.*.*", "agentbus.all.p5.*.*",
+			}, []string{"agentbus.dlq.>"}},
 		{"prod.bus-1", "PROD_BUS-1", "PROD_BUS-1_DLQ",
-			[]string{"prod.bus-1.agent.>", "prod.bus-1.all.>"}, []string{"prod.bus-1.dlq.>"}},
+			streamSubjects("prod.bus-1"), []string{"prod.bus-1.dlq.>"}},
 		// Case and '.' against '_' are lost in the stream name.
 		{"Prod_Bus-1", "PROD_BUS-1", "PROD_BUS-1_DLQ",
-			[]string{"Prod_Bus-1.agent.>", "Prod_Bus-1.all.>"}, []string{"Prod_Bus-1.dlq.>"}},
+			streamSubjects("Prod_Bus-1"), []string{"Prod_Bus-1.dlq.>"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.root, func(t *testing.T) {

@@ -100,7 +100,7 @@ func TestProvision(t *testing.T) {
 	t.Parallel()
 	url := newServer(t) // provisions with the defaults once
 	out := mustRun(t, "--server", url, "provision")
-	want := "stream AGENTBUS subjects=agentbus.agent.>,agentbus.all.> storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0\n"
+	want := "stream AGENTBUS subjects=agentbus.agent.*.p1.*.*,agentbus.agent.*.p2.*.*,agentbus.agent.*.p3.*.*,agentbus.agent.*.p4.*.*,agentbus.agent.*.p5.*.*,agentbus.all.p1.*.*,agentbus.all.p2.*.*,agentbus.all.p3.*.*,agentbus.all.p4.*.*,agentbus.all.p5.*.* storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0\n"
 	if out != want {
 		t.Errorf("provision printed %q, want %q", out, want)
 	}
@@ -121,8 +121,8 @@ func TestProvisionRoot(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
 	out := mustRun(t, "--server", url, "--root", "team.a", "provision")
-	if !strings.HasPrefix(out, "stream ") || !strings.Contains(out, "subjects=team.a.agent.>,team.a.all.>") {
-		t.Errorf("provision printed %q, want a stream on team.a.agent.> and team.a.all.>", out)
+	if !strings.HasPrefix(out, "stream TEAM_A ") || !strings.Contains(out, "subjects=team.a.agent.*.p1.*.*,") || !strings.Contains(out, ",team.a.all.p5.*.* ") {
+		t.Errorf("provision printed %q, want a stream on team.a's direct and broadcast subjects", out)
 	}
 	id := publish(t, url, "--root", "team.a", "--from", "a", "--to", "b", "--type", "T", "--data", "x")
 	evs := events(t, mustRun(t, "--server", url, "--root", "team.a", "subscribe", "--agent", "b", "--count", "1", "--json"))
