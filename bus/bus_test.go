@@ -660,6 +660,10 @@ func TestPublishErrors(t *testing.T) {
 			}
 		})
 	}
+	if _, err := b.Publish(ctx, bus.Message{To: "x", Type: "T", Data: make([]byte, 70*1024)}); err == nil ||
+		!strings.Contains(err.Error(), "max_payload of 65536") || !strings.Contains(err.Error(), "data 71680") {
+		t.Errorf("oversize payload error %v, want the size and the server's limit", err)
+	}
 	var fe *codec.FieldError
 	if _, err := b.Publish(ctx, bus.Message{To: "x", Type: "T", Priority: 9}); !errors.As(err, &fe) || fe.Field == "" {
 		t.Errorf("bad priority error %v, want a *codec.FieldError naming the field", err)

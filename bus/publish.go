@@ -183,7 +183,25 @@ func (b *Bus) prepare(m *Message) (*nats.Msg, error) {
 	if m.TTL > 0 {
 		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(m.TTL)}
 	}
-	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	msg := &nats.Msg{Subject: subject, Header: h, Data: data}
+	if limit := b.nc.MaxPayload(); limit > 0 {
+		if hn := headerSize(h); int64(hn+len(data)) > limit {
+			return nil, fmt.Errorf("%w: %d bytes (data %d, headers %d), more than the server's max_payload of %d", ErrPayloadTooLarge, hn+len(data), len(data), hn, limit)
+		}
+	}
+	return msg, nil
+}
+
+// headerSize is the size of h on the wire: "NATS/1.0\r\n", a line
+// "key: value\r\n" per value, and the closing "\r\n".
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }
 
 // publishAttemptTimeout bounds one publish attempt when ctx allows longer.

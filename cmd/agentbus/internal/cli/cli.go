@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/agentbus/agentbus/bus"
 )
@@ -23,6 +24,7 @@ const (
 	exitOK    = 0
 	exitError = 1 // the command ran and failed
 	exitUsage = 2 // bad flags or arguments; nothing was attempted
+	exitShort = 3 // subscribe --count: --timeout passed with fewer messages handled
 )
 
 // defaultServer is the server a command talks to when neither --server nor
@@ -65,7 +67,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	fmt.Fprintf(a.stderr, "agentbus: %s\n", redactURLs(oneLine(err.Error()), a.server))
 	var re runError
-	if errors.As(err, &re) {
+	var short shortError
+	switch {
+	case errors.As(err, &short):
+		return exitShort
+	case errors.As(err, &re):
 		return exitError
 	}
 	return exitUsage
@@ -101,8 +107,9 @@ nats CLI does: --creds, --nkey, --user and --password (or user:password@ in
 the server URL), and --tlsca, --tlscert and --tlskey for TLS; each has the
 nats CLI's environment variable as its default. See docs/security.md.
 
-Exit status: 0 on success, 2 for a usage error, 1 for any other error. An
-error is reported as one line "agentbus: <error>" on stderr.`,
+Exit status: 0 on success, 2 for a usage error, 3 when subscribe --count
+stopped at --timeout with fewer messages, 1 for any other error. An error
+is reported as one line "agentbus: <error>" on stderr.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		CompletionOptions: cobra.CompletionOptions{
@@ -332,7 +339,28 @@ func (c connFlags) identityOptions() ([]nats.Option, error) {
 // natsOptions returns the nats.Connect options of the global connection
 // flags, with their environment defaults.
 func (a *app) natsOptions() ([]nats.Option, error) {
+	if err := checkServerURLs(a.server); err != nil {
+		return nil, err
+	}
 	return a.conn.withEnv(os.Getenv).natsOptions()
+}
+
+// checkServerURLs refuses a --server URL whose scheme a NATS client does
+// not speak, such as http:// (the monitoring port), which nats.go would
+// otherwise dial as if it were nats://.
+func checkServerURLs(servers string) error {
+	for _, u := range strings.Split(servers, ",") {
+		scheme, _, ok := strings.Cut(strings.TrimSpace(u), "://")
+		if !ok {
+			continue // host:port, dialled as nats://
+		}
+		switch strings.ToLower(scheme) {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return usagef("--server %s: scheme %q is not one a NATS client speaks (nats://, tls://, ws://, wss://)", redactURLs(strings.TrimSpace(u), u), scheme)
+		}
+	}
+	return nil
 }
 
 // dial connects to --server for commands that need a bare connection.
@@ -399,10 +427,10 @@ func (a *app) printJSON(v any) error {
 }
 
 // isTerminal reports whether f is a terminal, where a hint or progress
-// helps a person; in a pipe or a file it would only clutter the log.
+// helps a person; in a pipe or a file it would only clutter the log. A
+// character device that is not a terminal, such as /dev/null, is not one.
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // redactURLs replaces, in msg, every URL of the comma-separated servers

@@ -166,6 +166,9 @@ func TestErrors(t *testing.T) {
 		{name: "not provisioned", args: []string{"--server", url, "--root", "other", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitError, wantErr: "not provisioned"},
 		{name: "provision bad max age", args: []string{"--server", url, "provision", "--max-age", "-1h"}, wantCode: exitUsage, wantErr: "max age"},
 		{name: "serve bad listen", args: []string{"serve", "--listen", "nonsense", "--store", t.TempDir()}, wantCode: exitUsage, wantErr: "--listen"},
+		{name: "http server URL", args: []string{"--server", "http://127.0.0.1:8222", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: `scheme "http"`},
+		{name: "reply to an empty ID", args: []string{"--server", url, "reply", "--from", "b", "--to-message", "", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: "--to-message: empty message ID"},
+		{name: "payload too large", args: pub("--from", "a", "--to", "b", "--type", "T", "--data", strings.Repeat("x", 2<<20)), wantCode: exitError, wantErr: "more than the server's max_payload of 1048576"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,5 +208,39 @@ func TestPublishAttributes(t *testing.T) {
 	}
 	if got := jsonString(t, ev.members["data"]); got != "[1,2]" {
 		t.Errorf(`"data" = %s, want [1,2]`, got)
+	}
+}
+
+// TestSubscribeCountShort: subscribe --count N that stops at --timeout with
+// fewer messages handled exits 3 and says how many.
+func TestSubscribeCountShort(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	publish(t, url, "--from", "a", "--to", "b", "--type", "T", "--data", "x")
+	r := runIn(t, "", "--server", url, "subscribe", "--agent", "b", "--count", "2", "--timeout", "500ms", "--json")
+	checkOneErrorLine(t, r)
+	if r.code != exitShort || !strings.Contains(r.stderr, "1 of --count 2") {
+		t.Errorf("exit %d, stderr %q; want exit %d naming 1 of 2", r.code, r.stderr, exitShort)
+	}
+	if evs := events(t, r.stdout); len(evs) != 1 {
+		t.Errorf("printed %d events, want the 1 handled", len(evs))
+	}
+}
+
+// TestPublishStdinNotATerminal: /dev/null on stdin is a character device
+// but no terminal: publish reads it (an empty payload) without the hint
+// it gives a person at a terminal.
+func TestPublishStdinNotATerminal(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	var stdout, stderr strings.Builder
+	code := Main(testContext(t), []string{"--server", url, "publish", "--from", "a", "--to", "b", "--type", "T"}, null, &stdout, &stderr)
+	if code != exitOK || stderr.String() != "" || !strings.HasPrefix(stdout.String(), "id=") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want a publish with no terminal hint", code, stdout.String(), stderr.String())
 	}
 }

@@ -76,8 +76,10 @@ interrupted. --exec and --json cannot be combined.
 
 Subscribe stops, waits for running handlers and exits 0 after --count
 messages were handled successfully (a failed --exec does not count), after
---timeout without a message, or on SIGINT or SIGTERM. Messages received
-beyond --count are not handled but given back for redelivery.`,
+--timeout without a message, or on SIGINT or SIGTERM; with --count, a stop
+at --timeout before --count messages were handled exits 3 and says how
+many were. Messages received beyond --count are not handled but given back
+for redelivery.`,
 		Example: `  agentbus subscribe --agent bob
   agentbus subscribe --agent bob --json --count 1 --timeout 10s
   agentbus subscribe --agent bob --concurrency 4 --exec 'jq .task >> tasks.log'`,
@@ -149,10 +151,33 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 	err = s.wait(ctx, sub)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 	defer cancel()
-	if derr := sub.Drain(dctx); derr != nil && err == nil {
+	if derr := sub.Drain(dctx); derr != nil && (err == nil || errors.Is(err, errTimedOut)) {
 		err = fmt.Errorf("drain subscription: %w", derr)
 	}
+	if errors.Is(err, errTimedOut) {
+		s.mu.Lock()
+		handled := s.handled
+		s.mu.Unlock()
+		if f.count > 0 && handled < f.count {
+			return shortError{handled: handled, want: f.count, timeout: f.timeout}
+		}
+		return nil
+	}
 	return err
+}
+
+// errTimedOut is how wait reports that --timeout passed without a message.
+var errTimedOut = errors.New("timed out")
+
+// shortError is a subscribe with --count that stopped at --timeout with
+// fewer messages handled; it exits with exitShort.
+type shortError struct {
+	handled, want int
+	timeout       time.Duration
+}
+
+func (e shortError) Error() string {
+	return fmt.Sprintf("subscribe: %d of --count %d messages handled before --timeout %s passed without a message", e.handled, e.want, e.timeout)
 }
 
 // errSurplus is what a handler returns for a message beyond --count, so
@@ -299,7 +324,7 @@ func (s *session) wait(ctx context.Context, sub *bus.Subscription) error {
 			case running:
 				// Its end restarts the timer.
 			case idle >= s.f.timeout:
-				return nil
+				return errTimedOut
 			default:
 				timer.Reset(s.f.timeout - idle)
 			}
