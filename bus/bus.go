@@ -284,17 +284,36 @@ func (b *Bus) notProvisioned(err error) error {
 	stream := b.opts.scheme.Stream()
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("%w: stream %s: %w", ErrNotProvisioned, stream, err)
+		return &notProvisionedError{stream: stream, cause: err}
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if _, ierr := b.js.Stream(ctx, stream); errors.Is(ierr, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("%w: stream %s: %w", ErrNotProvisioned, stream, err)
+		_, ierr := b.js.Stream(ctx, stream)
+		switch {
+		case errors.Is(ierr, jetstream.ErrStreamNotFound):
+			return &notProvisionedError{stream: stream, cause: err}
+		case errors.Is(ierr, nats.ErrNoResponders), // nothing answers the JetStream API
+			errors.Is(ierr, jetstream.ErrJetStreamNotEnabled), errors.Is(ierr, jetstream.ErrJetStreamNotEnabledForAccount):
+			return fmt.Errorf("%w: JetStream is not enabled on this server or for this account; start nats-server with -js (or a jetstream block in its configuration): %w", ErrUnsupportedServer, ierr)
 		}
 		return fmt.Errorf("%w: stream %s: %w", ErrUnavailable, stream, err)
 	}
 	return err
 }
+
+// notProvisionedError says which stream is missing and what to run; it
+// wraps ErrNotProvisioned and the server's answer, which it does not print
+// (for a subscription that is one answer per consumer).
+type notProvisionedError struct {
+	stream string
+	cause  error
+}
+
+func (e *notProvisionedError) Error() string {
+	return fmt.Sprintf("%v: stream %s does not exist on this server; run 'agentbus provision' (or bus.Provision) with the same root first", ErrNotProvisioned, e.stream)
+}
+
+func (e *notProvisionedError) Unwrap() []error { return []error{ErrNotProvisioned, e.cause} }
 
 // redactURLs hides the passwords and tokens in a comma-separated list of
 // server URLs, for error messages.
