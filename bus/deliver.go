@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // The path of one message from the stream to the handler and back, in the
@@ -99,9 +100,15 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.opts.onError(err)
 		return Permanent(err)
 	}
-	if err := b.checkSender(cm.Subject, m); err != nil {
+	addr, err := b.checkSender(cm.Subject, m)
+	if err != nil {
 		b.opts.onError(err)
 		return Permanent(err)
+	}
+	if m.To == "" {
+		// An event without the to extension (a foreign producer may leave
+		// it out, docs/cloudevents.md): the subject names the recipient.
+		m.To = addr.To
 	}
 	if err := b.checkNative(ctx, m); err != nil {
 		b.opts.onError(err)
@@ -219,20 +226,21 @@ func completionRecorded(m *Message, md consumers.Metadata) bool {
 	return m.Broadcast() || m.TTL > 0 || md.NumDelivered > 1
 }
 
-// checkSender reports ErrMalformedSubject for a subject that is not one of
-// the scheme's, and ErrSenderMismatch unless the event's source names the
-// agent the subject names as the sender. The server's permissions decide who
+// checkSender returns the address subject names. It reports
+// ErrMalformedSubject for a subject that is not one of the scheme's, and
+// ErrSenderMismatch unless the event's source names the agent the subject
+// names as the sender. The server's permissions decide who
 // may publish on a subject; this check makes sure the event does not claim
 // another sender than the subject it was published on.
-func (b *Bus) checkSender(subject string, m *Message) error {
+func (b *Bus) checkSender(subject string, m *Message) (subjects.Address, error) {
 	addr, err := b.opts.scheme.Parse(subject)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrMalformedSubject, err)
+		return addr, fmt.Errorf("%w: %w", ErrMalformedSubject, err)
 	}
 	if addr.From != m.From {
-		return fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
+		return addr, fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
 	}
-	return nil
+	return addr, nil
 }
 
 // countDeadLetter and countExpired count a terminated message of dest.

@@ -195,7 +195,7 @@ func (b *Bus) listen(nm *nats.Msg) {
 	if err != nil || m.ReplyTo == "" {
 		return // the subscription dead-letters what cannot be decoded
 	}
-	if b.checkSender(nm.Subject, m) != nil {
+	if _, err := b.checkSender(nm.Subject, m); err != nil {
 		return
 	}
 	d := &Delivery{Message: *m, Subject: nm.Subject}

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestSubscribePriorityOrder(t *testing.T) {
@@ -156,5 +159,34 @@ func TestSubscribeExecRetry(t *testing.T) {
 	// Acked: nothing is left for bob.
 	if out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--json", "--timeout", "300ms"); out != "" {
 		t.Errorf("message left after it was handled: %q", out)
+	}
+}
+
+// TestSubscribeJSONWithoutTo: a valid event from a foreign producer that
+// leaves out the to extension (docs/cloudevents.md: readers accept it) is
+// printed by subscribe --json with the recipient its subject names, not
+// dead-lettered.
+func TestSubscribeJSONWithoutTo(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := nats.Header{}
+	for k, v := range map[string]string{"ce-specversion": "1.0", "ce-id": "foreign-1", "ce-source": "alice", "ce-type": "T", "Nats-Msg-Id": "foreign-1"} {
+		h[k] = []string{v}
+	}
+	if _, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: "agentbus.agent.bob.p3.alice.T", Header: h, Data: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--json", "--timeout", "10s"))
+	if len(evs) != 1 || evs[0].msg.ID != "foreign-1" || evs[0].msg.To != "bob" || evs[0].msg.From != "alice" {
+		t.Errorf("printed %+v, want foreign-1 from alice to bob", evs)
 	}
 }
