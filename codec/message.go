@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 	"unicode"
@@ -100,10 +101,24 @@ func (m *Message) Expired(now time.Time) bool {
 // Broadcast reports whether the message is addressed to every agent.
 func (m *Message) Broadcast() bool { return m.To == subjects.Broadcast }
 
+// Limits on the attributes an agent controls, in bytes. Every remembered
+// message ID costs each server about 300 bytes plus its length for the
+// duplicate window, and every ID and conversation is part of a status key
+// and of the records that name it, so none of them may grow without bound.
+const (
+	MaxIDLen          = 256  // ID, CorrelationID and ReplyTo (causationid)
+	MaxContentTypeLen = 256  // ContentType
+	MaxDataSchemaLen  = 2048 // DataSchema
+	MaxExtensionLen   = 4096 // each extension value
+	MaxExtensions     = 32   // extension attributes on one message
+)
+
 // Validate reports whether m can be encoded. The rules:
 //
 //   - ID is non-empty, valid UTF-8 without control characters and not only
-//     white space.
+//     white space, and at most MaxIDLen bytes, like CorrelationID and
+//     ReplyTo; ContentType, DataSchema, each extension value and the number
+//     of extensions have their limits too (the Max constants).
 //   - From passes subjects.ValidateID; To passes it too or is
 //     subjects.Broadcast; Type passes subjects.ValidateType and is not only
 //     white space.
@@ -155,6 +170,20 @@ func (n *names) fail(field, value string, rule error) error {
 func (m *Message) validate(n *names) error {
 	if m.ID == "" {
 		return n.fail(n.id, "", errEmpty)
+	}
+	for _, f := range [...]struct {
+		name, value string
+		max         int
+	}{
+		{n.id, m.ID, MaxIDLen}, {n.correlationID, m.CorrelationID, MaxIDLen}, {n.replyTo, m.ReplyTo, MaxIDLen},
+		{n.contentType, m.ContentType, MaxContentTypeLen}, {n.dataSchema, m.DataSchema, MaxDataSchemaLen},
+	} {
+		if len(f.value) > f.max {
+			return n.fail(f.name, f.value, tooLong(len(f.value), f.max))
+		}
+	}
+	if len(m.Extensions) > MaxExtensions {
+		return n.fail("Extensions", "", fmt.Errorf("%w: %d extensions, at most %d", ErrTooLong, len(m.Extensions), MaxExtensions))
 	}
 	if err := checkText(m.ID); err != nil {
 		return n.fail(n.id, m.ID, err)
@@ -223,6 +252,9 @@ func (m *Message) validate(n *names) error {
 		if err == nil && name == attrSubject && isBlank(v) {
 			err = errBlank
 		}
+		if err == nil && len(v) > MaxExtensionLen {
+			err = tooLong(len(v), MaxExtensionLen)
+		}
 		if err != nil {
 			if n.decoding {
 				return malformed(name, v, err)
@@ -231,6 +263,11 @@ func (m *Message) validate(n *names) error {
 		}
 	}
 	return nil
+}
+
+// tooLong is the rule an attribute of n bytes broke, whose limit is max.
+func tooLong(n, max int) error {
+	return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLong, n, max)
 }
 
 // checkText rejects invalid UTF-8 and control characters (C0, DEL, C1).

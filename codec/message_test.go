@@ -2,6 +2,7 @@ package codec_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,19 @@ func TestValidate(t *testing.T) {
 		{"ID with LF", func(m *codec.Message) { m.ID = "a\nb" }, "ID", nil},
 		{"ID with C1 control", func(m *codec.Message) { m.ID = "a\u0085b" }, "ID", nil},
 		{"ID not UTF-8", func(m *codec.Message) { m.ID = "a\xffb" }, "ID", nil},
+		{name: "ID at its limit", edit: func(m *codec.Message) { m.ID = strings.Repeat("i", codec.MaxIDLen) }},
+		{"ID too long", func(m *codec.Message) { m.ID = strings.Repeat("i", 10000) }, "ID", codec.ErrTooLong},
+		{"CorrelationID too long", func(m *codec.Message) { m.CorrelationID = strings.Repeat("c", codec.MaxIDLen+1) }, "CorrelationID", codec.ErrTooLong},
+		{"ReplyTo too long", func(m *codec.Message) { m.ReplyTo = strings.Repeat("r", codec.MaxIDLen+1) }, "ReplyTo", codec.ErrTooLong},
+		{"ContentType too long", func(m *codec.Message) { m.ContentType = "text/" + strings.Repeat("p", codec.MaxContentTypeLen) }, "ContentType", codec.ErrTooLong},
+		{"DataSchema too long", func(m *codec.Message) { m.DataSchema = "https://x/" + strings.Repeat("s", codec.MaxDataSchemaLen) }, "DataSchema", codec.ErrTooLong},
+		{"extension too long", func(m *codec.Message) { m.Extensions = map[string]string{"note": strings.Repeat("n", codec.MaxExtensionLen+1)} }, "Extensions[note]", codec.ErrTooLong},
+		{"too many extensions", func(m *codec.Message) {
+			m.Extensions = map[string]string{}
+			for i := range codec.MaxExtensions + 1 {
+				m.Extensions[fmt.Sprintf("x%d", i)] = "v"
+			}
+		}, "Extensions", codec.ErrTooLong},
 		{"empty From", func(m *codec.Message) { m.From = "" }, "From", subjects.ErrInvalidAgentID},
 		{"From broadcast", func(m *codec.Message) { m.From = "*" }, "From", subjects.ErrInvalidAgentID},
 		{"From too long", func(m *codec.Message) { m.From = strings.Repeat(".", 50) }, "From", subjects.ErrInvalidAgentID},
@@ -155,5 +169,26 @@ func TestFieldErrorMessage(t *testing.T) {
 	const want = `codec: invalid message: Priority "9": `
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("Error() = %q, want it to start with %q", err, want)
+	}
+}
+
+// TestLimitsSayTheLimit: an over-long attribute's error gives its length
+// and the limit, on sending (Validate) and on receiving (Decode: a foreign
+// producer's event), where it is malformed.
+func TestLimitsSayTheLimit(t *testing.T) {
+	m := &codec.Message{ID: strings.Repeat("i", 10000), From: "a", To: "b", Type: "T", CorrelationID: "c"}
+	m.SetDefaults(time.Now())
+	err := m.Validate()
+	if !errors.Is(err, codec.ErrTooLong) || !errors.Is(err, codec.ErrInvalidMessage) || !strings.Contains(err.Error(), "10000 bytes, at most 256") {
+		t.Errorf("Validate: %v, want ErrTooLong naming 10000 bytes and the limit 256", err)
+	}
+	m.ID = "ok"
+	h, data, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Set("ce-correlationid", strings.Repeat("c", 300))
+	if _, err := codec.Decode(h, data); !errors.Is(err, codec.ErrTooLong) || !errors.Is(err, codec.ErrMalformed) {
+		t.Errorf("Decode with a 300-byte correlation ID: %v, want ErrMalformed and ErrTooLong", err)
 	}
 }
