@@ -93,16 +93,16 @@ func invalid(field, value string, rule error) error {
 
 // The rules a FieldError's Err names when no subjects sentinel applies.
 var (
-	errMissing     = errors.New("required attribute is missing")
-	errDuplicate   = errors.New("given more than once")
-	errEmpty       = errors.New("must not be empty")
-	errBlank       = errors.New("must not be only white space")
-	errUTF8        = errors.New("not valid UTF-8")
-	errControl     = errors.New("has a control character")
+	errMissing   = errors.New("required attribute is missing")
+	errDuplicate = errors.New("given more than once")
+	errEmpty     = errors.New("must not be empty")
+	errBlank     = errors.New("must not be only white space")
+	errUTF8      = errors.New("not valid UTF-8")
+	errControl   = errors.New("has a control character")
 	// ErrTooLong is wrapped by the error for an attribute longer than its
 	// limit (MaxIDLen and the others); the message says the length and the
 	// limit.
-	ErrTooLong = errors.New("too long")
+	ErrTooLong     = errors.New("too long")
 	errSpecVersion = errors.New(`unsupported specversion, want "1.0"`)
 	errPriority    = fmt.Errorf("%w: must be an integer 1..5", subjects.ErrInvalidPriority)
 	errTimestamp   = errors.New("not an RFC 3339 timestamp")

@@ -91,7 +91,9 @@ func TestValidate(t *testing.T) {
 		{"ReplyTo too long", func(m *codec.Message) { m.ReplyTo = strings.Repeat("r", codec.MaxIDLen+1) }, "ReplyTo", codec.ErrTooLong},
 		{"ContentType too long", func(m *codec.Message) { m.ContentType = "text/" + strings.Repeat("p", codec.MaxContentTypeLen) }, "ContentType", codec.ErrTooLong},
 		{"DataSchema too long", func(m *codec.Message) { m.DataSchema = "https://x/" + strings.Repeat("s", codec.MaxDataSchemaLen) }, "DataSchema", codec.ErrTooLong},
-		{"extension too long", func(m *codec.Message) { m.Extensions = map[string]string{"note": strings.Repeat("n", codec.MaxExtensionLen+1)} }, "Extensions[note]", codec.ErrTooLong},
+		{"extension too long", func(m *codec.Message) {
+			m.Extensions = map[string]string{"note": strings.Repeat("n", codec.MaxExtensionLen+1)}
+		}, "Extensions[note]", codec.ErrTooLong},
 		{"too many extensions", func(m *codec.Message) {
 			m.Extensions = map[string]string{}
 			for i := range codec.MaxExtensions + 1 {
