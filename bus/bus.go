@@ -164,8 +164,23 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 		return nil, err
 	}
 	b.opts.ownsConn = true
+	b.refusals.inbox = nc.Opts.InboxPrefix
 	self.Store(b)
 	return b, nil
+}
+
+// watchRefusals returns ctx cancelled with a cause wrapping
+// ErrPermissionDenied as soon as the server refuses a request of this
+// bus's connection on a subject that starts with prefix, and the function
+// that stops watching. The server reports such a refusal on the
+// connection, not to the request, which would otherwise wait out its
+// timeout; a bus sees the connection's errors only when Connect made it,
+// and New's bus returns ctx as it is.
+func (b *Bus) watchRefusals(ctx context.Context, prefix string) (context.Context, func()) {
+	if !b.opts.ownsConn {
+		return ctx, func() {}
+	}
+	return b.refusals.watchPrefix(ctx, prefix)
 }
 
 // InboxPrefix returns the reply inbox prefix of agent, "_INBOX.<token>"

@@ -541,9 +541,11 @@ func (b *Bus) lookup(ctx context.Context, id string, filters ...string) ([]Statu
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
 	out, err := b.status.read(ctx, filters...)
 	if err != nil {
-		return nil, err
+		return nil, refusedCall(ctx, err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrNoStatus, id)
@@ -562,5 +564,8 @@ func (b *Bus) Conversation(ctx context.Context, correlationID string) ([]Status,
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	return b.status.read(ctx, subjects.StatusKeysOfConversation(correlationID))
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	out, err := b.status.read(ctx, subjects.StatusKeysOfConversation(correlationID))
+	return out, refusedCall(ctx, err)
 }

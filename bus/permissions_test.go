@@ -440,6 +440,32 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 			t.Errorf("Publish returned only at its context's deadline: the refusal did not end it")
 		}
 	})
+	t.Run("subscribe and look up status as alice, at once", func(t *testing.T) {
+		// Consumer and status requests the server refuses end at once with
+		// ErrPermissionDenied naming the refused subject, not at the
+		// context's deadline with "context deadline exceeded".
+		forger, err := bus.Connect(srv.s.ClientURL(), "alice",
+			bus.WithNATSOptions(srv.identity(t, "mallory").Option()), bus.WithErrorHandler(func(error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer forger.Close()
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		// What the server refuses first names it: alice's reply inbox,
+		// which mallory may not subscribe to, or the request itself.
+		_, err = forger.Subscribe(pctx, func(context.Context, *bus.Delivery) error { return nil })
+		if !errors.Is(err, bus.ErrPermissionDenied) || !strings.Contains(err.Error(), "Permissions Violation for") {
+			t.Errorf("Subscribe as alice error = %v, want ErrPermissionDenied naming what was refused", err)
+		}
+		_, err = forger.Status(pctx, sent.ID)
+		if !errors.Is(err, bus.ErrPermissionDenied) || !strings.Contains(err.Error(), "Permissions Violation for") {
+			t.Errorf("Status as alice error = %v, want ErrPermissionDenied naming what was refused", err)
+		}
+		if pctx.Err() != nil {
+			t.Errorf("the calls returned only at their context's deadline: the refusals did not end them")
+		}
+	})
 	t.Run("file a dead letter as alice", func(t *testing.T) {
 		mallory.denied(t, "agentbus.dlq.alice.bob.secret", func(ctx context.Context) error {
 			_, err := mallory.js.Publish(ctx, "agentbus.dlq.alice.bob.secret", []byte("forged"))

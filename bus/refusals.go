@@ -20,11 +20,17 @@ import (
 type refusals struct {
 	mu      sync.Mutex
 	waiting map[*refusalWatch]struct{}
+	// inbox is the connection's reply inbox prefix: when the server
+	// refuses the subscription to it, no request of a watched call can
+	// get its answer.
+	inbox string
 }
 
-// refusalWatch is one publish in flight.
+// refusalWatch is one publish, or one call of JetStream API requests, in
+// flight.
 type refusalWatch struct {
 	subject string
+	prefix  bool // any subject starting with subject
 	cancel  context.CancelCauseFunc
 }
 
@@ -32,8 +38,18 @@ type refusalWatch struct {
 // wrapping ErrPermissionDenied, when the server refuses a publish to
 // subject, and the function that stops watching.
 func (r *refusals) watch(ctx context.Context, subject string) (context.Context, func()) {
+	return r.add(ctx, &refusalWatch{subject: subject})
+}
+
+// watchPrefix is watch for the requests of one call, such as the consumer
+// requests of a Subscribe: every subject that starts with prefix.
+func (r *refusals) watchPrefix(ctx context.Context, prefix string) (context.Context, func()) {
+	return r.add(ctx, &refusalWatch{subject: prefix, prefix: true})
+}
+
+func (r *refusals) add(ctx context.Context, w *refusalWatch) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &refusalWatch{subject: subject, cancel: cancel}
+	w.cancel = cancel
 	r.mu.Lock()
 	if r.waiting == nil {
 		r.waiting = make(map[*refusalWatch]struct{})
@@ -56,11 +72,38 @@ func (r *refusals) refused(err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	inboxRefused := r.inbox != "" && strings.Contains(err.Error(), "Subscription to "+quotedPrefix(r.inbox))
 	for w := range r.waiting {
-		if refusesPublish(err, w.subject) {
+		if refusesPublish(err, w.subject) || w.prefix && (inboxRefused || refusesPublishUnder(err, w.subject)) {
 			w.cancel(fmt.Errorf("%w: %w", ErrPermissionDenied, err))
 		}
 	}
+}
+
+// quotedPrefix is prefix as it starts a quoted subject in a server error.
+func quotedPrefix(prefix string) string {
+	q := strconv.Quote(prefix)
+	return q[:len(q)-1]
+}
+
+// refusesPublishUnder reports whether err is the server's permissions
+// violation for a publish to a subject that starts with prefix.
+func refusesPublishUnder(err error, prefix string) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) &&
+		strings.Contains(err.Error(), "Publish to "+quotedPrefix(prefix))
+}
+
+// refusedCall returns the permission error that cancelled ctx, which watch
+// or watchPrefix made, or err as it is: a call refused by the server then
+// says so instead of "context canceled".
+func refusedCall(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
+		return cause
+	}
+	return err
 }
 
 // refusesPublish reports whether err is the server's permissions violation

@@ -161,8 +161,10 @@ func (b *Bus) ensureConsumers(ctx context.Context, o subscribeOptions) ([]consum
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.CONSUMER.")
+	defer stop()
 	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, settings); err != nil {
-		return nil, b.notProvisioned(err)
+		return nil, refusedCall(ctx, b.notProvisioned(err))
 	}
 	return lanes, nil
 }
