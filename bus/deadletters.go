@@ -81,6 +81,15 @@ func (f DeadLetterFilter) subject(s subjects.Scheme) (string, error) {
 
 // DeadLetters lists the dead letters f selects, oldest first.
 func (b *Bus) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	out, err := b.deadLetters(ctx, f)
+	return out, refusedCall(ctx, err)
+}
+
+// deadLetters is DeadLetters; the exported method fails at once when the server
+// refuses one of its requests.
+func (b *Bus) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
@@ -134,6 +143,15 @@ func (b *Bus) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter
 // DeadLetter returns the dead letter at sequence seq of the dead-letter
 // stream, or ErrDeadLetterNotFound.
 func (b *Bus) DeadLetter(ctx context.Context, seq uint64) (*DeadLetter, error) {
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	out, err := b.deadLetterAt(ctx, seq)
+	return out, refusedCall(ctx, err)
+}
+
+// deadLetterAt is DeadLetter; the exported method fails at once when the
+// server refuses one of its requests.
+func (b *Bus) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, error) {
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
@@ -160,6 +178,15 @@ func (b *Bus) DeadLetter(ctx context.Context, seq uint64) (*DeadLetter, error) {
 // same dead letter twice within the duplicate window stores it once
 // (PubAck.Duplicate). The dead letter stays until purged.
 func (b *Bus) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	out, err := b.replayDeadLetter(ctx, seq)
+	return out, refusedCall(ctx, err)
+}
+
+// replayDeadLetter is ReplayDeadLetter; the exported method fails at once when the server
+// refuses one of its requests.
+func (b *Bus) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
 	dl, err := b.DeadLetter(ctx, seq)
 	if err != nil {
 		return PubAck{}, err
@@ -187,6 +214,15 @@ func (b *Bus) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) 
 // PurgeDeadLetters removes the dead letters f selects; with Since set, those
 // dead-lettered before it. Limit is ignored. It returns how many it removed.
 func (b *Bus) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	out, err := b.purgeDeadLetters(ctx, f)
+	return out, refusedCall(ctx, err)
+}
+
+// purgeDeadLetters is PurgeDeadLetters; the exported method fails at once when the server
+// refuses one of its requests.
+func (b *Bus) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
 	if b.isClosed() {
 		return 0, ErrClosed
 	}

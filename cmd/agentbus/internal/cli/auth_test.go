@@ -80,6 +80,24 @@ func TestAuthInitServeNKeys(t *testing.T) {
 	}
 	// Without credentials nothing gets in.
 	checkFails(t, exitError, "--server", s.url, "publish", "--from", "lead", "--to", "w1", "--type", "T")
+	// What lead's identity may not do is refused as such, naming what the
+	// server refused, rather than ending in "context deadline exceeded".
+	for _, cmd := range [][]string{
+		{"subscribe", "--agent", "w1", "--count", "1"},
+		{"status", id},
+		{"status", id, "--agent", "w1"},
+		{"trace", id},
+		{"dlq", "list"},
+		{"provision"},
+	} {
+		// The refusal may also show as a warning line before the error.
+		r := runIn(t, "", append(append([]string{"--server", s.url}, lead...), cmd...)...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		last := lines[len(lines)-1]
+		if r.code != exitError || !strings.Contains(last, "permission denied") || !strings.Contains(last, "Permissions Violation for") {
+			t.Errorf("%v as lead: exit %d, stderr %q; want exit 1, permission denied naming what was refused", cmd, r.code, r.stderr)
+		}
+	}
 	if code := s.stop(t); code != 0 {
 		t.Fatalf("serve exited %d after cancel; stderr %q", code, s.stderr.String())
 	}

@@ -363,17 +363,43 @@ func checkServerURLs(servers string) error {
 	return nil
 }
 
-// dial connects to --server for commands that need a bare connection.
-func (a *app) dial(what string) (*nats.Conn, error) {
+// dial connects to --server for commands that need a bare connection. The
+// context it returns, derived from ctx, ends as soon as the server refuses
+// one of the connection's requests for its permissions, with the refusal
+// as its cause (see refused): the server reports a refusal on the
+// connection, not to the request, which would otherwise wait out its
+// timeout.
+func (a *app) dial(ctx context.Context, what string) (*nats.Conn, context.Context, context.CancelFunc, error) {
 	opts, err := a.natsOptions()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	nc, err := nats.Connect(a.server, append([]nats.Option{nats.Name("agentbus " + what)}, opts...)...)
+	ctx, cancel := context.WithCancelCause(ctx)
+	nc, err := nats.Connect(a.server, append([]nats.Option{
+		nats.Name("agentbus " + what),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				cancel(fmt.Errorf("%w: %w", bus.ErrPermissionDenied, err))
+			}
+		}),
+	}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", a.server, err)
+		cancel(nil)
+		return nil, nil, nil, fmt.Errorf("connect %s: %w", a.server, err)
 	}
-	return nc, nil
+	return nc, ctx, func() { cancel(nil) }, nil
+}
+
+// refused returns the permission refusal that ended ctx, made by dial, in
+// place of err, which then only says the context was cancelled.
+func refused(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, bus.ErrPermissionDenied) {
+		return cause
+	}
+	return err
 }
 
 // connectAs dials --server and returns the bus of agent under --root,

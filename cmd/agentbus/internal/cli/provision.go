@@ -71,14 +71,15 @@ stderr that the memory is not bounded.`,
 				}
 				return usageError{err}
 			}
-			nc, err := a.dial("provision")
+			nc, ctx, stop, err := a.dial(cmd.Context(), "provision")
 			if err != nil {
 				return err
 			}
+			defer stop()
 			defer nc.Close()
-			info, err := bus.Provision(cmd.Context(), nc, cfg)
+			info, err := bus.Provision(ctx, nc, cfg)
 			if err != nil {
-				return err
+				return refused(ctx, err)
 			}
 			if err := printStream(a.stdout, info); err != nil {
 				return err
@@ -87,8 +88,8 @@ stderr that the memory is not bounded.`,
 				a.warnf("%s (--peak-rate)", w)
 			}
 			for _, agent := range agents {
-				if err := ensureAgent(cmd.Context(), nc, a.root, agent); err != nil {
-					return err
+				if err := ensureAgent(ctx, nc, a.root, agent); err != nil {
+					return refused(ctx, err)
 				}
 				if _, err := fmt.Fprintf(a.stdout, "agent %s consumers=%d\n", agent, subjects.ConsumersPerAgent); err != nil {
 					return err
