@@ -51,6 +51,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if a.server == "" {
 		a.server = defaultServer
 	}
+	defer a.stdout.close()
+	defer a.stderr.close()
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -192,16 +194,29 @@ func oneLine(s string) string {
 }
 
 // syncWriter serializes writes from concurrent handlers so that lines never
-// interleave.
+// interleave, and drops what comes after close: a connection's callbacks can
+// report an error after the command returned, when Main's caller may be
+// reading what was written.
 type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return len(p), nil
+	}
 	return s.w.Write(p)
+}
+
+// close makes later writes no-ops.
+func (s *syncWriter) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 }
 
 // file returns the underlying *os.File, if it is one, for a child process
