@@ -110,6 +110,13 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		// it out, docs/cloudevents.md): the subject names the recipient.
 		m.To = addr.To
 	}
+	// The subject wins over attributes that disagree with it: it is what
+	// the sender's permissions allowed and what routed the message here.
+	if m.To != addr.To || m.Priority != addr.Priority {
+		b.opts.onError(fmt.Errorf("%w: message %s on %s says to %q priority %d; delivered as to %q priority %d",
+			ErrAttributeMismatch, m.ID, cm.Subject, m.To, m.Priority, addr.To, addr.Priority))
+		m.To, m.Priority = addr.To, addr.Priority
+	}
 	if err := b.checkNative(ctx, m); err != nil {
 		b.opts.onError(err)
 		return Permanent(err)

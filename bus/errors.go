@@ -31,6 +31,11 @@ var (
 	// when its CloudEvents source names another agent than the sender in its
 	// subject (a raw publisher, a misconfiguration, an impersonation).
 	ErrSenderMismatch = errors.New("bus: sender does not match subject")
+	// ErrAttributeMismatch is reported to the error handler when a
+	// delivered event's to or priority attribute disagrees with the subject
+	// it arrived on; the subject wins: the Delivery carries the subject's
+	// recipient and priority, and the message is handled.
+	ErrAttributeMismatch = errors.New("bus: event attributes disagree with the subject")
 	// ErrMalformedSubject is the reason a message stored on a subject
 	// that is not one of the scheme's (a priority outside 1..5, a token
 	// too many or too few) is dead-lettered as malformed instead of

@@ -226,3 +226,40 @@ func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
 		t.Errorf("handled %v, want only REAL", types)
 	}
 }
+
+// TestAttributesDisagreeingWithSubject: an event whose to or priority
+// attribute disagrees with its subject is handled as the subject says (the
+// subject is what the sender's permissions allowed and what routed it),
+// and the disagreement is reported.
+func TestAttributesDisagreeingWithSubject(t *testing.T) {
+	s := newServer(t)
+	var mismatches atomic.Int32
+	bob := newBus(t, s, "bob", bus.WithErrorHandler(func(err error) {
+		if errors.Is(err, bus.ErrAttributeMismatch) {
+			mismatches.Add(1)
+		}
+	}))
+	raw := embeddedtest.Connect(t, s)
+	js, err := jetstream.New(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &codec.Message{From: "alice", To: "carol", Type: "T", Priority: 1}
+	ev.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: "agentbus.agent.bob.p3.alice.T", Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder()
+	subscribe(t, bob, r.handle)
+	d := r.waitCount(t, 1)[0]
+	if d.To != "bob" || d.Priority != 3 {
+		t.Errorf("delivered to %q priority %d, want the subject's bob, 3", d.To, d.Priority)
+	}
+	if n := mismatches.Load(); n != 1 {
+		t.Errorf("%d mismatches reported, want 1", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPublishSubscribeProfiles(t *testing.T) {
@@ -52,5 +53,20 @@ func TestPublishSubscribeProfiles(t *testing.T) {
 	bad := `{"id":"x","from":"pm","to":"dev","subject":"develop","body":{},"priority":9,"timestamp":"2026-04-11T01:10:00.000Z","status":"pending"}`
 	if r := runIn(t, "", "--server", url, "publish", "--profile", "pipeline", "--data", bad); r.code == 0 || !strings.Contains(r.stderr, "priority") {
 		t.Errorf("invalid pipeline message: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestPublishProfileTTL: --ttl applies to a native message too (it used to
+// be dropped silently): the event carries its expiry.
+func TestPublishProfileTTL(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	// Front matter has no timestamp, so the event's time is now and the
+	// expiry an hour from now.
+	mustRun(t, "--server", url, "publish", "--profile", "frontmatter", "--from", "orchestrator", "--to", "dev",
+		"--file", "../../../../codec/profiles/testdata/frontmatter/task_assignment.md", "--ttl", "1h")
+	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "dev", "--json", "--count", "1", "--timeout", "10s"))
+	if len(evs) != 1 || evs[0].msg.TTL != time.Hour {
+		t.Errorf("got %+v, want one event with a TTL of 1h", evs)
 	}
 }

@@ -190,8 +190,9 @@ func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
 // the profile prepares it (profiles.Prepare: decoded, checked by the protocol's rules,
 // the findings of a lenient one attached), with --from and --to supplying
 // the addressing the format lacks. When given, --from and --to then
-// override the sender and recipient on the envelope, and --priority the
-// priority; the data, the native bytes, stays unchanged.
+// override the sender and recipient on the envelope, --priority the
+// priority and --ttl the time to live; the data, the native bytes, stays
+// unchanged.
 func (in *messageInput) native(cmd *cobra.Command, p profiles.Profile, payload []byte) (bus.Message, error) {
 	f := cmd.Flags()
 	addr := profiles.Addressing{From: in.m.From, To: in.m.To}
@@ -207,6 +208,9 @@ func (in *messageInput) native(cmd *cobra.Command, p profiles.Profile, payload [
 	}
 	if f.Changed("to") {
 		m.To = in.m.To
+	}
+	if f.Changed("ttl") {
+		m.TTL = in.m.TTL // the native formats carry none
 	}
 	return *m, nil
 }
