@@ -121,6 +121,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.opts.onError(err)
 		return Permanent(err)
 	}
+	b.reportFindings(ctx, m)
 	md := cm.Metadata
 	if m.Expired(time.Now()) {
 		err := fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano))

@@ -40,6 +40,7 @@ type telemetry struct {
 	redeliveries    metric.Int64Counter
 	deadLetters     metric.Int64Counter
 	expirations     metric.Int64Counter
+	findings        metric.Int64Counter
 	backlog         metric.Int64ObservableGauge
 	inflight        metric.Int64ObservableGauge
 }
@@ -146,6 +147,9 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 	errs = append(errs, err)
 	t.expirations, err = meter.Int64Counter("agentbus.expirations", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages found expired when delivered, and so terminated without reaching the handler."))
+	errs = append(errs, err)
+	t.findings, err = meter.Int64Counter("agentbus.protocol.findings", metric.WithUnit("{finding}"),
+		metric.WithDescription("Rules of a lenient protocol (coordination) that delivered messages broke, by agentbus.protocol."))
 	errs = append(errs, err)
 	t.backlog, err = meter.Int64ObservableGauge("agentbus.backlog", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages stored for the agent at one priority and not yet delivered."))

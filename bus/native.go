@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/codec/profiles"
 )
@@ -67,6 +71,36 @@ func (b *Bus) checkNative(ctx context.Context, m *Message) error {
 		}
 	}
 	return err
+}
+
+// reportFindings shows the rules of a lenient protocol that m broke, which
+// its publisher attached (profiles.AttachedFindings): the message is
+// handled all the same, as the protocol asks, and each finding goes to the
+// logger (Warn), to the agentbus.protocol.findings counter and, when the
+// message is traced, to its span as an event.
+func (b *Bus) reportFindings(ctx context.Context, m *Message) {
+	fs, err := profiles.AttachedFindings(m)
+	if err != nil || len(fs) == 0 {
+		return
+	}
+	name := "unknown"
+	if p, ok := profiles.ForDataSchema(m.DataSchema); ok {
+		name = p.Name()
+	}
+	b.tel.findings.Add(ctx, int64(len(fs)), metric.WithAttributes(attrAgent.String(b.agent), attrProtocol.String(name)))
+	span := trace.SpanFromContext(ctx)
+	for _, f := range fs {
+		b.opts.logger.Warn("protocol finding", "protocol", name, "message", m.ID, "from", m.From,
+			"field", f.Field, "rule", f.Rule, "finding", f.Message)
+		if span.IsRecording() {
+			span.AddEvent("protocol.finding", trace.WithAttributes(attrProtocol.String(name),
+				attribute.String("agentbus.finding.field", f.Field), attribute.String("agentbus.finding.rule", f.Rule),
+				attribute.String("agentbus.finding.message", f.Message)))
+		}
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("agentbus.protocol.findings", len(fs)))
+	}
 }
 
 // replyMessageError sends the basemessage MESSAGE_ERROR for m, which failed

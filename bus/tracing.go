@@ -30,6 +30,7 @@ const (
 	attrAgent            = attribute.Key("agentbus.agent")
 	attrPriority         = attribute.Key("agentbus.priority")
 	attrBroadcast        = attribute.Key("agentbus.broadcast")
+	attrProtocol         = attribute.Key("agentbus.protocol")
 	attrFrom             = attribute.Key("agentbus.from")
 	attrTo               = attribute.Key("agentbus.to")
 	attrCausationID      = attribute.Key("agentbus.causation_id")
