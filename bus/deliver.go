@@ -46,9 +46,19 @@ func isPermanent(err error) bool {
 // its handler failed on its last allowed delivery.
 var errMaxDeliver = errors.New("bus: delivery limit reached")
 
+// outcome is how a message is settled; its text names the settlement on
+// the span (messaging.operation.name and the event's name).
+type outcome string
+
+const (
+	outcomeAck  outcome = "ack"  // handled: never delivered again
+	outcomeNak  outcome = "nak"  // given back, to be delivered again
+	outcomeTerm outcome = "term" // given up: never delivered again
+)
+
 // settlement is how deliver settles a message.
 type settlement struct {
-	outcome string        // "ack", "nak" or "term"
+	outcome outcome
 	delay   time.Duration // before redelivery, for nak
 	reason  error         // why, for term
 }
@@ -56,14 +66,14 @@ type settlement struct {
 // deliver returns the dispatcher handler that delivers each message to h.
 func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 	maxDeliver := orDefault(o.maxDeliver, consumers.DefaultMaxDeliver)
-	backoff := o.backoff
-	if backoff == nil {
-		backoff = consumers.DefaultBackoff
+	delay := backoff(o.backoff)
+	if delay == nil {
+		delay = defaultBackoff
 	}
 	return func(ctx context.Context, cm *consumers.Msg) {
 		m, derr := codec.Decode(cm.Header, cm.Data)
 		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
-			b.settle(cm, settlement{outcome: "ack"}, nil)
+			b.settle(cm, settlement{outcome: outcomeAck}, nil)
 			return
 		}
 		ctx, op := b.tel.startProcess(ctx, cm, m)
@@ -71,14 +81,14 @@ func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 		err := b.handle(ctx, h, cm, m, derr, maxDeliver)
 		op.end(b.tel, ctx, err)
 
-		s := b.decide(ctx, cm, err, maxDeliver, backoff)
-		if s.outcome == "term" {
+		s := b.decide(ctx, cm, err, maxDeliver, delay)
+		if s.outcome == outcomeTerm {
 			if r, ok := deadLetterReasonOf(s.reason); ok {
 				if derr := b.deadLetter(cm, m, r, s.reason); derr != nil {
 					// Not terminated: nothing is dropped that could not be
 					// kept elsewhere.
 					b.opts.onError(fmt.Errorf("message %s kept, not terminated: %w", cm.Subject, derr))
-					s = settlement{outcome: "nak", delay: backoff(int(cm.Metadata.NumDelivered))}
+					s = settlement{outcome: outcomeNak, delay: delay(int(cm.Metadata.NumDelivered))}
 				} else {
 					b.tel.countDeadLetter(ctx, op.dest, r)
 				}
@@ -162,30 +172,30 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 // the delivery limit's backoff); terminated for a permanent error or a
 // failure on the last allowed delivery; otherwise redelivered after the
 // backoff.
-func (b *Bus) decide(ctx context.Context, cm *consumers.Msg, err error, maxDeliver int, backoff consumers.Backoff) settlement {
+func (b *Bus) decide(ctx context.Context, cm *consumers.Msg, err error, maxDeliver int, backoff backoff) settlement {
 	delivery := int(cm.Metadata.NumDelivered)
 	switch {
 	case err == nil:
-		return settlement{outcome: "ack"}
+		return settlement{outcome: outcomeAck}
 	case isPermanent(err):
-		return settlement{outcome: "term", reason: err}
+		return settlement{outcome: outcomeTerm, reason: err}
 	case ctx.Err() != nil:
-		return settlement{outcome: "nak"}
+		return settlement{outcome: outcomeNak}
 	case maxDeliver > 0 && delivery >= maxDeliver:
-		return settlement{outcome: "term", reason: fmt.Errorf("%w: failed on delivery %d of %d: %w", errMaxDeliver, delivery, maxDeliver, err)}
+		return settlement{outcome: outcomeTerm, reason: fmt.Errorf("%w: failed on delivery %d of %d: %w", errMaxDeliver, delivery, maxDeliver, err)}
 	}
-	return settlement{outcome: "nak", delay: backoff(delivery)}
+	return settlement{outcome: outcomeNak, delay: backoff(delivery)}
 }
 
 // settle sends settlement s of cm to the server and adds it to op's span.
 func (b *Bus) settle(cm *consumers.Msg, s settlement, op *processOp) {
 	var err error
 	switch s.outcome {
-	case "ack":
+	case outcomeAck:
 		err = cm.Ack()
-	case "nak":
+	case outcomeNak:
 		err = cm.Nak(s.delay)
-	case "term":
+	case outcomeTerm:
 		err = cm.Term(termReason(s.reason))
 	}
 	if err != nil {

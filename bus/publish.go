@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
-	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -63,7 +62,7 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	op := b.tel.startSend(ctx, &m, msg)
 	ack, err := b.send(ctx, msg)
 	if err != nil {
-		err = b.publishError(m.ID, err)
+		err = b.publishError(msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
@@ -95,7 +94,7 @@ func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 	case ack := <-f.f.Ok():
 		return PubAck{ID: f.id, Subject: f.subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 	case err := <-f.f.Err():
-		return PubAck{}, f.b.publishError(f.id, err)
+		return PubAck{}, f.b.publishError(nil, f.id, err)
 	case <-ctx.Done():
 		return PubAck{}, ctx.Err()
 	}
@@ -126,7 +125,7 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		b.status.take(msg)
-		err = b.publishError(m.ID, err)
+		err = b.publishError(msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)
 		return nil, err
@@ -183,13 +182,7 @@ func (b *Bus) prepare(m *Message) (*nats.Msg, error) {
 	if m.TTL > 0 {
 		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(m.TTL)}
 	}
-	msg := &nats.Msg{Subject: subject, Header: h, Data: data}
-	if limit := b.nc.MaxPayload(); limit > 0 {
-		if hn := headerSize(h); int64(hn+len(data)) > limit {
-			return nil, fmt.Errorf("%w: %d bytes (data %d, headers %d), more than the server's max_payload of %d", ErrPayloadTooLarge, hn+len(data), len(data), hn, limit)
-		}
-	}
-	return msg, nil
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }
 
 // headerSize is the size of h on the wire: "NATS/1.0\r\n", a line
@@ -237,7 +230,7 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 			return ack, err
 		}
 		b.opts.logger.Debug("publish retry", "subject", msg.Subject, "attempt", attempt, "error", err)
-		t := time.NewTimer(consumers.ExponentialBackoff(100*time.Millisecond, 2*time.Second)(attempt))
+		t := time.NewTimer(publishBackoff(attempt))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -285,8 +278,16 @@ func ttlSeconds(d time.Duration) string {
 	return strconv.FormatInt(int64(max(s, 1)), 10) + "s"
 }
 
-func (b *Bus) publishError(id string, err error) error {
+// publishError says what became of the publish of msg (nil when only the
+// ID is known), message id, that failed with err. An oversize message is
+// measured here, on the error path, rather than before every publish:
+// nats.go checks the size anyway.
+func (b *Bus) publishError(msg *nats.Msg, id string, err error) error {
 	switch {
+	case errors.Is(err, nats.ErrMaxPayload) && msg != nil:
+		hn := headerSize(msg.Header)
+		return fmt.Errorf("publish %s: %w: %d bytes (data %d, headers %d), more than the server's max_payload of %d: %w",
+			id, ErrPayloadTooLarge, hn+len(msg.Data), len(msg.Data), hn, b.nc.MaxPayload(), err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("publish %s: %w: %w", id, ErrPayloadTooLarge, err)
 	case errors.Is(err, nats.ErrConnectionClosed) && b.isClosed():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,5 +77,15 @@ func TestRefusals(t *testing.T) {
 	defer r.mu.Unlock()
 	if n := len(r.waiting); n != 1 {
 		t.Errorf("%d publishes watched after one stopped, want 1", n)
+	}
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	b := exponentialBackoff(100*time.Millisecond, time.Second)
+	for delivery, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 5: time.Second, 50: time.Second} {
+		got := b(delivery)
+		if got < want || got > want+want/5 {
+			t.Errorf("backoff(%d) = %v, want %v plus at most 20%%", delivery, got, want)
+		}
 	}
 }

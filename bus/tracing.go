@@ -424,12 +424,12 @@ func (op processOp) end(t *telemetry, ctx context.Context, err error) {
 func settleEvent(span trace.Span, s settlement, err error) {
 	attrs := []attribute.KeyValue{
 		semconv.MessagingOperationTypeSettle,
-		semconv.MessagingOperationName(s.outcome),
+		semconv.MessagingOperationName(string(s.outcome)),
 	}
 	switch s.outcome {
-	case "nak":
+	case outcomeNak:
 		attrs = append(attrs, attrNakDelay.Float64(s.delay.Seconds()))
-	case "term":
+	case outcomeTerm:
 		if r, ok := deadLetterReasonOf(s.reason); ok {
 			attrs = append(attrs, attrDeadLetterReason.String(string(r)))
 		}
@@ -437,7 +437,7 @@ func settleEvent(span trace.Span, s settlement, err error) {
 	if err != nil {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(semconv.ErrorType(err).Value.AsString()))
 	}
-	span.AddEvent(s.outcome, trace.WithAttributes(attrs...))
+	span.AddEvent(string(s.outcome), trace.WithAttributes(attrs...))
 }
 
 // messageAttrs returns the attributes of a span about m sent on subject.

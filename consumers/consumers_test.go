@@ -44,16 +44,6 @@ func TestConsumerConfigDefaults(t *testing.T) {
 	}
 }
 
-func TestExponentialBackoff(t *testing.T) {
-	b := ExponentialBackoff(100*time.Millisecond, time.Second)
-	for delivery, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 5: time.Second, 50: time.Second} {
-		got := b(delivery)
-		if got < want || got > want+want/5 {
-			t.Errorf("backoff(%d) = %v, want %v plus at most 20%%", delivery, got, want)
-		}
-	}
-}
-
 func TestStartRejectsBadOptions(t *testing.T) {
 	nc := &nats.Conn{} // never used: Start fails before any I/O
 	one := []Lane{{Consumer: "a_p1"}, {Consumer: "a_b"}}

@@ -54,8 +54,8 @@
 //
 // # Settlement and keep-alive
 //
-// The handler settles its message: [Msg.Ack], [Msg.Nak] with a delay (see
-// [ExponentialBackoff]) or [Msg.Term]. What to do with a failure is the
+// The handler settles its message: [Msg.Ack], [Msg.Nak] with a delay or
+// [Msg.Term]. What to do with a failure is the
 // caller's decision (bus dead-letters before it terminates). A message
 // returned unsettled, or whose handler panicked, is given back for
 // redelivery at once and reported to Options.OnError.
