@@ -160,9 +160,11 @@ type tracker struct {
 	missing   atomic.Bool // the bucket was found missing and reported once
 
 	// acking holds the pending records of asynchronous publishes until the
-	// server's ack gives their stream sequence, by message ID.
-	mu     sync.Mutex
-	acking map[string]Status
+	// server's ack gives their stream sequence and the record is written,
+	// by message ID. acked is closed when acking empties, for flush.
+	mu         sync.Mutex
+	acking     map[string]Status
+	ackingDone chan struct{}
 
 	scheme subjects.Scheme
 	stream string // the messages stream, whose consumers tell progress
@@ -228,30 +230,43 @@ func (t *tracker) recordPendingAfter(s Status) {
 	t.mu.Unlock()
 }
 
-// take removes and returns the record held for the message m.
-func (t *tracker) take(m *nats.Msg) (Status, bool) {
-	if t == nil {
-		return Status{}, false
-	}
-	id := m.Header.Get(jetstream.MsgIDHeader)
+// held returns the record held for the message m.
+func (t *tracker) held(m *nats.Msg) (Status, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, ok := t.acking[id]
-	delete(t.acking, id)
+	s, ok := t.acking[m.Header.Get(jetstream.MsgIDHeader)]
 	return s, ok
+}
+
+// release drops the record held for the message m, once written or when
+// the publish failed before it went out.
+func (t *tracker) release(m *nats.Msg) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.acking, m.Header.Get(jetstream.MsgIDHeader))
+	if len(t.acking) == 0 && t.ackingDone != nil {
+		close(t.ackingDone)
+		t.ackingDone = nil
+	}
 }
 
 // acked is the bus's asynchronous ack handler: it writes the pending
 // record of m, which the server stored as ack says. It runs on nats.go's
 // ack goroutine and does not block but when the status bucket's own
-// asynchronous writes are stalled.
+// asynchronous writes are stalled. The record stays held until its write
+// is under way: nats.go resolves the publish's future before it calls this,
+// and a flush must not find nothing to wait for in between.
 func (t *tracker) acked(m *nats.Msg, ack *jetstream.PubAck) {
 	if t == nil {
 		return
 	}
-	if s, ok := t.take(m); ok {
+	if s, ok := t.held(m); ok {
 		t.recordPending(s, ack)
 	}
+	t.release(m)
 }
 
 // unsent records an asynchronous publish that failed with err as failed.
@@ -259,18 +274,35 @@ func (t *tracker) unsent(m *nats.Msg, err error) {
 	if t == nil {
 		return
 	}
-	if s, ok := t.take(m); ok {
+	if s, ok := t.held(m); ok {
 		s.State, s.Reason = StateFailed, err.Error()
 		t.record(s, false)
 	}
+	t.release(m)
 }
 
 // flush waits until every record written so far is stored or has failed.
 // The bus's asynchronous publishes must be complete first: their acks
-// write records.
+// write records; flush then waits for the ack handlers still writing them.
 func (t *tracker) flush(ctx context.Context) error {
 	if t == nil {
 		return nil
+	}
+	t.mu.Lock()
+	var writing chan struct{}
+	if len(t.acking) > 0 {
+		if t.ackingDone == nil {
+			t.ackingDone = make(chan struct{})
+		}
+		writing = t.ackingDone
+	}
+	t.mu.Unlock()
+	if writing != nil {
+		select {
+		case <-writing:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	select {
 	case <-t.js.PublishAsyncComplete():

@@ -124,7 +124,7 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 	b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
-		b.status.take(msg)
+		b.status.release(msg)
 		err = b.publishError(msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)

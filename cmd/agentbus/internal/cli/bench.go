@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -173,7 +174,11 @@ func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config) (stop func(
 		cfg.Server = redactURLs(url, url)
 		return func() {}, nil
 	}
-	s, err := embedded.Start(embedded.Options{})
+	// The server's warnings and errors go to stderr: a refused stream or
+	// consumer is explained there (a full disk, say) and not only by the
+	// API error's one line.
+	logger := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := embedded.Start(embedded.Options{Logger: embedded.SlogLogger(logger)})
 	if err != nil {
 		return nil, err
 	}
