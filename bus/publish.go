@@ -46,20 +46,20 @@ type PubAck struct {
 //
 // Inside a Handler, pass the handler's ctx: the message then continues the
 // handled message's conversation (see ContextWithDelivery) and its span is a
-// child of the handler's. Publish writes the W3C trace context into the
-// traceparent and tracestate headers; docs/observability.md describes the
-// spans and metrics.
+// child of the handler's. With tracing on, Publish writes the span's W3C
+// trace context as the CloudEvents distributed tracing extension
+// (ce-traceparent and ce-tracestate in binary mode); docs/observability.md
+// describes the spans and metrics.
 //
 // Errors: ErrInvalidMessage (errors.As to *codec.FieldError names the
 // field), ErrInvalidAgentID, ErrPayloadTooLarge, ErrNotProvisioned,
 // ErrClosed, or the server's error.
 func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	inherit(ctx, &m)
-	msg, err := b.prepare(&m)
+	msg, op, err := b.prepare(ctx, &m)
 	if err != nil {
 		return PubAck{}, err
 	}
-	op := b.tel.startSend(ctx, &m, msg)
 	ack, err := b.send(ctx, msg)
 	if err != nil {
 		err = b.publishError(msg, m.ID, err)
@@ -113,11 +113,10 @@ func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 // (30 s) resolves with an error.
 func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, error) {
 	inherit(ctx, &m)
-	msg, err := b.prepare(&m)
+	msg, op, err := b.prepare(ctx, &m)
 	if err != nil {
 		return nil, err
 	}
-	op := b.tel.startSend(ctx, &m, msg)
 	// Held before the message goes out, so the ack finds it: the pending
 	// record is written once the ack gives the stream sequence, as in
 	// Publish.
@@ -153,17 +152,31 @@ func (b *Bus) Flush(ctx context.Context) error {
 	return b.status.flush(ctx)
 }
 
-// prepare fills m's defaults, checks it and encodes it as a NATS message.
-func (b *Bus) prepare(m *Message) (*nats.Msg, error) {
+// prepare fills m's defaults, starts its send span, which puts the trace
+// context in m, and checks and encodes m as a NATS message. On error there
+// is no span to end.
+func (b *Bus) prepare(ctx context.Context, m *Message) (*nats.Msg, sendOp, error) {
 	if b.isClosed() {
-		return nil, ErrClosed
+		return nil, sendOp{}, ErrClosed
 	}
 	if m.From == "" {
 		m.From = b.agent
 	} else if m.From != b.agent {
-		return nil, &codec.FieldError{Field: "From", Value: m.From, Err: fmt.Errorf("%w: a bus publishes as its own agent %q", ErrInvalidMessage, b.agent)}
+		return nil, sendOp{}, &codec.FieldError{Field: "From", Value: m.From, Err: fmt.Errorf("%w: a bus publishes as its own agent %q", ErrInvalidMessage, b.agent)}
 	}
 	m.SetDefaults(time.Now())
+	op := b.tel.startSend(ctx, m)
+	msg, err := b.encode(m)
+	if err != nil {
+		op.abandon(err)
+		return nil, sendOp{}, err
+	}
+	op.describe(m, msg)
+	return msg, op, nil
+}
+
+// encode checks m and encodes it as a NATS message.
+func (b *Bus) encode(m *Message) (*nats.Msg, error) {
 	h, data, err := b.opts.codec.Encode(m) // validates every field
 	if err != nil {
 		return nil, err

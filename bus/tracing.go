@@ -99,7 +99,7 @@ func conversationOf(m *Message) string {
 // parentFor returns the context a span about a message of conversation
 // conv starts under, and the span context to link to. sc is the context of
 // the span that caused the message: the caller's span for a send, the
-// producer's (from the traceparent header) for a process span. If sc is in
+// producer's (from the trace context it carries) for a process span. If sc is in
 // the conversation's trace it is the parent; otherwise the conversation
 // root is, and sc, if valid, is linked to. So every span of a conversation
 // is in one trace, even when it started inside another trace (such as the
@@ -124,46 +124,89 @@ func parentUnder(ctx context.Context, sc, root trace.SpanContext) (context.Conte
 // propagates traceparent and tracestate, whatever the global propagator.
 var traceContext propagation.TraceContext
 
-// headerCarrier adapts nats.Header to propagation.TextMapCarrier. It writes
-// keys lower-case, as W3C Trace Context spells them, and reads them in any
-// case: nats.Header is case-sensitive, and other clients write
-// "Traceparent" or "TRACEPARENT".
-type headerCarrier nats.Header
+// The trace context travels as the CloudEvents Distributed Tracing
+// extension: the attributes traceparent and tracestate, so ce-traceparent
+// and ce-tracestate headers in binary mode and members of the event in
+// structured mode. A producer that is not a CloudEvents one may instead
+// write the plain W3C traceparent header (as nats.go and OpenTelemetry's
+// NATS instrumentations do): the bus reads that when the event has none.
 
-var _ propagation.TextMapCarrier = headerCarrier(nil)
+// extensionCarrier adapts a message's extension attributes to
+// propagation.TextMapCarrier, to write the trace context into a message
+// about to be encoded.
+type extensionCarrier map[string]string
 
-// Get returns the first value of key, matched case-insensitively.
-func (c headerCarrier) Get(key string) string {
-	if v := c[key]; len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range c {
-		if len(v) > 0 && strings.EqualFold(k, key) {
-			return v[0]
-		}
-	}
-	return ""
-}
+var _ propagation.TextMapCarrier = extensionCarrier(nil)
 
-// Set replaces every value of key, in any case, with value under the
-// lower-case key.
-func (c headerCarrier) Set(key, value string) {
-	key = strings.ToLower(key)
-	for k := range c {
-		if k != key && strings.EqualFold(k, key) {
-			delete(c, k)
-		}
-	}
-	c[key] = []string{value}
-}
+// Get returns the extension key.
+func (c extensionCarrier) Get(key string) string { return c[key] }
 
-// Keys returns the header keys.
-func (c headerCarrier) Keys() []string {
+// Set sets the extension key.
+func (c extensionCarrier) Set(key, value string) { c[key] = value }
+
+// Keys returns the extension names.
+func (c extensionCarrier) Keys() []string {
 	out := make([]string, 0, len(c))
 	for k := range c {
 		out = append(out, k)
 	}
 	return out
+}
+
+// incomingCarrier reads the trace context of a delivered message: the
+// event's distributed tracing extension if it has one (ext, the decoded
+// extensions; or, for a message that could not be decoded, its ce-
+// headers), else the plain W3C headers. Headers match in any case:
+// nats.Header is case-sensitive, and other clients write "Traceparent" or
+// "CE-TraceParent".
+type incomingCarrier struct {
+	h   nats.Header
+	ext map[string]string // nil when the message could not be decoded
+}
+
+var _ propagation.TextMapCarrier = incomingCarrier{}
+
+// Get returns the value of key, from the extension first.
+func (c incomingCarrier) Get(key string) string {
+	if c.ext != nil {
+		if v := c.ext[key]; v != "" {
+			return v
+		}
+		// A decoded event's ce- headers are in ext already.
+	} else if v := headerValue(c.h, codecHeaderPrefix+key); v != "" {
+		return v
+	}
+	return headerValue(c.h, key)
+}
+
+// Set does nothing: the carrier is read only.
+func (incomingCarrier) Set(string, string) {}
+
+// Keys returns the header keys.
+func (c incomingCarrier) Keys() []string {
+	out := make([]string, 0, len(c.h))
+	for k := range c.h {
+		out = append(out, k)
+	}
+	return out
+}
+
+// codecHeaderPrefix is the CloudEvents NATS binding's attribute header
+// prefix.
+const codecHeaderPrefix = "ce-"
+
+// headerValue returns the first value of key in h, matched
+// case-insensitively.
+func headerValue(h nats.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
 }
 
 // deliveryKey is the context key of the *handling of the Delivery being
@@ -293,28 +336,51 @@ type sendOp struct {
 	dest  *destination
 }
 
-// startSend starts the producer span of m, about to be sent as msg, and
-// writes its trace context into msg's headers.
-func (t *telemetry) startSend(ctx context.Context, m *Message, msg *nats.Msg) sendOp {
+// startSend starts the producer span of m, about to be encoded, and writes
+// its trace context into m as the distributed tracing extension (on a copy
+// of m.Extensions: the caller's map is left alone). Call describe once m is
+// encoded.
+func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	dest := t.destinationFor(m)
 	root := conversationRoot(conversationOf(m))
 	ctx, link := parentUnder(ctx, trace.SpanContextFromContext(ctx), root)
 	ctx, span := t.tracer.Start(ctx, dest.sendName, t.sendOpts...)
-	if span.IsRecording() {
-		if link.IsValid() {
-			span.AddLink(trace.Link{SpanContext: link})
-		}
-		span.SetAttributes(messageAttrs(dest, msg.Subject, m, len(msg.Data),
-			semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)...)
+	if link.IsValid() && span.IsRecording() {
+		span.AddLink(trace.Link{SpanContext: link})
 	}
 	// A tracer that made no span of its own (the no-op tracer: tracing is
 	// off) leaves the conversation root in place. The receiver derives that
-	// from the correlation ID anyway, so nothing is written: a sampled
-	// traceparent costs the server a header map per message.
+	// from the correlation ID anyway, so nothing is written: two more
+	// headers on every message for nothing.
 	if sc := span.SpanContext(); sc.IsValid() && sc.SpanID() != root.SpanID() {
-		traceContext.Inject(ctx, headerCarrier(msg.Header))
+		ext := make(map[string]string, len(m.Extensions)+2)
+		maps.Copy(ext, m.Extensions)
+		delete(ext, extTraceState) // the caller's, if any, is not this span's
+		traceContext.Inject(ctx, extensionCarrier(ext))
+		m.Extensions = ext
 	}
 	return sendOp{span: span, start: time.Now(), dest: dest}
+}
+
+// The distributed tracing extension's attributes.
+const (
+	extTraceParent = "traceparent"
+	extTraceState  = "tracestate"
+)
+
+// describe puts the attributes of m, encoded as msg, on the span.
+func (op sendOp) describe(m *Message, msg *nats.Msg) {
+	if op.span.IsRecording() {
+		op.span.SetAttributes(messageAttrs(op.dest, msg.Subject, m, len(msg.Data),
+			semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)...)
+	}
+}
+
+// abandon ends the span of a message that could not be encoded: no send
+// took place, so no metric counts it.
+func (op sendOp) abandon(err error) {
+	op.span.SetStatus(codes.Error, err.Error())
+	op.span.End()
 }
 
 // end ends the send: err is its error, nil on success.
@@ -347,7 +413,7 @@ type processOp struct {
 
 // startProcess starts the consumer span of a delivered message. m is the
 // decoded message, nil if it could not be decoded. The span's parent is the
-// producer's span, from the traceparent header, if it is in the
+// producer's span, from the trace context it carries, if it is in the
 // conversation's trace, and the conversation root otherwise; the producer's
 // span is also linked to.
 func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Message) (context.Context, processOp) {
@@ -360,7 +426,14 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 			t.redeliveries.Add(ctx, 1, t.levels[dest.priority-1].opts...)
 		}
 	}
-	producer := trace.SpanContextFromContext(traceContext.Extract(ctx, headerCarrier(cm.Header)))
+	carrier := incomingCarrier{h: cm.Header}
+	if m != nil {
+		carrier.ext = m.Extensions
+		if carrier.ext == nil {
+			carrier.ext = map[string]string{}
+		}
+	}
+	producer := trace.SpanContextFromContext(traceContext.Extract(ctx, carrier))
 	var link trace.SpanContext
 	switch {
 	case m != nil:

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,7 +33,7 @@ type agentTelemetry struct {
 
 // newTracedBus connects agent to s with a tracer and meter provider of its
 // own, as a separate process would have.
-func newTracedBus(t *testing.T, s *embedded.Server, agent string) (*bus.Bus, *agentTelemetry) {
+func newTracedBus(t *testing.T, s *embedded.Server, agent string, opts ...bus.Option) (*bus.Bus, *agentTelemetry) {
 	t.Helper()
 	at := &agentTelemetry{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(at.spans))
@@ -41,7 +42,7 @@ func newTracedBus(t *testing.T, s *embedded.Server, agent string) (*bus.Bus, *ag
 		tp.Shutdown(context.Background())
 		mp.Shutdown(context.Background())
 	})
-	return newBus(t, s, agent, bus.WithTracerProvider(tp), bus.WithMeterProvider(mp)), at
+	return newBus(t, s, agent, append([]bus.Option{bus.WithTracerProvider(tp), bus.WithMeterProvider(mp)}, opts...)...), at
 }
 
 // waitSpans waits until at has ended n spans and returns them.
@@ -285,12 +286,15 @@ func TestTracingRawPublisher(t *testing.T) {
 		name       string
 		header     string // the traceparent header's key; "" for none
 		sc         trace.SpanContext
+		plain      trace.SpanContext // also in a plain traceparent header, if valid
 		wantParent trace.SpanID
 		wantLink   trace.SpanID
 	}{
 		{name: "no traceparent", wantParent: rootSpanID(conv)},
 		{name: "Traceparent in the conversation's trace", header: "Traceparent", sc: inTrace, wantParent: inTrace.SpanID(), wantLink: inTrace.SpanID()},
 		{name: "TRACEPARENT of another trace", header: "TRACEPARENT", sc: other, wantParent: rootSpanID(conv), wantLink: other.SpanID()},
+		{name: "ce-traceparent, the CloudEvents extension", header: "ce-traceparent", sc: inTrace, wantParent: inTrace.SpanID(), wantLink: inTrace.SpanID()},
+		{name: "ce-traceparent wins over traceparent", header: "ce-traceparent", sc: inTrace, plain: other, wantParent: inTrace.SpanID(), wantLink: inTrace.SpanID()},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -302,6 +306,9 @@ func TestTracingRawPublisher(t *testing.T) {
 			}
 			if tt.header != "" {
 				h[tt.header] = []string{traceparent(tt.sc)}
+			}
+			if tt.plain.IsValid() {
+				h["traceparent"] = []string{traceparent(tt.plain)}
 			}
 			if err := raw.PublishMsg(&nats.Msg{Subject: "agentbus.agent.worker.p3.raw.RAW", Header: h, Data: data}); err != nil {
 				t.Fatal(err)
@@ -326,6 +333,81 @@ func TestTracingRawPublisher(t *testing.T) {
 			}
 			checkAttrs(t, sp, map[string]any{"messaging.message.conversation_id": conv, "agentbus.from": "raw"})
 		})
+	}
+}
+
+// TestTracingWritesTheCloudEventsExtension: with tracing on, a published
+// event carries its send span's context as the CloudEvents distributed
+// tracing extension: ce-traceparent in binary mode, a traceparent member
+// in structured mode, and no plain traceparent header. With tracing off it
+// carries none. The caller's Extensions map is left alone.
+func TestTracingWritesTheCloudEventsExtension(t *testing.T) {
+	s := newServer(t)
+	raw := embeddedtest.Connect(t, s)
+	sub, err := raw.SubscribeSync("agentbus.agent.worker.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	traced, tel := newTracedBus(t, s, "orchestrator")
+	structured, structuredTel := newTracedBus(t, s, "planner", bus.WithCodec(codec.Structured{}))
+	untraced := newBus(t, s, "reviewer")
+	mine := map[string]string{"traceparent": "00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01", "tracestate": "x=y"}
+	next := func() *nats.Msg {
+		t.Helper()
+		msg, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	want := func(at *agentTelemetry) string {
+		sc := at.waitSpans(t, 1)[0].SpanContext()
+		return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+	}
+
+	if _, err := traced.Publish(testContext(t), bus.Message{To: "worker", Type: "T", Extensions: mine}); err != nil {
+		t.Fatal(err)
+	}
+	msg := next()
+	if got, w := msg.Header.Get("ce-traceparent"), want(tel); got != w {
+		t.Errorf("binary: ce-traceparent %q, want the send span's %q", got, w)
+	}
+	if got := msg.Header.Values("ce-tracestate"); len(got) != 0 {
+		t.Errorf("binary: ce-tracestate %q, want none (the caller's is not the span's)", got)
+	}
+	if got := msg.Header.Get("traceparent"); got != "" {
+		t.Errorf("binary: plain traceparent %q, want none", got)
+	}
+	if mine["traceparent"] != "00-ffffffffffffffffffffffffffffffff-ffffffffffffffff-01" || mine["tracestate"] != "x=y" {
+		t.Errorf("the caller's extensions were changed: %v", mine)
+	}
+
+	if _, err := structured.Publish(testContext(t), bus.Message{To: "worker", Type: "T"}); err != nil {
+		t.Fatal(err)
+	}
+	msg = next()
+	var event map[string]any
+	if err := json.Unmarshal(msg.Data, &event); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := event["traceparent"], want(structuredTel); got != w {
+		t.Errorf("structured: traceparent member %v, want the send span's %q", got, w)
+	}
+	if len(msg.Header.Values("traceparent")) != 0 || len(msg.Header.Values("ce-traceparent")) != 0 {
+		t.Errorf("structured: trace headers %v, want none", msg.Header)
+	}
+
+	if _, err := untraced.Publish(testContext(t), bus.Message{To: "worker", Type: "T"}); err != nil {
+		t.Fatal(err)
+	}
+	msg = next()
+	for k := range msg.Header {
+		if strings.Contains(strings.ToLower(k), "trace") {
+			t.Errorf("tracing off: header %s: %v, want no trace context", k, msg.Header[k])
+		}
 	}
 }
 
