@@ -96,5 +96,8 @@ func requestTo(ctx context.Context, b *bus.Bus, id, agent string) (bus.Message, 
 			return st.Message(), nil
 		}
 	}
-	return bus.Message{}, fmt.Errorf("no message %s to %s", id, agent)
+	// Only the sender's record finds a message before it is delivered: a
+	// sender without one (a client that is not agentbus and does not write
+	// it) leaves the request to be answered by the handler that gets it.
+	return bus.Message{}, fmt.Errorf("no message %s to %s: no status record names it (its sender writes one; see docs/foreign-agents.md)", id, agent)
 }
