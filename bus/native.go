@@ -28,7 +28,18 @@ import (
 // A native sender other than the bus's agent is refused.
 //
 // Inside a handler, pass the handler's ctx: the message joins the handled
-// message's conversation, as with Publish. To set what addr does not
+// message's conversation, as with Publish.
+//
+// A native message whose replyTo (pipeline, basemessage) names a message
+// this agent received, and that goes back to
+// that message's sender, is sent as Reply sends it: in the conversation of
+// the message it answers (unless it names its own), which is recorded
+// replied. The message is found as the handled one (pass the handler's ctx)
+// or by its lifecycle record, so it may still be queued; when it is not
+// found the native message is published as it is, its reply-to kept as the
+// causation ID.
+//
+// To set what addr does not
 // cover, such as a TTL or the correlation ID of a format that carries none
 // (frontmatter, swarm), call profiles.Prepare, set the fields on the
 // Message it returns, and Publish that.
@@ -44,7 +55,49 @@ func (b *Bus) PublishNative(ctx context.Context, p profiles.Profile, native []by
 		return PubAck{}, &codec.FieldError{Field: "From", Value: m.From,
 			Err: fmt.Errorf("%w: the %s message is from %q, but this bus publishes as %q", ErrInvalidMessage, p.Name(), m.From, b.agent)}
 	}
-	return b.Publish(ctx, *m)
+	return b.PublishAnswer(ctx, *m)
+}
+
+// PublishAnswer publishes m, and when m answers a message this agent
+// received (its ReplyTo names that message, found by Received, and it goes
+// back to that message's sender) sends it as Reply does: in the
+// conversation of the message it answers unless m names its own, and
+// recorded replied. Otherwise it is Publish. PublishNative sends native
+// messages this way, so that a protocol's own reply field (pipeline's
+// replyTo) threads the conversation; use it for a message prepared with
+// profiles.Prepare.
+func (b *Bus) PublishAnswer(ctx context.Context, m Message) (PubAck, error) {
+	if m.ReplyTo != "" {
+		if req, err := b.Received(ctx, m.ReplyTo); err == nil && req.From == m.To {
+			return b.Reply(ctx, &req, m)
+		}
+	}
+	return b.Publish(ctx, m)
+}
+
+// Received returns the message id sent to this agent, as far as Reply
+// needs it (see Status.Message): the one the handler of ctx is handling,
+// or the one the lifecycle record names, so a message still queued is
+// found as long as its sender wrote its pending record (Go agents do;
+// docs/foreign-agents.md says how others do). "agentbus reply" answers a
+// message found this way.
+//
+// Errors: ErrNoStatus when no record of the message to this agent exists,
+// ErrInvalidOption with lifecycle tracking off, or Status's.
+func (b *Bus) Received(ctx context.Context, id string) (Message, error) {
+	if h := handlingOf(ctx); h != nil && h.d.ID == id {
+		return h.d.Message, nil
+	}
+	sts, err := b.Status(ctx, id)
+	if err != nil {
+		return Message{}, err
+	}
+	for _, st := range sts {
+		if st.To == b.agent {
+			return st.Message(), nil
+		}
+	}
+	return Message{}, fmt.Errorf("%w: %s to %s", ErrNoStatus, id, b.agent)
 }
 
 // ErrInvalidNative is the reason a message of a strict protocol profile that

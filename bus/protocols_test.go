@@ -50,6 +50,9 @@ type protoExample struct {
 	typ                      string
 	priority                 int
 	id, correlation, replyTo string
+	// joins is the conversation a reply without a correlation of its own
+	// is delivered in: that of the message it answers (PublishNative).
+	joins string
 
 	// refused, if set, are findings (field, rule) of a message the document
 	// itself breaks: a strict profile refuses it at publish, and nothing is
@@ -234,7 +237,11 @@ func (n *protoNet) exchange(t *testing.T, p profiles.Profile, ex protoExample, n
 		t.Errorf("ack ID %q, want the native ID %q", ack.ID, want.ID)
 	}
 	wantCorrelation := want.CorrelationID
-	if wantCorrelation == "" {
+	switch {
+	case wantCorrelation != "":
+	case ex.joins != "":
+		wantCorrelation = ex.joins
+	default:
 		wantCorrelation = ack.ID // a message without one starts its own conversation
 	}
 
@@ -449,7 +456,8 @@ func TestProtocolCoordinationExchange(t *testing.T) {
 // The tracker.json message, whose develop body lacks three of the fields
 // the subject table lists, is refused; with them filled in it goes through
 // under the same id, not as a duplicate. dev's issue_complete answers the
-// develop message (replyTo is the causation), and a broker stop "-> All"
+// develop message (replyTo is the causation, and the reply joins the
+// develop message's conversation), and a broker stop "-> All"
 // reaches both at the table's priority 1.
 func TestProtocolPipelineExchange(t *testing.T) {
 	runProtocolExchange(t, "pipeline", []protoExample{
@@ -459,7 +467,7 @@ func TestProtocolPipelineExchange(t *testing.T) {
 		{name: "tracker_message.json with the body filled in", file: "tracker_message.json",
 			edit: replaceOnce(`"body": { "issue": "JOP-240" }`, `"body": { "issue": "JOP-240", "phase": 2, "totalIssues": 4, "currentIndex": 1 }`),
 			from: "pm", to: "dev", typ: "develop", priority: 4, id: "msg-abc-123"},
-		{file: "fixture:issue_complete.json", from: "dev", to: "pm", typ: "issue_complete", priority: 4, id: "msg-dev-001", replyTo: "msg-uuid-v4"},
+		{file: "fixture:issue_complete.json", from: "dev", to: "pm", typ: "issue_complete", priority: 4, id: "msg-dev-001", replyTo: "msg-uuid-v4", joins: "msg-uuid-v4"},
 		{file: "fixture:stop_broadcast.json", from: "pipeline", to: bus.Broadcast, typ: "stop", priority: 1, id: "msg-broker-stop"},
 	})
 }
@@ -903,4 +911,82 @@ func TestProtocolLifecycleExpired(t *testing.T) {
 	if dl := deadLetters(t, dev); len(dl) != 0 {
 		t.Errorf("%d dead letters, want none: an expired message is not dead-lettered", len(dl))
 	}
+}
+
+// TestProtocolPipelineReplyThreads: a pipeline message whose replyTo names a
+// message the sender received, going back to that message's sender, is
+// its reply: it joins the conversation of the message it answers, and that
+// message is recorded replied. It holds when dev answers from outside its
+// handler while the develop message is still queued (as "agentbus publish
+// --profile pipeline" does), and from inside the handler.
+func TestProtocolPipelineReplyThreads(t *testing.T) {
+	s := newServer(t)
+	p := profile(t, "pipeline")
+	pm := newBus(t, s, "pm")
+	dev := newBus(t, s, "dev")
+	got := newRecorder()
+	subscribe(t, pm, got.handle)
+	develop := func(id string) {
+		t.Helper()
+		native := `{"id":"` + id + `","from":"pm","to":"dev","subject":"develop","body":{"issue":"JOP-1","phase":1,"totalIssues":1,"currentIndex":0},"priority":4,"timestamp":"2026-04-11T01:10:00.000Z","replyTo":null,"status":"pending"}`
+		if _, err := pm.PublishNative(testContext(t), p, []byte(native), profiles.Addressing{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	complete := func(id, replyTo string) []byte {
+		return []byte(`{"id":"` + id + `","from":"dev","to":"pm","subject":"issue_complete","body":{"issue":"JOP-1","phase":1,"summary":"done","branch":"b","testResults":"ok"},"priority":4,"timestamp":"2026-04-11T02:00:00.000Z","replyTo":"` + replyTo + `","status":"pending"}`)
+	}
+	check := func(reply, request string) {
+		t.Helper()
+		var d *bus.Delivery
+		waitFor(t, "the reply "+reply, func() (bool, string) {
+			for _, x := range got.deliveries() {
+				if x.ID == reply {
+					d = x
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(got.types())
+		})
+		if d.CorrelationID != request || d.ReplyTo != request {
+			t.Errorf("reply correlation %q, causation %q; want the request's conversation %q and its ID", d.CorrelationID, d.ReplyTo, request)
+		}
+		if st := waitState(t, pm, request, bus.StateReplied); st.ReplyID != reply || st.By != "dev" {
+			t.Errorf("request status %+v, want replied by dev with %s", st, reply)
+		}
+	}
+
+	// Queued: dev has not subscribed; the record finds the request.
+	develop("dev-queued")
+	if _, err := dev.PublishNative(testContext(t), p, complete("done-queued", "dev-queued"), profiles.Addressing{}); err != nil {
+		t.Fatal(err)
+	}
+	check("done-queued", "dev-queued")
+
+	// Handled: dev answers from its handler.
+	subscribe(t, dev, func(ctx context.Context, d *bus.Delivery) error {
+		if d.ID != "dev-handled" {
+			return nil
+		}
+		_, err := dev.PublishNative(ctx, p, complete("done-handled", d.ID), profiles.Addressing{})
+		return err
+	})
+	develop("dev-handled")
+	check("done-handled", "dev-handled")
+
+	// A replyTo naming no message dev received is kept as the causation only.
+	if _, err := dev.PublishNative(testContext(t), p, complete("done-unknown", "never-sent"), profiles.Addressing{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "done-unknown", func() (bool, string) {
+		for _, x := range got.deliveries() {
+			if x.ID == "done-unknown" {
+				if x.ReplyTo != "never-sent" || x.CorrelationID != "done-unknown" {
+					t.Errorf("unthreaded reply: causation %q, correlation %q; want never-sent and its own", x.ReplyTo, x.CorrelationID)
+				}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(got.types())
+	})
 }

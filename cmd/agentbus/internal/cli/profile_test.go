@@ -70,3 +70,30 @@ func TestPublishProfileTTL(t *testing.T) {
 		t.Errorf("got %+v, want one event with a TTL of 1h", evs)
 	}
 }
+
+// TestPublishProfileReplyThreads: a pipeline message whose replyTo names a
+// message its sender has queued, going back to that message's sender, is
+// sent as its reply: in its conversation, and the message is recorded
+// replied (issue: the reply used to start a conversation of its own).
+func TestPublishProfileReplyThreads(t *testing.T) {
+	url := newServer(t)
+	mustRun(t, "--server", url, "publish", "--profile", "pipeline", "--file", "../../../../codec/profiles/testdata/pipeline/message.json")
+	done := `{"id":"done-1","from":"dev","to":"pm","subject":"issue_complete","body":{"issue":"JOP-240","phase":2,"summary":"s","branch":"b","testResults":"ok"},"priority":4,"timestamp":"2026-04-11T02:00:00.000Z","replyTo":"msg-uuid-v4","status":"pending"}`
+	mustRun(t, "--server", url, "publish", "--profile", "pipeline", "--data", done)
+	out := mustRun(t, "--server", url, "status", "--agent", "pm", "msg-uuid-v4")
+	if !strings.Contains(out, "replied") || !strings.Contains(out, "done-1") {
+		t.Errorf("status of the develop message:\n%s\nwant replied with done-1", out)
+	}
+	got := mustRun(t, "--server", url, "subscribe", "--agent", "pm", "--json", "--count", "1")
+	var m struct {
+		ID            string `json:"id"`
+		CorrelationID string `json:"correlationid"`
+		CausationID   string `json:"causationid"`
+	}
+	if err := json.Unmarshal([]byte(got), &m); err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	if m.ID != "done-1" || m.CorrelationID != "msg-uuid-v4" || m.CausationID != "msg-uuid-v4" {
+		t.Errorf("pm got %s, want done-1 in the develop message's conversation", got)
+	}
+}

@@ -37,7 +37,10 @@ recipient and priority. --from and --to, when given, override the sender and
 recipient on the envelope (the native bytes stay unchanged), and supply them
 for formats that carry none; --priority overrides the protocol's priority.
 The message is sent as its final sender. The other attribute flags do not
-apply.
+apply. A native message whose reply field (pipeline's replyTo) names a
+message its sender received, and that goes back to that message's sender,
+is sent as 'agentbus reply' sends it: in that message's conversation, which
+is then recorded replied.
 
 On success it prints one line with the message ID and its stream sequence:
 
@@ -65,7 +68,11 @@ with the same --id.`,
 				return err
 			}
 			defer b.Close()
-			ack, err := b.Publish(cmd.Context(), m)
+			publish := b.Publish
+			if in.profile != "" {
+				publish = b.PublishAnswer // a protocol's reply field threads, as in PublishNative
+			}
+			ack, err := publish(cmd.Context(), m)
 			if err != nil {
 				return err
 			}

@@ -72,7 +72,7 @@ func (a *app) reply(ctx context.Context, requestID string, m bus.Message) error 
 		return err
 	}
 	defer b.Close()
-	req, err := requestTo(ctx, b, requestID, m.From)
+	req, err := requestTo(ctx, b, requestID)
 	if err != nil {
 		return err
 	}
@@ -84,20 +84,19 @@ func (a *app) reply(ctx context.Context, requestID string, m bus.Message) error 
 	return printAck(a.stdout, ack)
 }
 
-// requestTo returns message id sent to agent, rebuilt from its lifecycle
-// record as b's agent sees it.
-func requestTo(ctx context.Context, b *bus.Bus, id, agent string) (bus.Message, error) {
-	sts, err := b.Status(ctx, id)
-	if err != nil && !errors.Is(err, bus.ErrNoStatus) {
+// requestTo returns message id sent to b's agent, rebuilt from its
+// lifecycle record.
+func requestTo(ctx context.Context, b *bus.Bus, id string) (bus.Message, error) {
+	m, err := b.Received(ctx, id)
+	if errors.Is(err, bus.ErrNoStatus) {
+		// Only the sender's record finds a message before it is delivered:
+		// a sender without one (a client that is not agentbus and does not
+		// write it) leaves the message to be answered by the handler that
+		// gets it.
+		return bus.Message{}, fmt.Errorf("no message %s to %s: no status record names it (its sender writes one; see docs/foreign-agents.md)", id, b.Agent())
+	}
+	if err != nil {
 		return bus.Message{}, fmt.Errorf("look up message %s: %w", id, err)
 	}
-	for _, st := range sts {
-		if st.To == agent {
-			return st.Message(), nil
-		}
-	}
-	// Only the sender's record finds a message before it is delivered: a
-	// sender without one (a client that is not agentbus and does not write
-	// it) leaves the request to be answered by the handler that gets it.
-	return bus.Message{}, fmt.Errorf("no message %s to %s: no status record names it (its sender writes one; see docs/foreign-agents.md)", id, agent)
+	return m, nil
 }
