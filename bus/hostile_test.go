@@ -172,6 +172,53 @@ func TestMalformedSubjectsAreNotStored(t *testing.T) {
 	}
 }
 
+// TestLiteralWildcardRecipientReachesNobody: a raw client may publish to a
+// subject whose recipient token is a literal '*' (NATS permissions and
+// stream subjects cannot tell it from a wildcard, so the sender's own
+// permission allows it and the stream stores it). No agent's consumer
+// matches it, so it is delivered to nobody, counts in no agent's backlog
+// and blocks nothing; it ages out with the stream's MaxAge.
+// docs/reliability.md records this limit.
+func TestLiteralWildcardRecipientReachesNobody(t *testing.T) {
+	s := newServer(t)
+	victim := newBus(t, s, "victim")
+	if err := victim.EnsureConsumers(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &codec.Message{From: "mallory", To: "victim", Type: "T"}
+	ev.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: "agentbus.agent.*.p3.mallory.T", Header: h, Data: data})
+	if err != nil {
+		t.Fatalf("publish with a literal * recipient: %v (if the server now refuses it, update docs/reliability.md)", err)
+	}
+	publish(t, newBus(t, s, "orchestrator"), bus.Message{To: "victim", Type: "REAL", Priority: 3})
+	c, err := js.Consumer(testContext(t), "AGENTBUS", "victim_p3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 1 {
+		t.Errorf("victim_p3 has %d pending, want 1: only REAL (the * message at stream sequence %d matches no agent)", info.NumPending, ack.Sequence)
+	}
+	r := newRecorder()
+	subscribe(t, victim, r.handle)
+	r.waitCount(t, 1)
+	if types := r.types(); len(types) != 1 || types[0] != "REAL" {
+		t.Errorf("handled %v, want only REAL", types)
+	}
+}
+
 // TestMalformedSubjectsAreDeadLettered: a valid event stored on a subject
 // its recipient's consumers match but the scheme does not (as a stream
 // provisioned by an earlier agentbus, which captured <root>.agent.> and
