@@ -296,8 +296,12 @@ func destinationTemplate(s subjects.Scheme, kind subjects.Kind, priority int) st
 	return s.Root() + ".agent.{to}" + p + "{from}.{type}"
 }
 
-// destinationFor returns the destination of a message about to be sent.
+// destinationFor returns the destination of a message about to be sent,
+// nil when its priority is out of range (encoding it fails).
 func (t *telemetry) destinationFor(m *Message) *destination {
+	if m.Priority < subjects.HighestPriority || m.Priority > subjects.LowestPriority {
+		return nil
+	}
 	k := 0
 	if m.Broadcast() {
 		k = 1
@@ -339,12 +343,16 @@ type sendOp struct {
 // startSend starts the producer span of m, about to be encoded, and writes
 // its trace context into m as the distributed tracing extension (on a copy
 // of m.Extensions: the caller's map is left alone). Call describe once m is
-// encoded.
+// encoded, or abandon if it does not encode.
 func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	dest := t.destinationFor(m)
+	name := "send" // of a message that will not encode
+	if dest != nil {
+		name = dest.sendName
+	}
 	root := conversationRoot(conversationOf(m))
 	ctx, link := parentUnder(ctx, trace.SpanContextFromContext(ctx), root)
-	ctx, span := t.tracer.Start(ctx, dest.sendName, t.sendOpts...)
+	ctx, span := t.tracer.Start(ctx, name, t.sendOpts...)
 	if link.IsValid() && span.IsRecording() {
 		span.AddLink(trace.Link{SpanContext: link})
 	}
