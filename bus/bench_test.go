@@ -230,7 +230,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	s := embeddedtest.RunServer(b)
 	ctx := context.Background()
 	nc := embeddedtest.Connect(b, s)
-	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{}); err != nil {
+	if _, err := newAdmin(b, nc).Provision(ctx, bus.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}
 	rawConn := embeddedtest.Connect(b, s)
@@ -668,7 +668,7 @@ func BenchmarkIdleSubscriber(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s := embeddedtest.RunServer(b)
 			nc := embeddedtest.Connect(b, s)
-			if _, err := bus.Provision(context.Background(), nc, bus.StreamConfig{}); err != nil {
+			if _, err := newAdmin(b, nc).Provision(context.Background(), bus.StreamConfig{}); err != nil {
 				b.Fatal(err)
 			}
 			ab, err := bus.New(nc, "idle")

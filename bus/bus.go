@@ -7,8 +7,6 @@ import (
 	neturl "net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,24 +35,18 @@ const (
 	Weighted = consumers.Weighted
 )
 
-// Bus is one agent's connection to the message bus. It is safe for
-// concurrent use. Create one with New or Connect and release it with Close.
+// Bus is one agent's handle on the message bus: it publishes as the agent,
+// subscribes for it, requests and replies, and looks up the lifecycle of
+// the agent's messages. It is safe for concurrent use. Create one with New
+// or Connect and release it with Close. Operators provision the bus and
+// handle dead letters and anyone's messages with an Admin.
 type Bus struct {
-	agent  string
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	opts   options
-	tel    *telemetry
-	status *tracker // nil when lifecycle tracking is off
-	req    requests
-
-	refusals refusals // of publishes on a connection of its own
+	*client
+	agent string
+	req   requests
 
 	backlogReg metric.Registration
-
-	mu     sync.Mutex
-	closed bool
-	subs   map[*Subscription]struct{}
+	subs       map[*Subscription]struct{} // under client.mu
 }
 
 // New returns the bus of agent on an existing connection. It does not take
@@ -62,7 +54,8 @@ type Bus struct {
 // publishes as and consumes for; it is checked against the rules in
 // docs/subjects.md (ErrInvalidAgentID). New returns ErrUnsupportedServer if
 // the server is older than nats-server 2.11 (per-message TTL). With
-// WithProvision it also provisions the stream and returns Provision's errors.
+// WithProvision it also provisions the stream and returns Admin.Provision's
+// errors.
 func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
@@ -70,58 +63,11 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	if err := subjects.ValidateID(agent); err != nil {
 		return nil, err
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	if err := checkServer(nc); err != nil {
+	o, err := applyOptions(opts)
+	if err != nil {
 		return nil, err
 	}
-	var status *tracker // nil when lifecycle tracking is off
-	if o.lifecycle {
-		var err error
-		if status, err = newTracker(nc, &o); err != nil {
-			return nil, fmt.Errorf("new bus: %w", err)
-		}
-	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
-		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
-		// An acknowledged asynchronous publish writes its pending record,
-		// which needs the stream sequence the ack carries.
-		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-			status.acked(m, ack)
-		}),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			status.unsent(m, err)
-			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("new bus: %w", err)
-	}
-	tel, err := newTelemetry(&o, agent)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	if o.provision != nil {
-		cfg := *o.provision
-		if cfg.Root == "" {
-			cfg.Root = o.scheme.Root()
-		} else if s, err := subjects.New(cfg.Root); err != nil || s.Root() != o.scheme.Root() {
-			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, cfg.Root, o.scheme.Root())
-		}
-		if _, err := Provision(context.Background(), nc, cfg); err != nil {
-			return nil, err
-		}
-	}
-	b := &Bus{agent: agent, nc: nc, js: js, opts: o, tel: tel, status: status, subs: make(map[*Subscription]struct{})}
-	if b.backlogReg, err = tel.meter.RegisterCallback(b.observeBacklog, tel.backlog, tel.inflight); err != nil {
-		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
-	}
-	return b, nil
+	return newBus(nc, agent, o, nil)
 }
 
 // Connect dials url (comma-separated for a cluster) and returns the bus of
@@ -134,53 +80,45 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 	if err := subjects.ValidateID(agent); err != nil {
 		return nil, err
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	var self atomic.Pointer[Bus] // set once New returns
-	natsOpts := append([]nats.Option{
-		nats.Name("agentbus " + agent),
-		nats.CustomInboxPrefix(InboxPrefix(agent)),
-		nats.MaxReconnects(-1),
-		// nats.go prints asynchronous errors to stderr unless told otherwise;
-		// the library never prints.
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if b := self.Load(); b != nil {
-				b.refusals.refused(err)
-			}
-			o.onError(fmt.Errorf("connection: %w", err))
-		}),
-	}, o.natsOptions...)
-	nc, err := nats.Connect(url, natsOpts...)
+	o, err := applyOptions(opts)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", redactURLs(url), err)
+		return nil, err
 	}
-	b, err := New(nc, agent, opts...)
+	nc, r, err := dial(url, "agentbus "+agent, InboxPrefix(agent), &o)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBus(nc, agent, o, r)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	b.opts.ownsConn = true
-	b.refusals.inbox = nc.Opts.InboxPrefix
-	self.Store(b)
 	return b, nil
 }
 
-// watchRefusals returns ctx cancelled with a cause wrapping
-// ErrPermissionDenied as soon as the server refuses a request of this
-// bus's connection on a subject that starts with prefix, and the function
-// that stops watching. The server reports such a refusal on the
-// connection, not to the request, which would otherwise wait out its
-// timeout; a bus sees the connection's errors only when Connect made it,
-// and New's bus returns ctx as it is.
-func (b *Bus) watchRefusals(ctx context.Context, prefix string) (context.Context, func()) {
-	if !b.opts.ownsConn {
-		return ctx, func() {}
+// newBus returns the bus of agent on nc with options o; r is the refusals
+// of a connection dial made, nil for the caller's.
+func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
+	c, err := newClient(nc, agent, o, r)
+	if err != nil {
+		return nil, err
 	}
-	return b.refusals.watchPrefix(ctx, prefix)
+	if o.provision != nil {
+		cfg := *o.provision
+		if cfg.Root == "" {
+			cfg.Root = o.scheme.Root()
+		} else if s, err := subjects.New(cfg.Root); err != nil || s.Root() != o.scheme.Root() {
+			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, cfg.Root, o.scheme.Root())
+		}
+		if _, err := provision(context.Background(), nc, cfg); err != nil {
+			return nil, err
+		}
+	}
+	b := &Bus{client: c, agent: agent, subs: make(map[*Subscription]struct{})}
+	if b.backlogReg, err = c.tel.meter.RegisterCallback(b.observeBacklog, c.tel.backlog, c.tel.inflight); err != nil {
+		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
+	}
+	return b, nil
 }
 
 // InboxPrefix returns the reply inbox prefix of agent, "_INBOX.<token>"
@@ -200,12 +138,6 @@ func InboxPrefix(agent string) string {
 
 // Agent returns the agent this bus publishes as and consumes for.
 func (b *Bus) Agent() string { return b.agent }
-
-// Subjects returns the subject scheme of the bus.
-func (b *Bus) Subjects() subjects.Scheme { return b.opts.scheme }
-
-// Conn returns the underlying connection.
-func (b *Bus) Conn() *nats.Conn { return b.nc }
 
 // Close stops every subscription, cancelling running handlers' contexts and
 // waiting for them to return, and closes the connection if Connect opened
@@ -229,16 +161,8 @@ func (b *Bus) Close() error {
 	if err := b.backlogReg.Unregister(); err != nil {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}
-	if b.opts.ownsConn {
-		b.nc.Close()
-	}
+	b.closeConn()
 	return nil
-}
-
-func (b *Bus) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
 }
 
 // minServer is the oldest nats-server with per-message TTL (Nats-TTL).
@@ -295,7 +219,7 @@ func parseVersion(v string) ([3]int, bool) {
 // does not exist (ErrNotProvisioned), or it exists but cannot answer now,
 // such as a replicated stream that lost its quorum (ErrUnavailable). Only
 // on this error path does it ask the server which.
-func (b *Bus) notProvisioned(err error) error {
+func (b *client) notProvisioned(err error) error {
 	stream := b.opts.scheme.Stream()
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -325,7 +249,7 @@ type notProvisionedError struct {
 }
 
 func (e *notProvisionedError) Error() string {
-	return fmt.Sprintf("%v: stream %s does not exist on this server; run 'agentbus provision' (or bus.Provision) with the same root first", ErrNotProvisioned, e.stream)
+	return fmt.Sprintf("%v: stream %s does not exist on this server; run 'agentbus provision' (or bus.Admin.Provision) with the same root first", ErrNotProvisioned, e.stream)
 }
 
 func (e *notProvisionedError) Unwrap() []error { return []error{ErrNotProvisioned, e.cause} }

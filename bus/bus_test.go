@@ -739,8 +739,9 @@ func TestNewValidates(t *testing.T) {
 func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
 	s := embeddedtest.RunServer(t)
 	nc := embeddedtest.Connect(t, s)
+	admin := newAdmin(t, nc)
 	ctx := testContext(t)
-	info, err := bus.Provision(ctx, nc, bus.StreamConfig{})
+	info, err := admin.Provision(ctx, bus.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,17 +750,17 @@ func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
 		c.MaxConsumers != bus.DefaultMaxConsumers || c.Storage != jetstream.FileStorage || c.Replicas != 1 {
 		t.Errorf("provisioned config %+v", c)
 	}
-	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{}); err != nil {
+	if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
 		t.Fatalf("second provision: %v", err)
 	}
-	info, err = bus.Provision(ctx, nc, bus.StreamConfig{MaxAge: 48 * time.Hour, DuplicateWindow: 2 * time.Minute})
+	info, err = admin.Provision(ctx, bus.StreamConfig{MaxAge: 48 * time.Hour, DuplicateWindow: 2 * time.Minute})
 	if err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	if info.Config.MaxAge != 48*time.Hour || info.Config.Duplicates != 2*time.Minute {
 		t.Errorf("updated config max age %v dedup %v", info.Config.MaxAge, info.Config.Duplicates)
 	}
-	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}); !errors.Is(err, bus.ErrInvalidOption) {
+	if _, err := admin.Provision(ctx, bus.StreamConfig{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("dedup window over max age: %v, want ErrInvalidOption", err)
 	}
 }

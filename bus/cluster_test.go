@@ -19,7 +19,7 @@ func TestClusterReplicatedStream(t *testing.T) {
 	c := embeddedtest.RunCluster(t, 3)
 	nodes := c.Servers()
 	admin := embeddedtest.Connect(t, nodes[0])
-	info, err := bus.Provision(testContext(t), admin, bus.StreamConfig{Replicas: 3})
+	info, err := newAdmin(t, admin).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
@@ -47,7 +47,7 @@ func TestClusterReplicatedStream(t *testing.T) {
 func TestClusterQuorumLossIsUnavailable(t *testing.T) {
 	c := embeddedtest.RunCluster(t, 3)
 	admin := embeddedtest.Connect(t, c.Servers()[0])
-	if _, err := bus.Provision(testContext(t), admin, bus.StreamConfig{Replicas: 3}); err != nil {
+	if _, err := newAdmin(t, admin).Provision(testContext(t), bus.StreamConfig{Replicas: 3}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
 	if _, err := c.WaitForStreamLeader(testContext(t), "", "AGENTBUS"); err != nil {

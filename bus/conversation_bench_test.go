@@ -17,7 +17,7 @@ import (
 // the stream and the status bucket retain many messages of other
 // conversations:
 //
-//	index  Bus.Conversation, which reads the conversation's status keys
+//	index  Admin.Conversation, which reads the conversation's status keys
 //	       (one literal prefix) and nothing else
 //	scan   what reading it from the stream alone costs: every retained
 //	       message decoded to find the conversation's (run up to 100,000)
@@ -56,16 +56,17 @@ func BenchmarkConversation(b *testing.B) {
 	}
 }
 
-// conversationEnv returns a bus whose stream retains n single-message
+// conversationEnv returns an admin of a bus whose stream retains n single-message
 // conversations and a 10-message conversation "target", published last, and
 // whose status bucket has all their records. It reports the process's heap
 // (client and in-process server) once they are stored.
-func conversationEnv(b *testing.B, n int) *bus.Bus {
+func conversationEnv(b *testing.B, n int) *bus.Admin {
 	b.Helper()
 	s := embeddedtest.RunServer(b)
 	nc := embeddedtest.Connect(b, s)
 	ctx := context.Background()
-	if _, err := bus.Provision(ctx, nc, bus.StreamConfig{}); err != nil {
+	admin := newAdmin(b, nc)
+	if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}
 	pb, err := bus.New(nc, "orchestrator")
@@ -107,7 +108,7 @@ func conversationEnv(b *testing.B, n int) *bus.Bus {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-MiB")
-	return pb
+	return admin
 }
 
 // scanConversation reads every message of stream with an ordered consumer

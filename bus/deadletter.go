@@ -155,7 +155,7 @@ func deadLetterID(dl deadLetter) string {
 }
 
 // writeDeadLetter stores dl on the dead-letter stream and waits for the ack.
-func (b *Bus) writeDeadLetter(ctx context.Context, dl deadLetter) error {
+func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) error {
 	from, typ := "unknown", "unknown"
 	if addr, err := b.opts.scheme.Parse(dl.subject); err == nil {
 		from, typ = addr.From, addr.Type
@@ -259,18 +259,18 @@ func (b *Bus) deadLetter(cm *consumers.Msg, m *Message, r DeadLetterReason, reas
 	if err := b.writeDeadLetter(context.Background(), dl); err != nil {
 		return err
 	}
-	b.recordDeadLetter(dl, m)
+	b.recordDeadLetter(dl, m, b.agent)
 	return nil
 }
 
 // recordDeadLetter records the message dl holds, decoded as m, as
 // dead-lettered at its agent. A message that cannot be decoded (m nil) has
 // no record to update.
-func (b *Bus) recordDeadLetter(dl deadLetter, m *Message) {
+func (b *client) recordDeadLetter(dl deadLetter, m *Message, by string) {
 	if m == nil {
 		return
 	}
-	s := statusOf(m, dl.agent, StateDeadLettered, b.agent)
+	s := statusOf(m, dl.agent, StateDeadLettered, by)
 	s.Stream, s.Sequence, s.Deliveries = dl.stream, dl.seq, int(dl.deliveries)
 	s.Reason = fmt.Sprintf("%s: %v", dl.reason, dl.err)
 	b.status.record(s, false)
@@ -286,8 +286,9 @@ func (b *Bus) recordDeadLetter(dl deadLetter, m *Message) {
 //
 // One watcher per bus is enough; `agentbus serve` runs one. The connection
 // needs permission to read advisories, get messages by sequence and delete
-// them: an operator identity, not an agent's.
-func (b *Bus) WatchDeadLetters(ctx context.Context) error {
+// them: an operator's. The dead-lettered message's record says the agent
+// whose delivery it was dead-lettered it.
+func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	if b.isClosed() {
 		return ErrClosed
 	}
@@ -321,7 +322,7 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
+func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	var adv maxDeliveriesAdvisory
 	if err := json.Unmarshal(data, &adv); err != nil {
 		return fmt.Errorf("max deliveries advisory: %w", err)
@@ -356,7 +357,7 @@ func (b *Bus) handleMaxDeliveries(ctx context.Context, data []byte) error {
 		return err
 	}
 	if m, err := codec.Decode(raw.Header, raw.Data); err == nil {
-		b.recordDeadLetter(dl, m)
+		b.recordDeadLetter(dl, m, agent) // on the agent's behalf
 	}
 	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
 		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))

@@ -161,7 +161,7 @@ func TestDeadLetterStripsJetStreamControlHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := newBus(t, s, "operator", bus.WithErrorHandler(func(err error) { t.Logf("watcher: %v", err) }))
+	ops := adminOf(t, s, bus.WithErrorHandler(func(err error) { t.Logf("watcher: %v", err) }))
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
 	go func() { watched <- ops.WatchDeadLetters(ctx) }()

@@ -9,14 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
+// handle is what a Bus and an Admin both have: a connection and a scheme.
+type handle interface {
+	Conn() *nats.Conn
+	Subjects() subjects.Scheme
+}
+
 // deadLetters returns what the dead-letter stream holds.
-func deadLetters(t *testing.T, b *bus.Bus) []*jetstream.RawStreamMsg {
+func deadLetters(t *testing.T, b handle) []*jetstream.RawStreamMsg {
 	t.Helper()
 	js, err := jetstream.New(b.Conn())
 	if err != nil {
@@ -44,7 +52,7 @@ func deadLetters(t *testing.T, b *bus.Bus) []*jetstream.RawStreamMsg {
 	return out
 }
 
-func waitDeadLetters(t *testing.T, b *bus.Bus, n int) []*jetstream.RawStreamMsg {
+func waitDeadLetters(t *testing.T, b handle, n int) []*jetstream.RawStreamMsg {
 	t.Helper()
 	var got []*jetstream.RawStreamMsg
 	waitFor(t, fmt.Sprintf("%d dead letters", n), func() (bool, string) {
@@ -145,7 +153,7 @@ func TestDeadLetterReasons(t *testing.T) {
 func TestDeadLetterUnsettled(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
-	ops := newBus(t, s, "operator")
+	ops := adminOf(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
 	go func() { watched <- ops.WatchDeadLetters(ctx) }()
@@ -193,7 +201,7 @@ func TestDeadLetterUnsettled(t *testing.T) {
 func TestDeadLetterListShowReplayPurge(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
-	ops := newBus(t, s, "operator")
+	ops := adminOf(t, s)
 	for _, m := range []bus.Message{
 		{To: "alpha", Type: "bad-a", Data: []byte("a1")},
 		{To: "alpha", Type: "bad-b", Data: []byte("a2")},

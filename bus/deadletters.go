@@ -80,7 +80,7 @@ func (f DeadLetterFilter) subject(s subjects.Scheme) (string, error) {
 }
 
 // DeadLetters lists the dead letters f selects, oldest first.
-func (b *Bus) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+func (b *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	out, err := b.deadLetters(ctx, f)
@@ -89,7 +89,7 @@ func (b *Bus) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter
 
 // deadLetters is DeadLetters; the exported method fails at once when the server
 // refuses one of its requests.
-func (b *Bus) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
@@ -142,7 +142,7 @@ func (b *Bus) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter
 
 // DeadLetter returns the dead letter at sequence seq of the dead-letter
 // stream, or ErrDeadLetterNotFound.
-func (b *Bus) DeadLetter(ctx context.Context, seq uint64) (*DeadLetter, error) {
+func (b *Admin) DeadLetter(ctx context.Context, seq uint64) (*DeadLetter, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	out, err := b.deadLetterAt(ctx, seq)
@@ -151,7 +151,7 @@ func (b *Bus) DeadLetter(ctx context.Context, seq uint64) (*DeadLetter, error) {
 
 // deadLetterAt is DeadLetter; the exported method fails at once when the
 // server refuses one of its requests.
-func (b *Bus) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, error) {
+func (b *Admin) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, error) {
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
@@ -177,7 +177,7 @@ func (b *Bus) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, error)
 // the receiver handles it anew and can tell it was replayed. Replaying the
 // same dead letter twice within the duplicate window stores it once
 // (PubAck.Duplicate). The dead letter stays until purged.
-func (b *Bus) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
+func (b *Admin) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	out, err := b.replayDeadLetter(ctx, seq)
@@ -186,7 +186,7 @@ func (b *Bus) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) 
 
 // replayDeadLetter is ReplayDeadLetter; the exported method fails at once when the server
 // refuses one of its requests.
-func (b *Bus) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
+func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
 	dl, err := b.DeadLetter(ctx, seq)
 	if err != nil {
 		return PubAck{}, err
@@ -213,7 +213,7 @@ func (b *Bus) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) 
 
 // PurgeDeadLetters removes the dead letters f selects; with Since set, those
 // dead-lettered before it. Limit is ignored. It returns how many it removed.
-func (b *Bus) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
+func (b *Admin) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	out, err := b.purgeDeadLetters(ctx, f)
@@ -222,7 +222,7 @@ func (b *Bus) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64,
 
 // purgeDeadLetters is PurgeDeadLetters; the exported method fails at once when the server
 // refuses one of its requests.
-func (b *Bus) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
+func (b *Admin) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint64, error) {
 	if b.isClosed() {
 		return 0, ErrClosed
 	}

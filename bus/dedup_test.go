@@ -134,7 +134,7 @@ func TestProvisionRefusesDedupOverBudget(t *testing.T) {
 	nc := embeddedtest.Connect(t, s)
 	ctx := testContext(t)
 	cfg := bus.StreamConfig{PeakPublishRate: 50_000}
-	if _, err := bus.Provision(ctx, nc, cfg); !errors.Is(err, bus.ErrDedupOverBudget) {
+	if _, err := newAdmin(t, nc).Provision(ctx, cfg); !errors.Is(err, bus.ErrDedupOverBudget) {
 		t.Fatalf("Provision over budget = %v, want ErrDedupOverBudget", err)
 	}
 	js, err := jetstream.New(nc)
@@ -145,7 +145,7 @@ func TestProvisionRefusesDedupOverBudget(t *testing.T) {
 		t.Errorf("stream after the refusal: %v, want ErrStreamNotFound", err)
 	}
 	cfg.DedupMemoryBudget = cfg.DedupMemory()
-	info, err := bus.Provision(ctx, nc, cfg)
+	info, err := newAdmin(t, nc).Provision(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Provision with the budget raised: %v", err)
 	}

@@ -54,7 +54,7 @@
 // MaxDeliver, then moves it to the dead-letter stream with the reason;
 // [Permanent] does so at once. A message whose event does not name the
 // subject's sender, or that breaks its protocol's rules, is dead-lettered
-// without reaching the handler ([Bus.DeadLetters], [Bus.ReplayDeadLetter]).
+// without reaching the handler ([Admin.DeadLetters], [Admin.ReplayDeadLetter]).
 //
 // # Conversations, requests and replies
 //
@@ -76,8 +76,8 @@
 //
 // Every message has a status record per recipient, pending, delivered,
 // then replied, completed, failed, expired or dead_lettered, in a
-// JetStream KeyValue bucket: [Bus.Status], [Bus.StatusAll],
-// [Bus.Conversation]. The sender writes pending, with the message's stream
+// JetStream KeyValue bucket: [Bus.Status], [Admin.Status],
+// [Admin.Conversation]. The sender writes pending, with the message's stream
 // sequence; delivered and completed are read from the recipient's consumer
 // when a record is looked up, so handling a message writes nothing on the
 // common path. Records are written asynchronously ([Bus.Flush] waits for

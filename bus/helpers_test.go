@@ -35,10 +35,27 @@ func newServer(t *testing.T, opts ...func(*embedded.Options)) *embedded.Server {
 	t.Helper()
 	s := embeddedtest.RunServer(t, opts...)
 	nc := embeddedtest.Connect(t, s)
-	if _, err := bus.Provision(testContext(t), nc, bus.StreamConfig{}); err != nil {
+	if _, err := newAdmin(t, nc).Provision(testContext(t), bus.StreamConfig{}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
 	return s
+}
+
+// newAdmin returns an operator's handle on nc, closed when the test ends.
+func newAdmin(tb testing.TB, nc *nats.Conn, opts ...bus.Option) *bus.Admin {
+	tb.Helper()
+	a, err := bus.NewAdmin(nc, opts...)
+	if err != nil {
+		tb.Fatalf("bus.NewAdmin: %v", err)
+	}
+	tb.Cleanup(func() { a.Close() })
+	return a
+}
+
+// adminOf returns an operator's handle on s, on a connection of its own.
+func adminOf(t *testing.T, s *embedded.Server, opts ...bus.Option) *bus.Admin {
+	t.Helper()
+	return newAdmin(t, embeddedtest.Connect(t, s), opts...)
 }
 
 // newBus connects agent to s on a connection of its own.

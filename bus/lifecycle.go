@@ -329,29 +329,47 @@ func (t *tracker) record(s Status, create bool) {
 	t.write(s, expect)
 }
 
+// recordStored writes s like record(s, false) and waits until the bucket
+// stored it or ctx ends. A handler's Reply does, so that the record is
+// replied before the handled message is acknowledged: a lookup in between
+// would otherwise read completed from the consumer, and write it.
+func (t *tracker) recordStored(ctx context.Context, s Status) {
+	if f := t.write(s, ""); f != nil {
+		select {
+		case <-f.Ok():
+		case <-f.Err(): // reported by the error handler
+		case <-ctx.Done():
+		}
+	}
+}
+
 // write writes s, with expect, if not empty, as the record's expected
-// last revision ("0": it must not exist).
-func (t *tracker) write(s Status, expect string) {
+// last revision ("0": it must not exist), and returns the write's future
+// (nil if nothing was written).
+func (t *tracker) write(s Status, expect string) jetstream.PubAckFuture {
 	if t == nil {
-		return
+		return nil
 	}
 	key, err := subjects.StatusKey(s.CorrelationID, s.ID, s.From, s.To)
 	if err != nil {
 		t.onError(fmt.Errorf("record status of %s: %w", s.ID, err))
-		return
+		return nil
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.onError(fmt.Errorf("record status of %s: %w", s.ID, err))
-		return
+		return nil
 	}
 	m := &nats.Msg{Subject: t.prefix + key, Data: data}
 	if expect != "" {
 		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{expect}}
 	}
-	if _, err := t.js.PublishMsgAsync(m); err != nil {
+	f, err := t.js.PublishMsgAsync(m)
+	if err != nil {
 		t.failed(m.Subject, err)
+		return nil
 	}
+	return f
 }
 
 // get returns the record under the exact key of m's status at recipient
@@ -560,14 +578,14 @@ func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	return b.lookup(ctx, id, filters...)
 }
 
-// StatusAll returns every lifecycle record of message id, whoever sent or
-// received it. It needs read access to the whole status bucket, which an
-// operator has and an agent does not.
-func (b *Bus) StatusAll(ctx context.Context, id string) ([]Status, error) {
+// Status returns every lifecycle record of message id, whoever sent or
+// received it, or ErrNoStatus. It reads the whole status bucket's keys
+// for the ID, which an operator may and an agent may not.
+func (b *Admin) Status(ctx context.Context, id string) ([]Status, error) {
 	return b.lookup(ctx, id, subjects.StatusKeysOfMessage(id))
 }
 
-func (b *Bus) lookup(ctx context.Context, id string, filters ...string) ([]Status, error) {
+func (b *client) lookup(ctx context.Context, id string, filters ...string) ([]Status, error) {
 	if b.status == nil {
 		return nil, fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
 	}
@@ -589,8 +607,8 @@ func (b *Bus) lookup(ctx context.Context, id string, filters ...string) ([]Statu
 // conversation correlationID names, in the order the messages were created.
 // It reads only the conversation's keys, which share a prefix, so its cost
 // grows with the conversation, not with the bucket (docs/observability.md).
-// Like StatusAll it needs operator read access.
-func (b *Bus) Conversation(ctx context.Context, correlationID string) ([]Status, error) {
+// It reads keys of every agent, as an operator may.
+func (b *Admin) Conversation(ctx context.Context, correlationID string) ([]Status, error) {
 	if b.status == nil {
 		return nil, fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
 	}

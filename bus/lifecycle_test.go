@@ -50,7 +50,7 @@ func TestLifecycleStates(t *testing.T) {
 	}
 
 	// The conversation's records, in the order the messages were made.
-	conv, err := orch.Conversation(testContext(t), "conv-life")
+	conv, err := adminOf(t, s).Conversation(testContext(t), "conv-life")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +69,9 @@ func TestLifecycleExpired(t *testing.T) {
 	ack := publish(t, orch, bus.Message{To: "offline", Type: "STALE", TTL: time.Second})
 	waitState(t, orch, ack.ID, bus.StateExpired)
 	// The lookup wrote it back: a fresh reader sees it too.
-	other := newBus(t, s, "operator")
-	sts, err := other.StatusAll(testContext(t), ack.ID)
+	sts, err := adminOf(t, s).Status(testContext(t), ack.ID)
 	if err != nil || len(sts) != 1 || sts[0].State != bus.StateExpired {
-		t.Fatalf("StatusAll = %+v, %v; want one expired record", sts, err)
+		t.Fatalf("Admin.Status = %+v, %v; want one expired record", sts, err)
 	}
 }
 
@@ -106,8 +105,8 @@ func TestLifecycleScopeAndSwitch(t *testing.T) {
 	if _, err := newBus(t, s, "bystander").Status(testContext(t), ack.ID); !errors.Is(err, bus.ErrNoStatus) {
 		t.Errorf("bystander Status error = %v, want ErrNoStatus", err)
 	}
-	if sts, err := newBus(t, s, "operator").StatusAll(testContext(t), ack.ID); err != nil || len(sts) != 1 {
-		t.Errorf("operator StatusAll = %v, %v", sts, err)
+	if sts, err := adminOf(t, s).Status(testContext(t), ack.ID); err != nil || len(sts) != 1 {
+		t.Errorf("Admin.Status = %v, %v", sts, err)
 	}
 
 	// Switched off, nothing is written and lookups say so.
@@ -121,8 +120,8 @@ func TestLifecycleScopeAndSwitch(t *testing.T) {
 	if err := quiet.Flush(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := orch.StatusAll(testContext(t), untracked.ID); !errors.Is(err, bus.ErrNoStatus) {
-		t.Errorf("StatusAll of an untracked message error = %v, want ErrNoStatus", err)
+	if _, err := adminOf(t, s).Status(testContext(t), untracked.ID); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("Admin.Status of an untracked message error = %v, want ErrNoStatus", err)
 	}
 }
 

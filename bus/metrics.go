@@ -82,9 +82,13 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 		sendOpts:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)},
 		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
 	}
-	cs, err := o.scheme.Consumers(agent)
-	if err != nil {
-		return nil, err
+	// An Admin has no agent, and so no levels of its own.
+	cs := make([]subjects.Consumer, subjects.ConsumersPerAgent)
+	if agent != "" {
+		var err error
+		if cs, err = o.scheme.Consumers(agent); err != nil {
+			return nil, err
+		}
 	}
 	for i := range t.levels {
 		set := attribute.NewSet(attrAgent.String(agent), attrPriority.Int(i+1))

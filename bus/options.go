@@ -199,7 +199,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithoutLifecycle turns off the lifecycle tracking: the bus then writes no
 // status records (see Status and docs/reliability.md), which saves one
 // asynchronous write per publish (and per broadcast or TTL message
-// handled), and Status, StatusAll and Conversation return
+// handled), and Bus.Status, Admin.Status and Admin.Conversation return
 // ErrInvalidOption. A reply taken by a
 // Request in a process without a subscription can then reach the agent's
 // handler again later, marked Late.

@@ -28,7 +28,7 @@ import (
 type authServer struct {
 	s     *embedded.Server
 	setup *auth.Setup
-	admin *bus.Bus // to look at what the agents did
+	admin *bus.Admin // to look at what the agents did
 }
 
 func newAuthServer(t *testing.T, agents ...string) *authServer {
@@ -43,11 +43,10 @@ func newAuthServer(t *testing.T, agents ...string) *authServer {
 	}
 	s := embeddedtest.RunServer(t, func(o *embedded.Options) { o.ConfigFile = file })
 	nc := embeddedtest.Connect(t, s, setup.Admin().Option())
-	admin, err := bus.New(nc, "agentbus-admin", bus.WithProvision(bus.StreamConfig{}))
-	if err != nil {
+	admin := newAdmin(t, nc)
+	if _, err := admin.Provision(testContext(t), bus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Close() })
 	return &authServer{s: s, setup: setup, admin: admin}
 }
 
@@ -176,10 +175,11 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 // nats.go on its own credentials. Every permission error the server sends
 // it arrives on errs.
 type intruder struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	bus  *bus.Bus // its bus, on a connection of its own
-	errs chan error
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	bus   *bus.Bus   // its bus, on a connection of its own
+	admin *bus.Admin // an operator's handle with its credentials
+	errs  chan error
 }
 
 func newIntruder(t *testing.T, srv *authServer, agent string) *intruder {
@@ -206,6 +206,11 @@ func newIntruder(t *testing.T, srv *authServer, agent string) *intruder {
 		t.Fatal(err)
 	}
 	in.bus = srv.agentBus(t, agent, report)
+	if in.admin, err = bus.ConnectAdmin(srv.s.ClientURL(), bus.WithNATSOptions(srv.identity(t, agent).Option(),
+		nats.CustomInboxPrefix(bus.InboxPrefix(agent))), bus.WithErrorHandler(report)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.admin.Close() })
 	return in
 }
 
@@ -307,7 +312,7 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	}
 	statusKey := "$KV." + s.StatusBucket() + "." + key
 	waitFor(t, "the pending record", func() (bool, string) {
-		sts, err := srv.admin.StatusAll(ctx, sent.ID)
+		sts, err := srv.admin.Status(ctx, sent.ID)
 		return err == nil && len(sts) == 1, fmt.Sprintf("%+v, %v", sts, err)
 	})
 
@@ -492,7 +497,7 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	})
 	t.Run("read alice's dead letters", func(t *testing.T) {
 		mallory.denied(t, "$JS.API.CONSUMER.CREATE."+stream+"_DLQ.*.agentbus.dlq.alice.*.*", func(ctx context.Context) error {
-			_, err := mallory.bus.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "alice"})
+			_, err := mallory.admin.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "alice"})
 			return err
 		})
 	})
@@ -526,7 +531,7 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	})
 	t.Run("look up alice's status records", func(t *testing.T) {
 		mallory.denied(t, "$JS.API.CONSUMER.CREATE.KV_"+s.StatusBucket()+".*.$KV."+s.StatusBucket()+".*."+sent.ID+".*.*", func(ctx context.Context) error {
-			_, err := mallory.bus.StatusAll(ctx, sent.ID)
+			_, err := mallory.admin.Status(ctx, sent.ID)
 			return err
 		})
 	})
@@ -559,7 +564,7 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	})
 
 	// Nothing mallory tried reached alice's message or its record.
-	if sts, err := srv.admin.StatusAll(ctx, sent.ID); err != nil || len(sts) != 1 {
+	if sts, err := srv.admin.Status(ctx, sent.ID); err != nil || len(sts) != 1 {
 		t.Errorf("bob's message to alice has records %+v, %v; want its one record", sts, err)
 	}
 	r := newRecorder()

@@ -720,7 +720,7 @@ func TestProtocolBasemessageRequestReply(t *testing.T) {
 	if st := waitState(t, orch, "res-456", bus.StateCompleted); st.ReplyTo != "req-123" || st.CorrelationID != "task-001" {
 		t.Errorf("reply record %+v", st)
 	}
-	conv, err := orch.Conversation(testContext(t), "task-001")
+	conv, err := newAdmin(t, orch.Conn()).Conversation(testContext(t), "task-001")
 	if err != nil {
 		t.Fatal(err)
 	}

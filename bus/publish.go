@@ -223,7 +223,7 @@ const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
 	for attempt := 1; ; attempt++ {
 		actx, stopWatching := ctx, func() {}
-		if b.opts.ownsConn {
+		if b.refusals != nil {
 			actx, stopWatching = b.refusals.watch(ctx, msg.Subject)
 		}
 		actx, cancel := context.WithTimeout(actx, publishAttemptTimeout)

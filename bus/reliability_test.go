@@ -413,7 +413,7 @@ func TestReliabilityClusterLeaderFailover(t *testing.T) {
 	start := time.Now()
 	c := embeddedtest.RunCluster(t, 3)
 	admin := embeddedtest.ConnectCluster(t, c)
-	info, err := bus.Provision(testContext(t), admin, bus.StreamConfig{Replicas: 3})
+	info, err := newAdmin(t, admin).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}

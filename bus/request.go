@@ -110,7 +110,10 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	s.ReplyID = ack.ID
 	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
 		h.replied.Store(true)
-		s = s.withDelivery(h.d)
+		// Stored before the handler returns and the request is acked (the
+		// requester already has the reply).
+		b.status.recordStored(ctx, s.withDelivery(h.d))
+		return ack, nil
 	}
 	b.status.record(s, false)
 	return ack, nil

@@ -128,7 +128,7 @@ func benchSetup(b *testing.B, natsServer string, base *baselines, name string, s
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := bus.Provision(context.Background(), nc, bus.StreamConfig{}); err != nil {
+	if _, err := newAdmin(b, nc).Provision(context.Background(), bus.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}
 	js, err := jetstream.New(nc)

@@ -163,16 +163,8 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 	}, nil
 }
 
-// Provision creates the stream c declares, its dead-letter stream and the
-// lifecycle status bucket (see StatusBucketConfig), or
-// updates them in place to match, and returns the stream's info. It is
-// idempotent and safe to run from several processes. It returns
-// ErrUnsupportedServer if the server cannot carry the bus, a
-// *DedupBudgetError (errors.Is ErrDedupOverBudget) without touching the
-// server if the duplicate window at c.PeakPublishRate needs more memory
-// than c.DedupMemoryBudget, and the server's error (a *jetstream.APIError)
-// if it refuses the update, for example a change of storage type.
-func Provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.StreamInfo, error) {
+// provision is Admin.Provision on nc.
+func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.StreamInfo, error) {
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}

@@ -96,7 +96,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
-	lanes, err := b.ensureConsumers(ctx, o)
+	lanes, err := b.ensureConsumers(ctx, b.agent, o)
 	if err != nil {
 		return nil, err
 	}
@@ -132,12 +132,16 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 // settings opts give (as Subscribe would), without consuming anything.
 // Messages sent to an agent wait for it from its first message on; the
 // broadcasts wait for it only from the moment its consumers exist, so a new
-// agent is not handed the broadcasts of the past. An operator who sets up
-// agents before they first run ("agentbus provision --agent") calls it so
-// that they get the broadcasts sent in between.
+// agent is not handed the broadcasts of the past. Admin.EnsureConsumers
+// does the same for any agent, with an operator's identity.
 //
 // Errors: ErrInvalidOption, ErrNotProvisioned, ErrClosed, or the server's.
 func (b *Bus) EnsureConsumers(ctx context.Context, opts ...SubscribeOption) error {
+	return b.client.ensureConsumersOf(ctx, b.agent, opts)
+}
+
+// ensureConsumersOf is EnsureConsumers for agent.
+func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []SubscribeOption) error {
 	o := subscribeOptions{concurrency: 1}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -147,15 +151,15 @@ func (b *Bus) EnsureConsumers(ctx context.Context, opts ...SubscribeOption) erro
 	if b.isClosed() {
 		return ErrClosed
 	}
-	_, err := b.ensureConsumers(ctx, o)
+	_, err := b.ensureConsumers(ctx, agent, o)
 	return err
 }
 
-// ensureConsumers creates or updates the agent's consumers for o and
+// ensureConsumers creates or updates the consumers of agent for o and
 // returns the dispatcher lanes that read them.
-func (b *Bus) ensureConsumers(ctx context.Context, o subscribeOptions) ([]consumers.Lane, error) {
+func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions) ([]consumers.Lane, error) {
 	settings := consumers.Settings{AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending}
-	specs, lanes, err := b.consumers()
+	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
 	if err != nil {
 		return nil, err
 	}
@@ -169,12 +173,12 @@ func (b *Bus) ensureConsumers(ctx context.Context, o subscribeOptions) ([]consum
 	return lanes, nil
 }
 
-// consumers describes the agent's six durable consumers (see
+// consumerSpecs describes the six durable consumers of agent (see
 // subjects.Scheme.Consumers) and the dispatcher lane each one is: a direct
 // consumer is the level of its priority, the broadcast consumer serves
 // every level, each broadcast placed by the priority in its subject.
-func (b *Bus) consumers() ([]consumers.Spec, []consumers.Lane, error) {
-	cs, err := b.opts.scheme.Consumers(b.agent)
+func consumerSpecs(scheme subjects.Scheme, agent string) ([]consumers.Spec, []consumers.Lane, error) {
+	cs, err := scheme.Consumers(agent)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,10 +186,10 @@ func (b *Bus) consumers() ([]consumers.Spec, []consumers.Lane, error) {
 	lanes := make([]consumers.Lane, len(cs))
 	for i, c := range cs {
 		kind, priority, level := "direct", strconv.Itoa(c.Priority), c.Priority-1
-		desc := fmt.Sprintf("agentbus direct inbox of %q at priority %d", b.agent, c.Priority)
+		desc := fmt.Sprintf("agentbus direct inbox of %q at priority %d", agent, c.Priority)
 		if c.Broadcast {
 			kind, priority, level = "broadcast", "all", consumers.AnyLevel
-			desc = fmt.Sprintf("agentbus broadcasts to %q", b.agent)
+			desc = fmt.Sprintf("agentbus broadcasts to %q", agent)
 		}
 		specs[i] = consumers.Spec{
 			Name:          c.Name,
@@ -193,7 +197,7 @@ func (b *Bus) consumers() ([]consumers.Spec, []consumers.Lane, error) {
 			NewOnly:       c.Broadcast,
 			Description:   desc,
 			Metadata: map[string]string{
-				"agentbus_agent":    b.agent,
+				"agentbus_agent":    agent,
 				"agentbus_priority": priority,
 				"agentbus_kind":     kind,
 			},

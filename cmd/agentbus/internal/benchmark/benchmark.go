@@ -180,7 +180,7 @@ func names() []string {
 
 // Run runs the scenarios cfg selects, one after another, and returns their
 // figures. Each scenario has streams of its own, a bus stream (with what
-// bus.Provision creates beside it) under a root unique to the run and the
+// bus.Admin.Provision creates beside it) under a root unique to the run and the
 // scenario, and a raw stream under another, which it deletes when it ends,
 // whether it succeeded or not. The first error stops the run. A scenario
 // whose handlers receive nothing for 30 s fails; ctx ends a run early.

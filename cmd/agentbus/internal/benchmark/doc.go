@@ -55,7 +55,7 @@
 // # Isolation
 //
 // Every scenario gets streams of its own: the bus's (provisioned by
-// bus.Provision) under the root agentbus-bench-<run>-<scenario>-bus, and a
+// bus.Admin.Provision) under the root agentbus-bench-<run>-<scenario>-bus, and a
 // raw stream, configured alike, under ...-raw, each side with connections
 // of its own. The scenario deletes them when it ends, so a run leaves
 // nothing behind on a shared server.

@@ -27,7 +27,7 @@ const (
 )
 
 // env is one scenario's two sides on the server: the bus under a root of
-// its own, provisioned by bus.Provision, and raw nats.go on a stream of
+// its own, provisioned by Admin.Provision, and raw nats.go on a stream of
 // its own with the same configuration under another root, so that neither
 // side sees the other's messages. Each side publishes on a connection of
 // its own; every subscriber dials another.
@@ -67,7 +67,11 @@ func newEnv(ctx context.Context, dial func() (*nats.Conn, error), root string) (
 	if e.admin, err = e.connect(); err != nil {
 		return e, err
 	}
-	if _, err := bus.Provision(ctx, e.admin, bus.StreamConfig{Root: e.bus.Root()}); err != nil {
+	admin, err := bus.NewAdmin(e.admin)
+	if err != nil {
+		return e, err
+	}
+	if _, err := admin.Provision(ctx, bus.StreamConfig{Root: e.bus.Root()}); err != nil {
 		return e, fmt.Errorf("provision the bus side: %w", err)
 	}
 	if e.sender, err = e.newBus(e.admin, senderAgent); err != nil {
@@ -151,7 +155,7 @@ func (e *env) close() error {
 }
 
 // deleteStreams deletes every stream whose name contains the stream name
-// of either side: the streams themselves and whatever bus.Provision
+// of either side: the streams themselves and whatever Admin.Provision
 // created beside the bus's (dead letters, status bucket). The names carry
 // the run ID, so no other stream matches.
 func (e *env) deleteStreams(ctx context.Context) error {

@@ -438,8 +438,27 @@ func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error
 	return nil, err
 }
 
-// withBusAs connects as agent, given by --agent or a constant, runs f and
-// closes the bus. Background errors become warnings.
+// withAdmin connects an operator's handle (bus.ConnectAdmin) with the
+// connection flags, runs f and closes it. Background errors become
+// warnings.
+func (a *app) withAdmin(f func(*bus.Admin) error) error {
+	natsOpts, err := a.natsOptions()
+	if err != nil {
+		return err
+	}
+	admin, err := bus.ConnectAdmin(a.server, bus.WithNATSOptions(natsOpts...), bus.WithRoot(a.root), a.warnErrors())
+	if errors.Is(err, bus.ErrInvalidOption) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	return f(admin)
+}
+
+// withBusAs connects as agent, given by --agent, runs f and closes the
+// bus. Background errors become warnings.
 func (a *app) withBusAs(agent string, f func(*bus.Bus) error) error {
 	b, err := a.connectAs("agent", agent, a.warnErrors())
 	if err != nil {

@@ -13,10 +13,6 @@ import (
 	"github.com/agentbus/agentbus/codec"
 )
 
-// dlqAgent is the identity the dlq commands connect as; they publish only
-// replays, which keep their original sender.
-const dlqAgent = "agentbus-dlq"
-
 func (a *app) dlqCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
@@ -55,8 +51,8 @@ with those fields and the original event.`,
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
-				dls, err := b.DeadLetters(cmd.Context(), f)
+			return a.withAdmin(func(admin *bus.Admin) error {
+				dls, err := admin.DeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
 				}
@@ -79,8 +75,8 @@ with those fields and the original event.`,
 }
 
 func (a *app) dlqShowCommand() *cobra.Command {
-	cmd := a.onDeadLetter(func(ctx context.Context, b *bus.Bus, seq uint64) error {
-		dl, err := b.DeadLetter(ctx, seq)
+	cmd := a.onDeadLetter(func(ctx context.Context, admin *bus.Admin, seq uint64) error {
+		dl, err := admin.DeadLetter(ctx, seq)
 		if err != nil {
 			return err
 		}
@@ -91,8 +87,8 @@ func (a *app) dlqShowCommand() *cobra.Command {
 }
 
 func (a *app) dlqReplayCommand() *cobra.Command {
-	cmd := a.onDeadLetter(func(ctx context.Context, b *bus.Bus, seq uint64) error {
-		ack, err := b.ReplayDeadLetter(ctx, seq)
+	cmd := a.onDeadLetter(func(ctx context.Context, admin *bus.Admin, seq uint64) error {
+		ack, err := admin.ReplayDeadLetter(ctx, seq)
 		if err != nil {
 			return err
 		}
@@ -108,7 +104,7 @@ within the duplicate window. The dead letter stays until purged.`
 
 // onDeadLetter is a command that takes one dead-letter sequence and runs f
 // on it.
-func (a *app) onDeadLetter(f func(ctx context.Context, b *bus.Bus, seq uint64) error) *cobra.Command {
+func (a *app) onDeadLetter(f func(ctx context.Context, admin *bus.Admin, seq uint64) error) *cobra.Command {
 	return &cobra.Command{
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
@@ -116,8 +112,8 @@ func (a *app) onDeadLetter(f func(ctx context.Context, b *bus.Bus, seq uint64) e
 			if err != nil {
 				return err
 			}
-			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
-				return f(cmd.Context(), b, seq)
+			return a.withAdmin(func(admin *bus.Admin) error {
+				return f(cmd.Context(), admin, seq)
 			})
 		}),
 	}
@@ -139,8 +135,8 @@ with --before D only those dead-lettered more than D ago. It prints how many.`,
 			if before > 0 {
 				f.Since = time.Now().Add(-before)
 			}
-			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
-				n, err := b.PurgeDeadLetters(cmd.Context(), f)
+			return a.withAdmin(func(admin *bus.Admin) error {
+				n, err := admin.PurgeDeadLetters(cmd.Context(), f)
 				if err != nil {
 					return err
 				}
@@ -167,8 +163,8 @@ beside an existing cluster, with an operator identity. It runs until SIGINT or
 SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			return a.withBusAs(dlqAgent, func(b *bus.Bus) error {
-				return b.WatchDeadLetters(cmd.Context())
+			return a.withAdmin(func(admin *bus.Admin) error {
+				return admin.WatchDeadLetters(cmd.Context())
 			})
 		}),
 	}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -77,7 +75,12 @@ stderr that the memory is not bounded.`,
 			}
 			defer stop()
 			defer nc.Close()
-			info, err := bus.Provision(ctx, nc, cfg)
+			admin, err := bus.NewAdmin(nc, bus.WithRoot(a.root), bus.WithoutLifecycle())
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			info, err := admin.Provision(ctx, cfg)
 			if err != nil {
 				return refused(ctx, err)
 			}
@@ -88,8 +91,8 @@ stderr that the memory is not bounded.`,
 				a.warnf("%s (--peak-rate)", w)
 			}
 			for _, agent := range agents {
-				if err := ensureAgent(ctx, nc, a.root, agent); err != nil {
-					return refused(ctx, err)
+				if err := admin.EnsureConsumers(ctx, agent); err != nil {
+					return refused(ctx, fmt.Errorf("agent %s: %w", agent, err))
 				}
 				if _, err := fmt.Fprintf(a.stdout, "agent %s consumers=%d\n", agent, subjects.ConsumersPerAgent); err != nil {
 					return err
@@ -158,23 +161,4 @@ func printStream(w io.Writer, info *jetstream.StreamInfo) error {
 		c.Name, strings.Join(c.Subjects, ","), strings.ToLower(c.Storage.String()), c.Replicas,
 		formatDuration(c.MaxAge), formatDuration(c.Duplicates), c.MaxConsumers, info.State.Msgs)
 	return err
-}
-
-// ensureAgent creates the durable consumers of agent on the bus of root.
-func ensureAgent(ctx context.Context, nc *nats.Conn, root, agent string) error {
-	b, err := bus.New(nc, agent, bus.WithRoot(root), bus.WithoutLifecycle())
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := b.EnsureConsumers(ctx); err != nil {
-		return fmt.Errorf("agent %s: %w", agent, err)
-	}
-	return nil
-}
-
-// provision provisions the stream of root on nc with the defaults; serve
-// uses it.
-func provision(ctx context.Context, nc *nats.Conn, root string) (*jetstream.StreamInfo, error) {
-	return bus.Provision(ctx, nc, bus.StreamConfig{Root: root})
 }

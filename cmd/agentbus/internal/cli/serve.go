@@ -126,23 +126,23 @@ on stderr.`,
 				return err
 			}
 			defer nc.Close()
-			info, err := provision(ctx, nc, a.root)
+			admin, err := bus.NewAdmin(nc, bus.WithRoot(a.root),
+				bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			info, err := admin.Provision(ctx, bus.StreamConfig{})
 			if err != nil {
 				return err
 			}
 			// Dead-letter the messages whose last delivery was never settled
 			// (a crashed subscriber): the server only announces them.
-			watcher, err := bus.New(nc, "agentbus-serve", bus.WithRoot(a.root),
-				bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
-			if err != nil {
-				return err
-			}
-			defer watcher.Close()
 			watchCtx, stopWatch := context.WithCancel(ctx)
 			watched := make(chan struct{})
 			go func() {
 				defer close(watched)
-				watcher.WatchDeadLetters(watchCtx)
+				admin.WatchDeadLetters(watchCtx)
 			}()
 			defer func() { stopWatch(); <-watched }()
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,11 +12,6 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 )
-
-// operatorAgent is the identity status (without --agent) and trace connect
-// as. They only read lifecycle records, whoever sent or received the
-// messages, which takes an operator's read access to the status bucket.
-const operatorAgent = "agentbus-operator"
 
 func (a *app) statusCommand() *cobra.Command {
 	var (
@@ -48,12 +44,8 @@ It exits 1 when no record is found.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			id := cmd.Flags().Arg(0)
-			lookup, who := (*bus.Bus).StatusAll, operatorAgent
-			if cmd.Flags().Changed("agent") {
-				lookup, who = (*bus.Bus).Status, agent
-			}
-			return a.withBusAs(who, func(b *bus.Bus) error {
-				sts, err := lookup(b, cmd.Context(), id)
+			lookup := func(f func(ctx context.Context, id string) ([]bus.Status, error)) error {
+				sts, err := f(cmd.Context(), id)
 				if errors.Is(err, bus.ErrNoStatus) {
 					return noStatusError(id, agent)
 				}
@@ -64,7 +56,11 @@ It exits 1 when no record is found.`,
 					return a.printJSON(sts)
 				}
 				return a.printStatuses(sts)
-			})
+			}
+			if cmd.Flags().Changed("agent") {
+				return a.withBusAs(agent, func(b *bus.Bus) error { return lookup(b.Status) })
+			}
+			return a.withAdmin(func(admin *bus.Admin) error { return lookup(admin.Status) })
 		}),
 	}
 	f := cmd.Flags()

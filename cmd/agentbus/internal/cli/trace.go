@@ -37,8 +37,8 @@ access to the status bucket. It exits 1 when the conversation has no record.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			conv := cmd.Flags().Arg(0)
-			return a.withBusAs(operatorAgent, func(b *bus.Bus) error {
-				sts, err := b.Conversation(cmd.Context(), conv)
+			return a.withAdmin(func(admin *bus.Admin) error {
+				sts, err := admin.Conversation(cmd.Context(), conv)
 				if err != nil {
 					return fmt.Errorf("conversation %s: %w", conv, err)
 				}

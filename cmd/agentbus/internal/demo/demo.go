@@ -128,7 +128,7 @@ type demo struct {
 
 	srv      *embedded.Server
 	url      string
-	operator *bus.Bus
+	operator *bus.Admin
 	// stopWatching stops the operator's dead-letter watcher; watching
 	// waits for it.
 	stopWatching context.CancelFunc
@@ -210,10 +210,10 @@ func (d *demo) setup(ctx context.Context) error {
 	d.emit(Event{From: "server", Event: EventStart,
 		Detail: fmt.Sprintf("embedded NATS server with JetStream at %s, file storage in %s (removed at the end)", d.url, srv.Options().StoreDir)})
 
-	if d.operator, err = bus.Connect(d.url, operator, bus.WithErrorHandler(d.onError(operator, nil))); err != nil {
+	if d.operator, err = bus.ConnectAdmin(d.url, bus.WithErrorHandler(d.onError(operator, nil))); err != nil {
 		return err
 	}
-	if _, err := bus.Provision(ctx, d.operator.Conn(), bus.StreamConfig{}); err != nil {
+	if _, err := d.operator.Provision(ctx, bus.StreamConfig{}); err != nil {
 		return err
 	}
 	s := d.operator.Subjects()

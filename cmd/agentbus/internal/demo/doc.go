@@ -4,7 +4,7 @@
 // meant to be read as an example.
 //
 // [Run] starts an embedded NATS server with JetStream (file storage in a
-// temporary directory), provisions the bus with [bus.Provision], and
+// temporary directory), provisions the bus with [bus.Admin.Provision], and
 // connects each agent process on a connection of its own, as separate
 // programs would: an orchestrator, two processes of the agent "worker"
 // (worker#1 and worker#2, which share the agent's durable consumers), a
@@ -32,10 +32,10 @@
 //     [bus.Bus.Reply]; the request's record reads replied.
 //   - poison: a work item the worker always fails on is retried
 //     ([bus.WithMaxDeliver], [bus.WithBackoff]) and dead-lettered with the
-//     reason ([bus.Bus.DeadLetters]); the item behind it flows past.
+//     reason ([bus.Admin.DeadLetters]); the item behind it flows past.
 //   - trace: every message shares the correlation ID [Conversation], so
 //     they form one trace ([bus.ConversationTraceID]);
-//     [bus.Bus.Conversation] lists them with where each ended.
+//     [bus.Admin.Conversation] lists them with where each ended.
 //
 // Each scene checks that it saw what it is meant to show, so the demo is
 // also a smoke test of a build: Run returns an error naming the first scene

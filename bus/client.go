@@ -1,0 +1,140 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// client is what a Bus and an Admin share: the connection, its JetStream
+// context, the options, the telemetry, the lifecycle tracker, and, on a
+// connection the handle dialled itself, the server's refusals.
+type client struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	opts   options
+	tel    *telemetry
+	status *tracker // nil when lifecycle tracking is off
+
+	// refusals are the server's refusals of this connection's requests;
+	// nil on a connection the caller made (New, NewAdmin), whose errors
+	// the handle does not see.
+	refusals *refusals
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// applyOptions returns the default options with opts applied, once.
+func applyOptions(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return options{}, err
+		}
+	}
+	return o, nil
+}
+
+// dial connects to url as the client named name, taking replies on inbox
+// (nats.go's random inbox when empty), and returns the connection with the
+// refusals its error handler reports. The connection reconnects without
+// limit; o's NATS options add to or override these.
+func dial(url, name, inbox string, o *options) (*nats.Conn, *refusals, error) {
+	r := &refusals{}
+	onError := o.onError
+	natsOpts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		// nats.go prints asynchronous errors to stderr unless told otherwise;
+		// the library never prints.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			r.refused(err)
+			onError(fmt.Errorf("connection: %w", err))
+		}),
+	}
+	if inbox != "" {
+		natsOpts = append(natsOpts, nats.CustomInboxPrefix(inbox))
+	}
+	nc, err := nats.Connect(url, append(natsOpts, o.natsOptions...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", redactURLs(url), err)
+	}
+	r.inbox = nc.Opts.InboxPrefix
+	o.ownsConn = true
+	return nc, r, nil
+}
+
+// newClient checks the server and sets up what a handle of agent ("" for
+// an Admin) needs on nc.
+func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, error) {
+	if err := checkServer(nc); err != nil {
+		return nil, err
+	}
+	var status *tracker // nil when lifecycle tracking is off
+	if o.lifecycle {
+		var err error
+		if status, err = newTracker(nc, &o); err != nil {
+			return nil, fmt.Errorf("new bus: %w", err)
+		}
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
+		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
+		// An acknowledged asynchronous publish writes its pending record,
+		// which needs the stream sequence the ack carries.
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+			status.acked(m, ack)
+		}),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			status.unsent(m, err)
+			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("new bus: %w", err)
+	}
+	tel, err := newTelemetry(&o, agent)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return &client{nc: nc, js: js, opts: o, tel: tel, status: status, refusals: r}, nil
+}
+
+// Subjects returns the subject scheme of the bus.
+func (c *client) Subjects() subjects.Scheme { return c.opts.scheme }
+
+// Conn returns the underlying connection.
+func (c *client) Conn() *nats.Conn { return c.nc }
+
+func (c *client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// closeConn closes the connection if the handle dialled it.
+func (c *client) closeConn() {
+	if c.opts.ownsConn {
+		c.nc.Close()
+	}
+}
+
+// watchRefusals returns ctx cancelled with a cause wrapping
+// ErrPermissionDenied as soon as the server refuses a request of this
+// connection on a subject that starts with prefix, and the function that
+// stops watching. The server reports such a refusal on the connection, not
+// to the request, which would otherwise wait out its timeout; a handle sees
+// the connection's errors only when it dialled it, and otherwise returns
+// ctx as it is.
+func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Context, func()) {
+	if c.refusals == nil {
+		return ctx, func() {}
+	}
+	return c.refusals.watchPrefix(ctx, prefix)
+}
