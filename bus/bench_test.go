@@ -560,7 +560,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		}
 		replySubject := rawDirect(b, requester, responder, "RESULT")
 		consume(responder, func(js jetstream.JetStream, req *codec.Message) {
-			reply := &codec.Message{From: responder, To: req.From, Type: "RESULT", ReplyTo: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
+			reply := &codec.Message{From: responder, To: req.From, Type: "RESULT", CausationID: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
 			m, err := encodeEvent(replySubject, reply)
 			if err == nil {
 				_, err = js.PublishMsg(ctx, m)
@@ -591,7 +591,7 @@ func BenchmarkRequestReply(b *testing.B) {
 			for {
 				select {
 				case reply := <-replies:
-					if reply.ReplyTo == req.ID {
+					if reply.CausationID == req.ID {
 						break wait
 					}
 				case <-timeout.C:

@@ -48,9 +48,9 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 		d.DataSchema != sent.DataSchema || string(d.Data) != string(sent.Data) || d.Extensions["tenant"] != "acme" {
 		t.Errorf("delivered %+v, want the published message", d.Message)
 	}
-	if d.Sequence != ack.Sequence || d.NumDelivered != 1 || d.Subject != ack.Subject {
+	if d.Sequence != ack.Sequence || d.Deliveries != 1 || d.Subject != ack.Subject {
 		t.Errorf("delivery info seq=%d delivered=%d subject=%q, want seq=%d delivered=1 subject=%q",
-			d.Sequence, d.NumDelivered, d.Subject, ack.Sequence, ack.Subject)
+			d.Sequence, d.Deliveries, d.Subject, ack.Sequence, ack.Subject)
 	}
 	if want := "agentbus.agent.%40worker-1.p2.build%20orchestrator.TASK_ASSIGNMENT"; ack.Subject != want {
 		t.Errorf("subject = %q, want %q", ack.Subject, want)
@@ -309,12 +309,12 @@ func TestHandlerErrorRedeliversThenTerminates(t *testing.T) {
 	attempts := map[string][]int{}
 	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
 		mu.Lock()
-		attempts[d.Type] = append(attempts[d.Type], d.NumDelivered)
+		attempts[d.Type] = append(attempts[d.Type], d.Deliveries)
 		mu.Unlock()
 		switch {
 		case d.Type == "poison":
 			return errors.New("cannot handle")
-		case d.Type == "flaky" && d.NumDelivered < 2:
+		case d.Type == "flaky" && d.Deliveries < 2:
 			return errors.New("try again")
 		}
 		return nil
@@ -404,7 +404,7 @@ func TestLongHandlerIsKeptAlive(t *testing.T) {
 	ackWait := time.Second
 	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
 		mu.Lock()
-		deliveries = append(deliveries, d.NumDelivered)
+		deliveries = append(deliveries, d.Deliveries)
 		n := len(deliveries)
 		mu.Unlock()
 		if d.Type == "slow" {
@@ -474,8 +474,8 @@ func TestRedeliveryAfterConnectionClosedMidHandler(t *testing.T) {
 	r := newRecorder()
 	subscribe(t, second, r.handle, bus.WithAckWait(300*time.Millisecond))
 	d := r.waitCount(t, 1)[0]
-	if d.Type != "job" || string(d.Data) != "payload" || d.NumDelivered != 2 {
-		t.Errorf("redelivered %q %q delivery %d, want job payload delivery 2", d.Type, d.Data, d.NumDelivered)
+	if d.Type != "job" || string(d.Data) != "payload" || d.Deliveries != 2 {
+		t.Errorf("redelivered %q %q delivery %d, want job payload delivery 2", d.Type, d.Data, d.Deliveries)
 	}
 }
 

@@ -144,8 +144,8 @@ func TestCrashSubscriberKilledMidHandler(t *testing.T) {
 	var gotIDs []string
 	for _, d := range got {
 		gotIDs = append(gotIDs, d.ID)
-		if d.ID == handling && d.NumDelivered != 2 {
-			t.Errorf("message %s, killed mid-handler, came on delivery %d, want 2", d.ID, d.NumDelivered)
+		if d.ID == handling && d.Deliveries != 2 {
+			t.Errorf("message %s, killed mid-handler, came on delivery %d, want 2", d.ID, d.Deliveries)
 		}
 	}
 	slices.Sort(gotIDs)
@@ -163,7 +163,7 @@ func TestCrashSubscriberKilledMidHandler(t *testing.T) {
 	})
 	var deliveries []string
 	for _, d := range got {
-		deliveries = append(deliveries, fmt.Sprintf("%s:%d", d.ID, d.NumDelivered))
+		deliveries = append(deliveries, fmt.Sprintf("%s:%d", d.ID, d.Deliveries))
 	}
 	t.Logf("killed the subscriber mid-handler of %s; all %d messages handled by the next subscriber %v after the kill (ack wait 1s); deliveries %v",
 		handling, len(ids), redelivered.Round(time.Millisecond), deliveries)

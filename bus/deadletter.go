@@ -252,7 +252,7 @@ func (b *Bus) deadLetter(cm *consumers.Msg, m *Message, r DeadLetterReason, reas
 		subject:    cm.Subject,
 		stream:     cm.Metadata.Stream,
 		seq:        cm.Metadata.StreamSeq,
-		deliveries: cm.Metadata.NumDelivered,
+		deliveries: cm.Metadata.Deliveries,
 		header:     cm.Header,
 		data:       cm.Data,
 	}

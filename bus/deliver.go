@@ -88,7 +88,7 @@ func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 					// Not terminated: nothing is dropped that could not be
 					// kept elsewhere.
 					b.opts.onError(fmt.Errorf("message %s kept, not terminated: %w", cm.Subject, derr))
-					s = settlement{outcome: outcomeNak, delay: delay(int(cm.Metadata.NumDelivered))}
+					s = settlement{outcome: outcomeNak, delay: delay(int(cm.Metadata.Deliveries))}
 				} else {
 					b.tel.countDeadLetter(ctx, op.dest, r)
 				}
@@ -139,13 +139,13 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		return Permanent(err)
 	}
 	d := &Delivery{
-		Message:      *m,
-		Subject:      cm.Subject,
-		Stream:       md.Stream,
-		Consumer:     md.Consumer,
-		Sequence:     md.StreamSeq,
-		NumDelivered: int(md.NumDelivered),
-		Replayed:     len(cm.Header[HeaderReplayOf]) > 0,
+		Message:    *m,
+		Subject:    cm.Subject,
+		Stream:     md.Stream,
+		Consumer:   md.Consumer,
+		Sequence:   md.StreamSeq,
+		Deliveries: int(md.Deliveries),
+		Replayed:   len(cm.Header[HeaderReplayOf]) > 0,
 	}
 	if b.settledElsewhere(ctx, d) {
 		return nil
@@ -159,7 +159,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		switch {
 		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
 			b.record(m, StateCompleted, md, nil)
-		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.NumDelivered) < maxDeliver):
+		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
 			b.record(m, StateFailed, md, err) // the last failure records dead_lettered
 		}
 	}()
@@ -173,7 +173,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 // failure on the last allowed delivery; otherwise redelivered after the
 // backoff.
 func (b *Bus) decide(ctx context.Context, cm *consumers.Msg, err error, maxDeliver int, backoff backoff) settlement {
-	delivery := int(cm.Metadata.NumDelivered)
+	delivery := int(cm.Metadata.Deliveries)
 	switch {
 	case err == nil:
 		return settlement{outcome: outcomeAck}
@@ -222,7 +222,7 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 		return
 	}
 	st := statusOf(m, b.agent, s, b.agent)
-	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.NumDelivered)
+	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.Deliveries)
 	if reason != nil {
 		st.Reason = reason.Error()
 	}
@@ -241,7 +241,7 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 // than once (md), whose record then says how often, which the consumer
 // does not (a completion read from it was the first delivery).
 func completionRecorded(m *Message, md consumers.Metadata) bool {
-	return m.Broadcast() || m.TTL > 0 || md.NumDelivered > 1
+	return m.Broadcast() || m.TTL > 0 || md.Deliveries > 1
 }
 
 // checkSender returns the address subject names. It reports

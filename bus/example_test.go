@@ -125,13 +125,13 @@ func ExampleBus_Subscribe_idempotent() {
 		_, err := done.Create(ctx, d.ID, []byte("invoice sent"))
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
-			fmt.Printf("%s: already done, delivery %d acknowledges it\n", d.ID, d.NumDelivered)
+			fmt.Printf("%s: already done, delivery %d acknowledges it\n", d.ID, d.Deliveries)
 			close(finished)
 			return nil
 		case err != nil:
 			return err // not done: try again
 		}
-		fmt.Printf("%s: invoice sent on delivery %d\n", d.ID, d.NumDelivered)
+		fmt.Printf("%s: invoice sent on delivery %d\n", d.ID, d.Deliveries)
 		return errors.New("lost the connection before the ack") // as a crash would
 	}, bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond }))
 	if err != nil {

@@ -157,7 +157,7 @@ func TestForeignAgentJavaScript(t *testing.T) {
 	if err := json.Unmarshal(d.Message.Data, &answer); err != nil || answer.Answer != 42 || string(answer.Question) != `{"q":1}` {
 		t.Errorf("answer %s (%v)", d.Message.Data, err)
 	}
-	ask := d.Message.ReplyTo
+	ask := d.Message.CausationID
 	if d.Message.Type != "ANSWER" || d.Message.From != "js-agent" || ask == "" || d.Message.Priority != 1 {
 		t.Errorf("answer %+v, want an ANSWER from js-agent at priority 1 replying to the request", d.Message)
 	}

@@ -105,7 +105,7 @@ func (f *foreignAgent) publish(t *testing.T, ctx context.Context, e event) *jets
 	}
 	f.writeStatus(t, ctx, conv, e.id, f.name, e.to, map[string]any{
 		"id": e.id, "from": f.name, "to": e.to, "type": e.typ, "priority": e.priority,
-		"correlationId": conv, "replyTo": e.causationID, "state": "pending", "time": now, "updated": now,
+		"correlationId": conv, "causationId": e.causationID, "state": "pending", "time": now, "updated": now,
 		"by": f.name, "stream": ack.Stream, "sequence": ack.Sequence,
 	}, true)
 	return ack

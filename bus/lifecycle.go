@@ -77,7 +77,7 @@ type Status struct {
 	Type          string    `json:"type"`
 	Priority      int       `json:"priority"`
 	CorrelationID string    `json:"correlationId"`
-	ReplyTo       string    `json:"replyTo,omitempty"`
+	CausationID   string    `json:"causationId,omitempty"`
 	State         State     `json:"state"`
 	Time          time.Time `json:"time"`                 // the message's time
 	ExpiresAt     time.Time `json:"expiresAt,omitzero"`   // Time + TTL
@@ -99,7 +99,7 @@ type Status struct {
 // found by Status this way.
 func (s Status) Message() Message {
 	m := Message{ID: s.ID, From: s.From, To: s.To, Type: s.Type, Priority: s.Priority,
-		CorrelationID: s.CorrelationID, ReplyTo: s.ReplyTo, Time: s.Time}
+		CorrelationID: s.CorrelationID, CausationID: s.CausationID, Time: s.Time}
 	if !s.ReplyBy.IsZero() {
 		m.Extensions = map[string]string{ExtReplyBy: s.ReplyBy.Format(time.RFC3339Nano)}
 	}
@@ -110,7 +110,7 @@ func (s Status) Message() Message {
 func statusOf(m *Message, to string, s State, by string) Status {
 	st := Status{
 		ID: m.ID, From: m.From, To: to, Type: m.Type, Priority: m.Priority,
-		CorrelationID: conversationOf(m), ReplyTo: m.ReplyTo,
+		CorrelationID: conversationOf(m), CausationID: m.CausationID,
 		State: s, Time: m.Time, ExpiresAt: m.ExpiresAt(), Updated: time.Now().UTC(), By: by,
 	}
 	if v, ok := m.Extensions[ExtReplyBy]; ok {
@@ -121,7 +121,7 @@ func statusOf(m *Message, to string, s State, by string) Status {
 
 // withDelivery fills in where d came from.
 func (s Status) withDelivery(d *Delivery) Status {
-	s.Stream, s.Sequence, s.Deliveries = d.Stream, d.Sequence, d.NumDelivered
+	s.Stream, s.Sequence, s.Deliveries = d.Stream, d.Sequence, d.Deliveries
 	return s
 }
 

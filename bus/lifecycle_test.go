@@ -31,7 +31,7 @@ func TestLifecycleStates(t *testing.T) {
 
 	subscribe(t, worker, func(_ context.Context, d *bus.Delivery) error {
 		switch {
-		case d.Type == "RETRY" && d.NumDelivered == 1:
+		case d.Type == "RETRY" && d.Deliveries == 1:
 			return errors.New("try again")
 		case d.Type == "REJECT":
 			return bus.Permanent(errors.New("not for me"))

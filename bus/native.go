@@ -59,7 +59,7 @@ func (b *Bus) PublishNative(ctx context.Context, p profiles.Profile, native []by
 }
 
 // PublishAnswer publishes m, and when m answers a message this agent
-// received (its ReplyTo names that message, found by Received, and it goes
+// received (its CausationID names that message, found by Received, and it goes
 // back to that message's sender) sends it as Reply does: in the
 // conversation of the message it answers unless m names its own, and
 // recorded replied. Otherwise it is Publish. PublishNative sends native
@@ -67,8 +67,8 @@ func (b *Bus) PublishNative(ctx context.Context, p profiles.Profile, native []by
 // replyTo) threads the conversation; use it for a message prepared with
 // profiles.Prepare.
 func (b *Bus) PublishAnswer(ctx context.Context, m Message) (PubAck, error) {
-	if m.ReplyTo != "" {
-		if req, err := b.Received(ctx, m.ReplyTo); err == nil && req.From == m.To {
+	if m.CausationID != "" {
+		if req, err := b.Received(ctx, m.CausationID); err == nil && req.From == m.To {
 			return b.Reply(ctx, &req, m)
 		}
 	}

@@ -129,7 +129,7 @@ func TestInvalidNativeFromRawPublisher(t *testing.T) {
 	replies := newRecorder()
 	subscribe(t, newBus(t, s, "@agent-cto"), replies.handle)
 	d := replies.waitCount(t, 1)[0]
-	if d.Type != profiles.TypeMessageError || d.CorrelationID != "project-review" || d.ReplyTo != "msg-456" ||
+	if d.Type != profiles.TypeMessageError || d.CorrelationID != "project-review" || d.CausationID != "msg-456" ||
 		!strings.Contains(string(d.Data), `"originalMessageId"`) || !strings.Contains(string(d.Data), "msg-456") {
 		t.Errorf("MESSAGE_ERROR %+v data %s", d.Message, d.Data)
 	}

@@ -569,7 +569,7 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	}
 	r := newRecorder()
 	subscribe(t, alice, r.handle)
-	if got := r.waitCount(t, 1); got[0].ID != sent.ID || string(got[0].Data) != "for alice" || got[0].NumDelivered != 1 {
+	if got := r.waitCount(t, 1); got[0].ID != sent.ID || string(got[0].Data) != "for alice" || got[0].Deliveries != 1 {
 		t.Errorf("alice got %+v, want bob's message on its first delivery", got[0])
 	}
 	select {

@@ -220,10 +220,10 @@ func (n *protoNet) exchange(t *testing.T, p profiles.Profile, ex protoExample, n
 	}
 	// The document's values, so that the test does not only compare the
 	// profile with itself.
-	if want.Type != ex.typ || want.Priority != ex.priority || want.ID != ex.id || want.ReplyTo != ex.replyTo ||
+	if want.Type != ex.typ || want.Priority != ex.priority || want.ID != ex.id || want.CausationID != ex.replyTo ||
 		(ex.correlation != "" && want.CorrelationID != ex.correlation) {
 		t.Errorf("Decode: type %q priority %d id %q correlation %q reply-to %q; the document says %q, %d, %q, %q, %q",
-			want.Type, want.Priority, want.ID, want.CorrelationID, want.ReplyTo, ex.typ, ex.priority, ex.id, ex.correlation, ex.replyTo)
+			want.Type, want.Priority, want.ID, want.CorrelationID, want.CausationID, ex.typ, ex.priority, ex.id, ex.correlation, ex.replyTo)
 	}
 
 	ack, err := n.buses[ex.from].PublishNative(testContext(t), p, native, pub)
@@ -260,10 +260,10 @@ func (n *protoNet) exchange(t *testing.T, p profiles.Profile, ex protoExample, n
 			t.Errorf("%s: ForDataSchema(%q) = %v, %v", to, d.DataSchema, q, ok)
 		}
 		if d.From != want.From || d.To != want.To || d.Type != want.Type || d.Priority != want.Priority ||
-			d.CorrelationID != wantCorrelation || d.ReplyTo != want.ReplyTo {
+			d.CorrelationID != wantCorrelation || d.CausationID != want.CausationID {
 			t.Errorf("%s got from %q to %q type %q priority %d correlation %q reply-to %q;\nwant %q %q %q %d %q %q", to,
-				d.From, d.To, d.Type, d.Priority, d.CorrelationID, d.ReplyTo,
-				want.From, want.To, want.Type, want.Priority, wantCorrelation, want.ReplyTo)
+				d.From, d.To, d.Type, d.Priority, d.CorrelationID, d.CausationID,
+				want.From, want.To, want.Type, want.Priority, wantCorrelation, want.CausationID)
 		}
 		if !want.Time.IsZero() && !d.Time.Equal(want.Time) {
 			t.Errorf("%s: time %v, want the native %v", to, d.Time, want.Time)
@@ -271,8 +271,8 @@ func (n *protoNet) exchange(t *testing.T, p profiles.Profile, ex protoExample, n
 		if fs, err := profiles.AttachedFindings(&d.Message); fs != nil || err != nil {
 			t.Errorf("%s: findings attached to a valid message: %v %v", to, fs, err)
 		}
-		if d.Late || d.Replayed || d.NumDelivered != 1 {
-			t.Errorf("%s: late %v replayed %v deliveries %d", to, d.Late, d.Replayed, d.NumDelivered)
+		if d.Late || d.Replayed || d.Deliveries != 1 {
+			t.Errorf("%s: late %v replayed %v deliveries %d", to, d.Late, d.Replayed, d.Deliveries)
 		}
 
 		st := waitState(t, n.buses[to], ack.ID, bus.StateCompleted)
@@ -651,10 +651,10 @@ func checkValidationResponse(t *testing.T, d *bus.Delivery, request []byte) {
 		t.Errorf("reply bytes\n%s\nwant\n%s", d.Data, want)
 	}
 	if d.ID != "res-456" || d.Type != "VALIDATION_RESPONSE" || d.From != "@agent-cto" || d.To != "build orchestrator" ||
-		d.CorrelationID != "task-001" || d.ReplyTo != "req-123" || d.Priority != 3 ||
+		d.CorrelationID != "task-001" || d.CausationID != "req-123" || d.Priority != 3 ||
 		d.DataSchema != "urn:agentbus:profile:basemessage:1.0" || d.ContentType != "application/json" {
 		t.Errorf("reply: id %q type %q from %q to %q correlation %q causation %q priority %d schema %q content type %q",
-			d.ID, d.Type, d.From, d.To, d.CorrelationID, d.ReplyTo, d.Priority, d.DataSchema, d.ContentType)
+			d.ID, d.Type, d.From, d.To, d.CorrelationID, d.CausationID, d.Priority, d.DataSchema, d.ContentType)
 	}
 	if d.Extensions[bus.ExtReplyBy] == "" {
 		t.Errorf("reply lacks %s", bus.ExtReplyBy)
@@ -717,7 +717,7 @@ func TestProtocolBasemessageRequestReply(t *testing.T) {
 		st.CorrelationID != "task-001" || st.Type != "VALIDATION_REQUEST" {
 		t.Errorf("request record %+v, want replied by @agent-cto with res-456", st)
 	}
-	if st := waitState(t, orch, "res-456", bus.StateCompleted); st.ReplyTo != "req-123" || st.CorrelationID != "task-001" {
+	if st := waitState(t, orch, "res-456", bus.StateCompleted); st.CausationID != "req-123" || st.CorrelationID != "task-001" {
 		t.Errorf("reply record %+v", st)
 	}
 	conv, err := newAdmin(t, orch.Conn()).Conversation(testContext(t), "task-001")
@@ -948,8 +948,8 @@ func TestProtocolPipelineReplyThreads(t *testing.T) {
 			}
 			return false, fmt.Sprint(got.types())
 		})
-		if d.CorrelationID != request || d.ReplyTo != request {
-			t.Errorf("reply correlation %q, causation %q; want the request's conversation %q and its ID", d.CorrelationID, d.ReplyTo, request)
+		if d.CorrelationID != request || d.CausationID != request {
+			t.Errorf("reply correlation %q, causation %q; want the request's conversation %q and its ID", d.CorrelationID, d.CausationID, request)
 		}
 		if st := waitState(t, pm, request, bus.StateReplied); st.ReplyID != reply || st.By != "dev" {
 			t.Errorf("request status %+v, want replied by dev with %s", st, reply)
@@ -981,8 +981,8 @@ func TestProtocolPipelineReplyThreads(t *testing.T) {
 	waitFor(t, "done-unknown", func() (bool, string) {
 		for _, x := range got.deliveries() {
 			if x.ID == "done-unknown" {
-				if x.ReplyTo != "never-sent" || x.CorrelationID != "done-unknown" {
-					t.Errorf("unthreaded reply: causation %q, correlation %q; want never-sent and its own", x.ReplyTo, x.CorrelationID)
+				if x.CausationID != "never-sent" || x.CorrelationID != "done-unknown" {
+					t.Errorf("unthreaded reply: causation %q, correlation %q; want never-sent and its own", x.CausationID, x.CorrelationID)
 				}
 				return true, ""
 			}

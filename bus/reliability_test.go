@@ -222,7 +222,7 @@ func (p *retryPublisher) longestGap(at time.Time) (overall, after time.Duration,
 // ledger records every delivery by message ID.
 type ledger struct {
 	mu    sync.Mutex
-	got   map[string][]int // ID -> NumDelivered of each delivery
+	got   map[string][]int // ID -> Deliveries of each delivery
 	times []time.Time      // of every delivery, in order
 }
 
@@ -230,7 +230,7 @@ func newLedger() *ledger { return &ledger{got: make(map[string][]int)} }
 
 func (l *ledger) handle(_ context.Context, d *bus.Delivery) error {
 	l.mu.Lock()
-	l.got[d.ID] = append(l.got[d.ID], d.NumDelivered)
+	l.got[d.ID] = append(l.got[d.ID], d.Deliveries)
 	l.times = append(l.times, time.Now())
 	l.mu.Unlock()
 	return nil
@@ -249,7 +249,7 @@ func (l *ledger) missing(ids []string) []string {
 	return out
 }
 
-// counts returns the deliveries in all, the redeliveries (NumDelivered > 1,
+// counts returns the deliveries in all, the redeliveries (Deliveries > 1,
 // which at-least-once delivery allows), the duplicates (an ID delivered as a
 // first delivery more than once: the same message stored twice) and the
 // IDs delivered that were never published by this test.
@@ -551,8 +551,8 @@ func TestReliabilityOfflineAgentCatchesUp(t *testing.T) {
 		t.Errorf("handled\n%v\nwant\n%v", got, wantOrder)
 	}
 	for _, d := range r.deliveries() {
-		if d.NumDelivered != 1 {
-			t.Errorf("%s delivered %d times", d.Type, d.NumDelivered)
+		if d.Deliveries != 1 {
+			t.Errorf("%s delivered %d times", d.Type, d.Deliveries)
 		}
 	}
 	t.Logf("%d messages queued while offline across p1..p5, %d handled after the return, in priority order", queued, len(got))

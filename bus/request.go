@@ -19,7 +19,7 @@ import (
 const ExtReplyBy = "replyby"
 
 // Request publishes m and waits for its reply: the first message to the
-// bus's agent whose ReplyTo (causationid) is m's ID, as Reply sends it and
+// bus's agent whose CausationID (causationid) is m's ID, as Reply sends it and
 // as any message published inside the handler of m is (see Publish). m
 // needs one recipient, not Broadcast. Without a deadline on ctx it waits
 // WithRequestTimeout (5 minutes by default); it then returns
@@ -73,7 +73,7 @@ func (b *Bus) Request(ctx context.Context, m Message) (*Delivery, error) {
 }
 
 // Reply sends m as the reply to request: to its sender, in its conversation
-// (the same correlation ID), with ReplyTo (causationid) set to its ID and,
+// (the same correlation ID), with CausationID (causationid) set to its ID and,
 // unless m sets one, its priority. m.To may be left empty; any other
 // recipient than the request's sender is an error wrapping
 // ErrInvalidMessage, as a reply sent elsewhere would never reach the
@@ -95,7 +95,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	if m.CorrelationID == "" {
 		m.CorrelationID = conversationOf(request)
 	}
-	m.ReplyTo = request.ID
+	m.CausationID = request.ID
 	if m.Priority == 0 {
 		m.Priority = request.Priority
 	}
@@ -181,11 +181,11 @@ func (r *requests) take(d *Delivery) bool {
 	if r.taken.has(d.ID) {
 		return true
 	}
-	ch, ok := r.waiting[d.ReplyTo]
+	ch, ok := r.waiting[d.CausationID]
 	if !ok {
 		return false
 	}
-	delete(r.waiting, d.ReplyTo)
+	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
 	ch <- d
 	return true
@@ -195,7 +195,7 @@ func (r *requests) take(d *Delivery) bool {
 // waits, and hands over the replies.
 func (b *Bus) listen(nm *nats.Msg) {
 	m, err := codec.Decode(nm.Header, nm.Data)
-	if err != nil || m.ReplyTo == "" {
+	if err != nil || m.CausationID == "" {
 		return // the subscription dead-letters what cannot be decoded
 	}
 	if _, err := b.checkSender(nm.Subject, m); err != nil {
@@ -224,7 +224,7 @@ func (b *Bus) recordTaken(d *Delivery) {
 // another process, a request answered with Reply from outside its handler.
 // Otherwise a reply after the requester's deadline is marked Late.
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
-	if d.ReplyTo != "" && b.req.take(d) {
+	if d.CausationID != "" && b.req.take(d) {
 		b.recordTaken(d)
 		return true
 	}
@@ -237,7 +237,7 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
 			return true
 		}
 	}
-	if t, err := time.Parse(time.RFC3339Nano, by); err == nil && d.ReplyTo != "" && time.Now().After(t) {
+	if t, err := time.Parse(time.RFC3339Nano, by); err == nil && d.CausationID != "" && time.Now().After(t) {
 		d.Late = true
 	}
 	return false

@@ -55,7 +55,7 @@ func TestRequestReplyWithSubscription(t *testing.T) {
 	handledOnlySentinel(t, worker, "orchestrator", r)
 
 	// The request is recorded replied, with the reply's ID.
-	st := waitState(t, orch, d.ReplyTo, bus.StateReplied)
+	st := waitState(t, orch, d.CausationID, bus.StateReplied)
 	if st.ReplyID != d.ID || st.By != "worker" {
 		t.Errorf("request status = %+v, want replied by worker with reply %s", st, d.ID)
 	}

@@ -19,8 +19,8 @@ type Delivery struct {
 	Stream, Consumer string
 	// Sequence is the message's stream sequence.
 	Sequence uint64
-	// NumDelivered counts deliveries of this message, 1 for the first.
-	NumDelivered int
+	// Deliveries counts the deliveries of this message, 1 for the first.
+	Deliveries int
 	// Replayed reports a message replayed from the dead-letter stream.
 	Replayed bool
 	// Late reports a reply to a Request that arrived after the requester's

@@ -216,7 +216,7 @@ type deliveryKey struct{}
 // ContextWithDelivery returns ctx carrying d as the message being handled.
 // The context a Handler receives carries its Delivery, so that a message
 // published with it continues d's conversation: Publish gives it d's
-// correlation ID and, as ReplyTo (causationid), d's ID, unless the message
+// correlation ID and, as CausationID (causationid), d's ID, unless the message
 // sets them. ContextWithDelivery(ctx, nil) drops the Delivery, for a handler
 // that starts an unrelated conversation.
 func ContextWithDelivery(ctx context.Context, d *Delivery) context.Context {
@@ -241,7 +241,7 @@ func handlingOf(ctx context.Context) *handling {
 	return h
 }
 
-// inherit fills m's correlation ID and ReplyTo from the Delivery ctx
+// inherit fills m's correlation ID and CausationID from the Delivery ctx
 // carries, where m leaves them empty. A message that answers a Request's
 // request this way also carries its deadline (ExtReplyBy), as a Reply does.
 func inherit(ctx context.Context, m *Message) {
@@ -252,10 +252,10 @@ func inherit(ctx context.Context, m *Message) {
 	if m.CorrelationID == "" {
 		m.CorrelationID = conversationOf(&d.Message)
 	}
-	if m.ReplyTo == "" {
-		m.ReplyTo = d.ID
+	if m.CausationID == "" {
+		m.CausationID = d.ID
 	}
-	if by, ok := d.Extensions[ExtReplyBy]; ok && m.ReplyTo == d.ID {
+	if by, ok := d.Extensions[ExtReplyBy]; ok && m.CausationID == d.ID {
 		setExtension(m, ExtReplyBy, by)
 	}
 }
@@ -430,7 +430,7 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 	if dest != nil {
 		name = dest.processName
 		t.consumed.Add(ctx, 1, dest.metrics.consumed...)
-		if cm.Metadata.NumDelivered > 1 {
+		if cm.Metadata.Deliveries > 1 {
 			t.redeliveries.Add(ctx, 1, t.levels[dest.priority-1].opts...)
 		}
 	}
@@ -465,7 +465,7 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 			semconv.MessagingDestinationName(cm.Subject),
 			semconv.MessagingConsumerGroupName(cm.Metadata.Consumer),
 			semconv.MessagingMessageBodySize(len(cm.Data)),
-			attrDeliveryCount.Int64(int64(cm.Metadata.NumDelivered)),
+			attrDeliveryCount.Int64(int64(cm.Metadata.Deliveries)),
 			attrStreamSequence.Int64(int64(cm.Metadata.StreamSeq)),
 			attrAgent.String(t.agent),
 		}
@@ -547,8 +547,8 @@ func messageFields(m *Message) []attribute.KeyValue {
 		attrTo.String(m.To),
 		attrPriority.Int(m.Priority),
 	}
-	if m.ReplyTo != "" {
-		attrs = append(attrs, attrCausationID.String(m.ReplyTo))
+	if m.CausationID != "" {
+		attrs = append(attrs, attrCausationID.String(m.CausationID))
 	}
 	return attrs
 }

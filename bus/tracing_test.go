@@ -234,8 +234,8 @@ func TestTracingThreeHops(t *testing.T) {
 		"agentbus.causation_id":             result["messaging.message.id"].AsString(),
 		"agentbus.priority":                 2,
 	})
-	if review.ReplyTo != result["messaging.message.id"].AsString() {
-		t.Errorf("review's causation ID %q, want the result's ID %s", review.ReplyTo, result["messaging.message.id"].AsString())
+	if review.CausationID != result["messaging.message.id"].AsString() {
+		t.Errorf("review's causation ID %q, want the result's ID %s", review.CausationID, result["messaging.message.id"].AsString())
 	}
 }
 
@@ -412,7 +412,7 @@ func TestTracingWritesTheCloudEventsExtension(t *testing.T) {
 }
 
 // TestTracingCausationOverride: a handler's publish keeps a correlation ID
-// and ReplyTo it sets, and ContextWithDelivery(ctx, nil) starts a new
+// and CausationID it sets, and ContextWithDelivery(ctx, nil) starts a new
 // conversation.
 func TestTracingCausationOverride(t *testing.T) {
 	s := newServer(t)
@@ -423,7 +423,7 @@ func TestTracingCausationOverride(t *testing.T) {
 		}
 		for _, m := range []bus.Message{
 			{ID: "inherited", To: "sink", Type: "R"},
-			{ID: "overridden", To: "sink", Type: "R", CorrelationID: "mine", ReplyTo: "someone"},
+			{ID: "overridden", To: "sink", Type: "R", CorrelationID: "mine", CausationID: "someone"},
 		} {
 			if _, err := worker.Publish(ctx, m); err != nil {
 				return err
@@ -446,8 +446,8 @@ func TestTracingCausationOverride(t *testing.T) {
 			t.Errorf("%s not delivered", id)
 			continue
 		}
-		if d.CorrelationID != w[0] || d.ReplyTo != w[1] {
-			t.Errorf("%s: correlation %q causation %q, want %q %q", id, d.CorrelationID, d.ReplyTo, w[0], w[1])
+		if d.CorrelationID != w[0] || d.CausationID != w[1] {
+			t.Errorf("%s: correlation %q causation %q, want %q %q", id, d.CorrelationID, d.CausationID, w[0], w[1])
 		}
 	}
 }
@@ -459,7 +459,7 @@ func TestTracingSettlement(t *testing.T) {
 	s := newServer(t)
 	worker, tel := newTracedBus(t, s, "worker")
 	subscribe(t, worker, func(_ context.Context, d *bus.Delivery) error {
-		if d.NumDelivered == 1 {
+		if d.Deliveries == 1 {
 			return errors.New("try again")
 		}
 		return bus.Permanent(errors.New("no"))

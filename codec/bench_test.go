@@ -13,7 +13,7 @@ import (
 // benchMessage is a typical message with 1 KiB of JSON data.
 func benchMessage() *codec.Message {
 	m := sample()
-	m.DataSchema, m.ReplyTo, m.Extensions = "", "", nil
+	m.DataSchema, m.CausationID, m.Extensions = "", "", nil
 	m.Data = []byte(`{"payload":"` + strings.Repeat("x", 1024-14) + `"}`)
 	return m
 }

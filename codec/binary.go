@@ -41,7 +41,7 @@ func (Binary) Encode(m *Message) (nats.Header, []byte, error) {
 	if m.CorrelationID != "" {
 		n++
 	}
-	if m.ReplyTo != "" {
+	if m.CausationID != "" {
 		n++
 	}
 	// The map has room for the transport headers a publisher adds, so that
@@ -76,8 +76,8 @@ func (Binary) Encode(m *Message) (nats.Header, []byte, error) {
 	if m.CorrelationID != "" {
 		w.set(headerCorrelationID, escapeHeader(m.CorrelationID))
 	}
-	if m.ReplyTo != "" {
-		w.set(headerCausationID, escapeHeader(m.ReplyTo))
+	if m.CausationID != "" {
+		w.set(headerCausationID, escapeHeader(m.CausationID))
 	}
 	for name, v := range m.Extensions {
 		w.set(headerPrefix+name, escapeHeader(v))

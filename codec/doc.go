@@ -2,7 +2,7 @@
 //
 // Every agentbus message is a [Message]: who sent it (From), to whom (To, or
 // "*" for every agent), what it is (Type), how urgent (Priority 1..5), which
-// conversation it belongs to (CorrelationID), what it answers (ReplyTo), how
+// conversation it belongs to (CorrelationID), what it answers (CausationID), how
 // long it lives (TTL) and an opaque payload (Data). On the wire a Message is
 // a CloudEvent 1.0 following the CloudEvents NATS protocol binding;
 // docs/cloudevents.md is the full mapping and the contract for producers in

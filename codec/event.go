@@ -46,8 +46,8 @@ func ToEvent(m *Message) (event.Event, error) {
 	if m.CorrelationID != "" {
 		ext[attrCorrelationID] = m.CorrelationID
 	}
-	if m.ReplyTo != "" {
-		ext[attrCausationID] = m.ReplyTo
+	if m.CausationID != "" {
+		ext[attrCausationID] = m.CausationID
 	}
 	if m.TTL > 0 {
 		ext[attrExpiryTime] = types.Timestamp{Time: m.ExpiresAt().UTC()}

@@ -102,7 +102,7 @@ func TestFromEventSDK(t *testing.T) {
 	}
 	want := &codec.Message{
 		ID: "evt-1", From: "reviewer", To: "planner", Type: "REVIEW_RESULT", Priority: 1,
-		CorrelationID: "task-7", ReplyTo: "msg-9",
+		CorrelationID: "task-7", CausationID: "msg-9",
 		Time: time.Date(2025, 5, 1, 12, 0, 0, 0, time.UTC), TTL: 5 * time.Minute,
 		ContentType: "application/json", DataSchema: "https://agentbus.dev/schemas/review.json",
 		Data:       []byte(`{"approved":true}`),

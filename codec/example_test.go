@@ -27,7 +27,7 @@ func exampleMessage() *codec.Message {
 		Type:          "TASK_ASSIGNMENT",
 		Priority:      2,
 		CorrelationID: "task-001",
-		ReplyTo:       "msg-122",
+		CausationID:   "msg-122",
 		TTL:           90*time.Second + 500*time.Millisecond,
 		ContentType:   "application/json",
 		Data:          []byte(`{"taskId":"TASK-001","title":"Add OAuth2 with Google"}`),

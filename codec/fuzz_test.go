@@ -124,14 +124,14 @@ func FuzzRoundTrip(f *testing.F) {
 		for k, v := range m.Extensions {
 			name, value = k, v
 		}
-		f.Add(m.ID, m.From, m.To, m.Type, m.Priority, m.CorrelationID, m.ReplyTo, m.ContentType, m.DataSchema,
+		f.Add(m.ID, m.From, m.To, m.Type, m.Priority, m.CorrelationID, m.CausationID, m.ContentType, m.DataSchema,
 			name, value, int64(m.TTL), int64(m.Time.Sub(fixedNow)), m.Data)
 	}
 	f.Add("", "a", "*", "T", 0, "", "", "", "", "", "", int64(0), int64(0), []byte(nil))
 	f.Fuzz(func(t *testing.T, id, from, to, typ string, priority int, corr, reply, ct, schema, extName, extValue string,
 		ttl, offset int64, data []byte) {
 		m := &codec.Message{
-			ID: id, From: from, To: to, Type: typ, Priority: priority, CorrelationID: corr, ReplyTo: reply,
+			ID: id, From: from, To: to, Type: typ, Priority: priority, CorrelationID: corr, CausationID: reply,
 			Time: fixedNow.Add(time.Duration(offset)), TTL: time.Duration(ttl), ContentType: ct, DataSchema: schema, Data: data,
 		}
 		if extName != "" {

@@ -24,7 +24,7 @@ func sample() *codec.Message {
 		Type:          "TASK_ASSIGNMENT",
 		Priority:      2,
 		CorrelationID: "task-001",
-		ReplyTo:       "msg-122",
+		CausationID:   "msg-122",
 		TTL:           90 * time.Second,
 		ContentType:   "application/json",
 		DataSchema:    "https://agentbus.dev/schemas/task.json",
@@ -55,7 +55,7 @@ func diff(want, got *codec.Message) string {
 	str("To", want.To, got.To)
 	str("Type", want.Type, got.Type)
 	str("CorrelationID", want.CorrelationID, got.CorrelationID)
-	str("ReplyTo", want.ReplyTo, got.ReplyTo)
+	str("CausationID", want.CausationID, got.CausationID)
 	str("ContentType", want.ContentType, got.ContentType)
 	str("DataSchema", want.DataSchema, got.DataSchema)
 	if want.Priority != got.Priority {

@@ -38,9 +38,9 @@ type Message struct {
 	// CorrelationID names the conversation the message belongs to
 	// (extension correlationid). "" makes SetDefaults use the message ID.
 	CorrelationID string
-	// ReplyTo is the ID of the message this one answers (extension
+	// CausationID is the ID of the message this one answers (extension
 	// causationid). "" means the message answers nothing.
-	ReplyTo string
+	CausationID string
 	// Time is when the message was created (CloudEvents time). The zero
 	// Time makes SetDefaults use its now; a zero Time is never encoded.
 	Time time.Time
@@ -106,7 +106,7 @@ func (m *Message) Broadcast() bool { return m.To == subjects.Broadcast }
 // duplicate window, and every ID and conversation is part of a status key
 // and of the records that name it, so none of them may grow without bound.
 const (
-	MaxIDLen          = 256  // ID, CorrelationID and ReplyTo (causationid)
+	MaxIDLen          = 256  // ID, CorrelationID and CausationID (causationid)
 	MaxContentTypeLen = 256  // ContentType
 	MaxDataSchemaLen  = 2048 // DataSchema
 	MaxExtensionLen   = 4096 // each extension value
@@ -117,13 +117,13 @@ const (
 //
 //   - ID is non-empty, valid UTF-8 without control characters and not only
 //     white space, and at most MaxIDLen bytes, like CorrelationID and
-//     ReplyTo; ContentType, DataSchema, each extension value and the number
+//     CausationID; ContentType, DataSchema, each extension value and the number
 //     of extensions have their limits too (the Max constants).
 //   - From passes subjects.ValidateID; To passes it too or is
 //     subjects.Broadcast; Type passes subjects.ValidateType and is not only
 //     white space.
 //   - Priority is 1..5 (subjects.ValidatePriority).
-//   - CorrelationID, ReplyTo, ContentType, DataSchema and every extension
+//   - CorrelationID, CausationID, ContentType, DataSchema and every extension
 //     value are valid UTF-8 without control characters (so no CR or LF).
 //   - ContentType, if set, is an RFC 2046 media type; DataSchema, if set, is
 //     an absolute URI in the form net/url prints it.
@@ -150,7 +150,7 @@ type names struct {
 
 var fieldNames = names{
 	id: "ID", from: "From", to: "To", typ: "Type", priority: "Priority",
-	correlationID: "CorrelationID", replyTo: "ReplyTo", time: "Time", ttl: "TTL",
+	correlationID: "CorrelationID", replyTo: "CausationID", time: "Time", ttl: "TTL",
 	contentType: "ContentType", dataSchema: "DataSchema",
 }
 
@@ -175,7 +175,7 @@ func (m *Message) validate(n *names) error {
 		name, value string
 		max         int
 	}{
-		{n.id, m.ID, MaxIDLen}, {n.correlationID, m.CorrelationID, MaxIDLen}, {n.replyTo, m.ReplyTo, MaxIDLen},
+		{n.id, m.ID, MaxIDLen}, {n.correlationID, m.CorrelationID, MaxIDLen}, {n.replyTo, m.CausationID, MaxIDLen},
 		{n.contentType, m.ContentType, MaxContentTypeLen}, {n.dataSchema, m.DataSchema, MaxDataSchemaLen},
 	} {
 		if len(f.value) > f.max {
@@ -211,8 +211,8 @@ func (m *Message) validate(n *names) error {
 	if err := checkText(m.CorrelationID); err != nil {
 		return n.fail(n.correlationID, m.CorrelationID, err)
 	}
-	if err := checkText(m.ReplyTo); err != nil {
-		return n.fail(n.replyTo, m.ReplyTo, err)
+	if err := checkText(m.CausationID); err != nil {
+		return n.fail(n.replyTo, m.CausationID, err)
 	}
 	if !m.Time.IsZero() && !writableYear(m.Time) {
 		return n.fail(n.time, m.Time.String(), errYear)

@@ -88,7 +88,7 @@ func TestValidate(t *testing.T) {
 		{name: "ID at its limit", edit: func(m *codec.Message) { m.ID = strings.Repeat("i", codec.MaxIDLen) }},
 		{"ID too long", func(m *codec.Message) { m.ID = strings.Repeat("i", 10000) }, "ID", codec.ErrTooLong},
 		{"CorrelationID too long", func(m *codec.Message) { m.CorrelationID = strings.Repeat("c", codec.MaxIDLen+1) }, "CorrelationID", codec.ErrTooLong},
-		{"ReplyTo too long", func(m *codec.Message) { m.ReplyTo = strings.Repeat("r", codec.MaxIDLen+1) }, "ReplyTo", codec.ErrTooLong},
+		{"CausationID too long", func(m *codec.Message) { m.CausationID = strings.Repeat("r", codec.MaxIDLen+1) }, "CausationID", codec.ErrTooLong},
 		{"ContentType too long", func(m *codec.Message) { m.ContentType = "text/" + strings.Repeat("p", codec.MaxContentTypeLen) }, "ContentType", codec.ErrTooLong},
 		{"DataSchema too long", func(m *codec.Message) { m.DataSchema = "https://x/" + strings.Repeat("s", codec.MaxDataSchemaLen) }, "DataSchema", codec.ErrTooLong},
 		{"extension too long", func(m *codec.Message) {
@@ -110,7 +110,7 @@ func TestValidate(t *testing.T) {
 		{"priority 0", func(m *codec.Message) { m.Priority = 0 }, "Priority", subjects.ErrInvalidPriority},
 		{"priority 6", func(m *codec.Message) { m.Priority = 6 }, "Priority", subjects.ErrInvalidPriority},
 		{"CorrelationID with LF", func(m *codec.Message) { m.CorrelationID = "a\n" }, "CorrelationID", nil},
-		{"ReplyTo with NUL", func(m *codec.Message) { m.ReplyTo = "a\x00" }, "ReplyTo", nil},
+		{"CausationID with NUL", func(m *codec.Message) { m.CausationID = "a\x00" }, "CausationID", nil},
 		{"negative TTL", func(m *codec.Message) { m.TTL = -time.Second }, "TTL", nil},
 		{"TTL without Time", func(m *codec.Message) { m.Time = time.Time{} }, "TTL", nil},
 		{"year 10000", func(m *codec.Message) { m.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "Time", nil},

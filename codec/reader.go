@@ -107,7 +107,7 @@ func (r *reader) set(name, v string) error {
 	case seenCorrelationID:
 		m.CorrelationID = v
 	case seenCausationID:
-		m.ReplyTo = v
+		m.CausationID = v
 	case seenPriority:
 		p, ok := parsePriority(v)
 		if !ok {

@@ -96,7 +96,7 @@ func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c =
 
 func jsonSizeHint(m *Message) int {
 	n := 320 + len(m.ID) + 3*len(m.From) + len(m.To) + len(m.Type) + len(m.CorrelationID) +
-		len(m.ReplyTo) + len(m.ContentType) + len(m.DataSchema) + (len(m.Data)+2)/3*4
+		len(m.CausationID) + len(m.ContentType) + len(m.DataSchema) + (len(m.Data)+2)/3*4
 	for k, v := range m.Extensions {
 		n += len(k) + len(v) + 6
 	}
@@ -128,9 +128,9 @@ func appendEvent(b []byte, m *Message) []byte {
 		b = append(b, `,"correlationid":`...)
 		b = appendJSONString(b, m.CorrelationID)
 	}
-	if m.ReplyTo != "" {
+	if m.CausationID != "" {
 		b = append(b, `,"causationid":`...)
-		b = appendJSONString(b, m.ReplyTo)
+		b = appendJSONString(b, m.CausationID)
 	}
 	b = append(b, `,"priority":`...)
 	b = append(b, priorityString(m.Priority)...)

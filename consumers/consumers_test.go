@@ -95,11 +95,11 @@ func TestParseMetadata(t *testing.T) {
 		wantErr error
 	}{
 		{"v1", "$JS.ACK.AGENTBUS.a_p1.2.17.5.1700000000000000000.3",
-			Metadata{Stream: "AGENTBUS", Consumer: "a_p1", NumDelivered: 2, StreamSeq: 17, ConsumerSeq: 5, Timestamp: time.Unix(0, 1700000000000000000).UTC(), NumPending: 3}, nil},
+			Metadata{Stream: "AGENTBUS", Consumer: "a_p1", Deliveries: 2, StreamSeq: 17, ConsumerSeq: 5, Timestamp: time.Unix(0, 1700000000000000000).UTC(), NumPending: 3}, nil},
 		{"v2 with domain", "$JS.ACK.hub.ACCHASH.AGENTBUS.a_p1.1.9.9.1700000000000000000.0.tok",
-			Metadata{Domain: "hub", Stream: "AGENTBUS", Consumer: "a_p1", NumDelivered: 1, StreamSeq: 9, ConsumerSeq: 9, Timestamp: time.Unix(0, 1700000000000000000).UTC()}, nil},
+			Metadata{Domain: "hub", Stream: "AGENTBUS", Consumer: "a_p1", Deliveries: 1, StreamSeq: 9, ConsumerSeq: 9, Timestamp: time.Unix(0, 1700000000000000000).UTC()}, nil},
 		{"v2 no domain", "$JS.ACK._.ACCHASH.S.c.1.1.1.1.0.tok",
-			Metadata{Stream: "S", Consumer: "c", NumDelivered: 1, StreamSeq: 1, ConsumerSeq: 1, Timestamp: time.Unix(0, 1).UTC()}, nil},
+			Metadata{Stream: "S", Consumer: "c", Deliveries: 1, StreamSeq: 1, ConsumerSeq: 1, Timestamp: time.Unix(0, 1).UTC()}, nil},
 		{"not an ack subject", "_INBOX.x", Metadata{}, ErrNotJetStreamMsg},
 		{"too few tokens", "$JS.ACK.S.c.1.2", Metadata{}, ErrNotJetStreamMsg},
 		{"not a number", "$JS.ACK.S.c.x.1.1.1.0", Metadata{}, ErrNotJetStreamMsg},

@@ -554,7 +554,7 @@ func TestHandlerSettles(t *testing.T) {
 	var reported []error
 	h := func(_ context.Context, m *consumers.Msg) {
 		mu.Lock()
-		deliveries = append(deliveries, m.Metadata.NumDelivered)
+		deliveries = append(deliveries, m.Metadata.Deliveries)
 		n := len(deliveries)
 		mu.Unlock()
 		switch n {

@@ -70,8 +70,8 @@ type Metadata struct {
 	Stream, Consumer string
 	// Domain is the JetStream domain; empty for the default.
 	Domain string
-	// NumDelivered counts deliveries of this message, 1 for the first.
-	NumDelivered uint64
+	// Deliveries counts the deliveries of this message, 1 for the first.
+	Deliveries uint64
 	// StreamSeq is the message's sequence in the stream.
 	StreamSeq uint64
 	// ConsumerSeq is the delivery's sequence in the consumer.
@@ -113,7 +113,7 @@ func ParseMetadata(reply string) (Metadata, error) {
 		}
 		nums[i] = n
 	}
-	md.NumDelivered, md.StreamSeq, md.ConsumerSeq = nums[0], nums[1], nums[2]
+	md.Deliveries, md.StreamSeq, md.ConsumerSeq = nums[0], nums[1], nums[2]
 	md.Timestamp = time.Unix(0, int64(nums[3])).UTC()
 	md.NumPending = nums[4]
 	return md, nil

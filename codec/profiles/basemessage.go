@@ -67,7 +67,7 @@ func (BaseMessage) Defaults() Defaults {
 }
 
 // Decode maps messageId to ID, correlationId to CorrelationID, replyTo to
-// ReplyTo, timestamp to Time, from, to ("*" is a broadcast) and type; the
+// CausationID, timestamp to Time, from, to ("*" is a broadcast) and type; the
 // priority comes from the type (see docs/protocols.md).
 func (p BaseMessage) Decode(native []byte, addr Addressing) (*codec.Message, error) {
 	o, err := parseObject(p.Name(), native)
@@ -84,7 +84,7 @@ func (p BaseMessage) Decode(native []byte, addr Addressing) (*codec.Message, err
 		To:            o.str("to"),
 		Type:          typ,
 		CorrelationID: o.str("correlationId"),
-		ReplyTo:       o.str("replyTo"),
+		CausationID:   o.str("replyTo"),
 		Time:          o.timestamp("timestamp"),
 		ContentType:   ContentTypeJSON,
 		DataSchema:    p.DataSchema(),
@@ -96,7 +96,7 @@ func (p BaseMessage) Decode(native []byte, addr Addressing) (*codec.Message, err
 	}
 	return finish(p.Name(), m, addr, prio, fieldNames{
 		"ID": "/messageId", "From": "/from", "To": "/to", "Type": "/type",
-		"CorrelationID": "/correlationId", "ReplyTo": "/replyTo", "Time": "/timestamp",
+		"CorrelationID": "/correlationId", "CausationID": "/replyTo", "Time": "/timestamp",
 	})
 }
 

@@ -33,7 +33,7 @@
 //	m.SetDefaults(time.Now())
 //	// encode m with a codec and publish
 //
-// Decode takes From, To, Type, Priority, CorrelationID, ReplyTo, Time and
+// Decode takes From, To, Type, Priority, CorrelationID, CausationID, Time and
 // ID from the native fields where the format has them. [Addressing] fills
 // in what it lacks: swarm and front-matter messages carry no addressing, so
 // the publishing agent is the sender and the recipient comes from the

@@ -164,7 +164,7 @@ func TestDocumentExamplesRoundTrip(t *testing.T) {
 			}
 			got := want{
 				id: m.ID, from: m.From, to: m.To, typ: m.Type, correlation: m.CorrelationID,
-				replyTo: m.ReplyTo, priority: m.Priority,
+				replyTo: m.CausationID, priority: m.Priority,
 			}
 			if !m.Time.IsZero() {
 				got.time = m.Time.UTC().Format(time.RFC3339Nano)

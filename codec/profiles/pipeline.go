@@ -52,7 +52,7 @@ func (Pipeline) Strict() bool { return true }
 func (Pipeline) Defaults() Defaults { return Defaults{} }
 
 // Decode maps id to ID, from, to ("*" is a broadcast), subject to Type,
-// replyTo to ReplyTo and timestamp to Time. The priority is the message's
+// replyTo to CausationID and timestamp to Time. The priority is the message's
 // own when it is an integer 1..5, else the document's table for the
 // subject, else 3.
 func (p Pipeline) Decode(native []byte, addr Addressing) (*codec.Message, error) {
@@ -69,7 +69,7 @@ func (p Pipeline) Decode(native []byte, addr Addressing) (*codec.Message, error)
 		From:        o.str("from"),
 		To:          o.str("to"),
 		Type:        subject,
-		ReplyTo:     o.str("replyTo"),
+		CausationID: o.str("replyTo"),
 		Time:        o.timestamp("timestamp"),
 		ContentType: ContentTypeJSON,
 		DataSchema:  p.DataSchema(),
@@ -83,7 +83,7 @@ func (p Pipeline) Decode(native []byte, addr Addressing) (*codec.Message, error)
 		prio = subjects.DefaultPriority
 	}
 	return finish(p.Name(), m, addr, prio, fieldNames{
-		"ID": "/id", "From": "/from", "To": "/to", "Type": "/subject", "ReplyTo": "/replyTo", "Time": "/timestamp",
+		"ID": "/id", "From": "/from", "To": "/to", "Type": "/subject", "CausationID": "/replyTo", "Time": "/timestamp",
 	})
 }
 

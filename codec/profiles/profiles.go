@@ -25,7 +25,7 @@ type Profile interface {
 	// profile's JSON Schema.
 	DataSchema() string
 	// Decode turns a native message into a Message: ID, From, To, Type,
-	// Priority, CorrelationID, ReplyTo and Time from the native fields where
+	// Priority, CorrelationID, CausationID and Time from the native fields where
 	// the format has them, addr where it does not; Data is native itself,
 	// not copied and never re-encoded. Decode does not apply the
 	// document's rules (see Validate): it fails, with a *ValidationError,

@@ -200,7 +200,7 @@ func TestErrorReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			if m.Type != profiles.TypeMessageError || m.From != "validator" || m.To != tt.wantTo ||
-				m.CorrelationID != tt.wantCorrelation || m.ReplyTo != tt.wantOID || !m.Time.Equal(now) || m.Priority != 2 {
+				m.CorrelationID != tt.wantCorrelation || m.CausationID != tt.wantOID || !m.Time.Equal(now) || m.Priority != 2 {
 				t.Errorf("reply decodes to %+v", m)
 			}
 			var r struct {

@@ -347,7 +347,7 @@ func (e *env) rawRoundTrips(ctx context.Context, n int, payload []byte) ([]time.
 	}
 	var failures atomic.Int64 // replies the responder failed to send
 	if err := e.consumeEvents(ctx, responderAgent, func(js jetstream.JetStream, req *codec.Message) {
-		reply := &codec.Message{From: responderAgent, To: req.From, Type: replyType, ReplyTo: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
+		reply := &codec.Message{From: responderAgent, To: req.From, Type: replyType, CausationID: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
 		m, err := encodeEvent(replySubject, reply)
 		if err == nil {
 			_, err = js.PublishMsg(ctx, m)
@@ -377,7 +377,7 @@ func (e *env) rawRoundTrips(ctx context.Context, n int, payload []byte) ([]time.
 		for {
 			select {
 			case reply := <-replies:
-				if reply.ReplyTo == req.ID {
+				if reply.CausationID == req.ID {
 					return nil
 				}
 			case <-timeout.C:

@@ -44,9 +44,9 @@ func (s *session) exec(ctx context.Context, d *bus.Delivery) error {
 	}
 	if err != nil {
 		if s.mainCtx.Err() != nil {
-			s.a.warnf("message %s (delivery %d): exec interrupted: %v; it will be redelivered", d.ID, d.NumDelivered, err)
+			s.a.warnf("message %s (delivery %d): exec interrupted: %v; it will be redelivered", d.ID, d.Deliveries, err)
 		} else {
-			s.a.warnf("message %s (delivery %d): exec: %v", d.ID, d.NumDelivered, err)
+			s.a.warnf("message %s (delivery %d): exec: %v", d.ID, d.Deliveries, err)
 		}
 		return fmt.Errorf("exec: %w", err)
 	}
@@ -72,11 +72,11 @@ func execEnv(d *bus.Delivery) []string {
 		"AGENTBUS_TYPE=" + d.Type,
 		"AGENTBUS_PRIORITY=" + strconv.Itoa(d.Priority),
 		"AGENTBUS_CORRELATION_ID=" + d.CorrelationID,
-		"AGENTBUS_REPLY_TO=" + d.ReplyTo,
+		"AGENTBUS_CAUSATION_ID=" + d.CausationID,
 		"AGENTBUS_TIME=" + d.Time.UTC().Format(time.RFC3339Nano),
 		"AGENTBUS_CONTENT_TYPE=" + d.ContentType,
 		"AGENTBUS_SUBJECT=" + d.Subject,
 		"AGENTBUS_SEQUENCE=" + strconv.FormatUint(d.Sequence, 10),
-		"AGENTBUS_DELIVERY=" + strconv.Itoa(d.NumDelivered),
+		"AGENTBUS_DELIVERY=" + strconv.Itoa(d.Deliveries),
 	}
 }

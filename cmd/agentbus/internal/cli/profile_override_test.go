@@ -83,7 +83,7 @@ func TestReplyProfile(t *testing.T) {
 		t.Fatalf("lead got %d messages, want the reply", len(evs))
 	}
 	m := evs[0].msg
-	if m.From != "worker" || m.To != "lead" || m.ReplyTo != "q-1" || m.CorrelationID != "conv-q" || m.Type != "result" || !bytes.Equal(m.Data, native) {
+	if m.From != "worker" || m.To != "lead" || m.CausationID != "q-1" || m.CorrelationID != "conv-q" || m.Type != "result" || !bytes.Equal(m.Data, native) {
 		t.Errorf("reply = %+v, want the native result from worker to lead answering q-1 in conv-q", m)
 	}
 }

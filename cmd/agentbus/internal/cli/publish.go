@@ -79,7 +79,7 @@ with the same --id.`,
 			return printAck(a.stdout, ack)
 		}),
 	}
-	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "reply-to", "ttl", "content-type")
+	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "causation-id", "ttl", "content-type")
 	return cmd
 }
 
@@ -113,8 +113,12 @@ var attributeFlags = map[string]func(cmd *cobra.Command, m *bus.Message){
 	"correlation-id": func(cmd *cobra.Command, m *bus.Message) {
 		cmd.Flags().StringVar(&m.CorrelationID, "correlation-id", m.CorrelationID, "conversation the message belongs to (default the message ID)")
 	},
-	"reply-to": func(cmd *cobra.Command, m *bus.Message) {
-		cmd.Flags().StringVar(&m.ReplyTo, "reply-to", m.ReplyTo, "ID of the message this one answers")
+	"causation-id": func(cmd *cobra.Command, m *bus.Message) {
+		f := cmd.Flags()
+		f.StringVar(&m.CausationID, "causation-id", m.CausationID, "ID of the message this one answers or follows from")
+		// The flag's earlier name.
+		f.StringVar(&m.CausationID, "reply-to", m.CausationID, "")
+		_ = f.MarkDeprecated("reply-to", "use --causation-id") // the flag exists
 	},
 	"ttl": func(cmd *cobra.Command, m *bus.Message) {
 		cmd.Flags().DurationVar(&m.TTL, "ttl", m.TTL, "how long the message stays deliverable, e.g. 30s or 5m (0: forever)")
@@ -260,7 +264,7 @@ var messageFlags = map[string]string{
 	"Type":          "type",
 	"Priority":      "priority",
 	"CorrelationID": "correlation-id",
-	"ReplyTo":       "reply-to",
+	"CausationID":   "causation-id",
 	"TTL":           "ttl",
 	"ContentType":   "content-type",
 }

@@ -192,7 +192,7 @@ func TestPublishAttributes(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
 	publish(t, url, "--from", "alice", "--to", "bob", "--type", "ANSWER", "--id", "m-2", "--correlation-id", "conv-1",
-		"--reply-to", "m-1", "--ttl", "1h", "--content-type", "application/json", "--data", `[1,2]`)
+		"--causation-id", "m-1", "--ttl", "1h", "--content-type", "application/json", "--data", `[1,2]`)
 	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--json"))
 	if len(evs) != 1 {
 		t.Fatalf("got %d events, want 1", len(evs))

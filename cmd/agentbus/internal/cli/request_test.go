@@ -68,7 +68,7 @@ func TestRequestReplyRoundTrip(t *testing.T) {
 			t.Fatalf("got %d events, want 1", len(evs))
 		}
 		m := evs[0].msg
-		if m.Type != "RESULT" || m.From != "worker" || m.To != "lead" || m.ReplyTo != "req-json" || m.CorrelationID != "conv-json" || string(m.Data) != "re: PR 43" {
+		if m.Type != "RESULT" || m.From != "worker" || m.To != "lead" || m.CausationID != "req-json" || m.CorrelationID != "conv-json" || string(m.Data) != "re: PR 43" {
 			t.Errorf("reply = %+v, want the worker's RESULT to req-json in conv-json", m)
 		}
 	})
@@ -168,7 +168,7 @@ func TestRequestTimeoutThenReply(t *testing.T) {
 
 	// The late reply waits in the requester's inbox.
 	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "lead", "--count", "1", "--json"))
-	if len(evs) != 1 || evs[0].msg.ID != replyID || evs[0].msg.ReplyTo != id || string(evs[0].msg.Data) != "merged" {
+	if len(evs) != 1 || evs[0].msg.ID != replyID || evs[0].msg.CausationID != id || string(evs[0].msg.Data) != "merged" {
 		t.Errorf("lead got %+v, want the reply %s to %s", evs, replyID, id)
 	}
 }

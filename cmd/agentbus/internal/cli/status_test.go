@@ -61,7 +61,7 @@ func TestTrace(t *testing.T) {
 	url := newServer(t)
 	const conv = "conv-t"
 	publish(t, url, "--from", "alice", "--to", "bob", "--type", "TASK", "--priority", "1", "--id", "t-1", "--correlation-id", conv)
-	publish(t, url, "--from", "bob", "--to", "alice", "--type", "RESULT", "--priority", "2", "--id", "t-2", "--correlation-id", conv, "--reply-to", "t-1")
+	publish(t, url, "--from", "bob", "--to", "alice", "--type", "RESULT", "--priority", "2", "--id", "t-2", "--correlation-id", conv, "--causation-id", "t-1")
 	publish(t, url, "--from", "alice", "--to", "carol", "--type", "NOTE", "--priority", "5", "--id", "t-3", "--correlation-id", conv)
 	publish(t, url, "--from", "alice", "--to", "bob", "--type", "OTHER", "--id", "o-1", "--correlation-id", "conv-other")
 	traceID := bus.ConversationTraceID(conv).String()

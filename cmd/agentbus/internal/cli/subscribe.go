@@ -62,7 +62,7 @@ Warnings, such as a failed --exec, go to stderr as lines starting with
 attributes in the environment:
 
   AGENTBUS_ID AGENTBUS_FROM AGENTBUS_TO AGENTBUS_TYPE AGENTBUS_PRIORITY
-  AGENTBUS_CORRELATION_ID AGENTBUS_REPLY_TO AGENTBUS_CONTENT_TYPE
+  AGENTBUS_CORRELATION_ID AGENTBUS_CAUSATION_ID AGENTBUS_CONTENT_TYPE
   AGENTBUS_TIME (RFC 3339, nanoseconds)
   AGENTBUS_SUBJECT (the NATS subject it was published on)
   AGENTBUS_SEQUENCE (its stream sequence)
@@ -393,8 +393,8 @@ const previewLen = 64
 func humanLine(d *bus.Delivery) string {
 	line := fmt.Sprintf("%s p%d %s -> %s %s id=%s",
 		d.Time.UTC().Format(timeMillis), d.Priority, d.From, d.To, d.Type, d.ID)
-	if d.NumDelivered > 1 {
-		line += " delivery=" + strconv.Itoa(d.NumDelivered)
+	if d.Deliveries > 1 {
+		line += " delivery=" + strconv.Itoa(d.Deliveries)
 	}
 	return line + " data=" + preview(d.Data)
 }

@@ -102,7 +102,7 @@ func TestSubscribeExecEnvironment(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
 	id := publish(t, url, "--from", "alice", "--to", "bob", "--type", "Q", "--correlation-id", "conv-1",
-		"--reply-to", "m-0", "--content-type", "text/plain", "--data", "?")
+		"--causation-id", "m-0", "--content-type", "text/plain", "--data", "?")
 	out := mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", "env | grep ^AGENTBUS_ | sort")
 	env := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -116,7 +116,7 @@ func TestSubscribeExecEnvironment(t *testing.T) {
 		"AGENTBUS_TYPE":           "Q",
 		"AGENTBUS_PRIORITY":       "3",
 		"AGENTBUS_CORRELATION_ID": "conv-1",
-		"AGENTBUS_REPLY_TO":       "m-0",
+		"AGENTBUS_CAUSATION_ID":       "m-0",
 		"AGENTBUS_CONTENT_TYPE":   "text/plain",
 		"AGENTBUS_SEQUENCE":       "1",
 		"AGENTBUS_DELIVERY":       "1",

@@ -88,7 +88,7 @@ func (d *demo) crash(ctx context.Context) (string, error) {
 	if o.by != w1 || o.d.ID != m.ID || !errors.Is(o.err, errStalled) {
 		return "", unexpected(o, "dev-104 taken by worker#1")
 	}
-	d.emit(messageEvent(&o.d.Message, EventTaken, fmt.Sprintf("taken by %s (delivery %d)", w1.label, o.d.NumDelivered)))
+	d.emit(messageEvent(&o.d.Message, EventTaken, fmt.Sprintf("taken by %s (delivery %d)", w1.label, o.d.Deliveries)))
 	w1.crash()
 	d.emit(Event{From: w1.label, Event: EventCrashed,
 		Detail: fmt.Sprintf("%s crashes: its connection closes before it acks dev-104 or gives it back", w1.label)})
@@ -101,11 +101,11 @@ func (d *demo) crash(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if o.by != w2 || o.d.ID != m.ID || o.err != nil || o.d.NumDelivered != 2 {
+	if o.by != w2 || o.d.ID != m.ID || o.err != nil || o.d.Deliveries != 2 {
 		return "", unexpected(o, "dev-104 handled by worker#2 on delivery 2")
 	}
 	d.emit(messageEvent(&o.d.Message, EventRedelivered, fmt.Sprintf("redelivered after the %s ack wait to %s (delivery %d), handled",
-		ackWait, w2.label, o.d.NumDelivered)))
+		ackWait, w2.label, o.d.Deliveries)))
 	return fmt.Sprintf("dev-104, abandoned by the crashed %s, was handled by %s on delivery 2", w1.label, w2.label), nil
 }
 
@@ -137,7 +137,7 @@ func (d *demo) duplicate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if o.d.ID != m.ID || o.err != nil || o.d.NumDelivered != 1 {
+	if o.d.ID != m.ID || o.err != nil || o.d.Deliveries != 1 {
 		return "", unexpected(o, "dev-105 handled on delivery 1")
 	}
 	d.emit(messageEvent(&o.d.Message, EventHandled, "handled once, by "+o.by.label))
@@ -229,9 +229,9 @@ func (d *demo) request(ctx context.Context) (string, error) {
 	if r.err != nil {
 		return "", r.err
 	}
-	if r.reply.ReplyTo != m.ID || r.reply.CorrelationID != Conversation || r.reply.Type != "VALIDATION_RESPONSE" {
+	if r.reply.CausationID != m.ID || r.reply.CorrelationID != Conversation || r.reply.Type != "VALIDATION_RESPONSE" {
 		return "", fmt.Errorf("reply %s %s replying to %q in %q, want a VALIDATION_RESPONSE to %s in %s",
-			r.reply.ID, r.reply.Type, r.reply.ReplyTo, r.reply.CorrelationID, m.ID, Conversation)
+			r.reply.ID, r.reply.Type, r.reply.CausationID, r.reply.CorrelationID, m.ID, Conversation)
 	}
 	d.emit(messageEvent(&r.reply.Message, EventReply,
 		fmt.Sprintf("basemessage reply reaches the waiting Request %s after it was sent", r.took.Round(time.Millisecond))))
@@ -276,9 +276,9 @@ func (d *demo) poison(ctx context.Context) (string, error) {
 		switch {
 		case o.d.ID == poison.ID && o.err != nil:
 			failures++
-			detail := fmt.Sprintf("failed on delivery %d of %d (%v); retried after %s", o.d.NumDelivered, maxDeliver, o.err, retryDelay)
-			if o.d.NumDelivered >= maxDeliver {
-				detail = fmt.Sprintf("failed on delivery %d of %d (%v): it goes to the dead-letter stream", o.d.NumDelivered, maxDeliver, o.err)
+			detail := fmt.Sprintf("failed on delivery %d of %d (%v); retried after %s", o.d.Deliveries, maxDeliver, o.err, retryDelay)
+			if o.d.Deliveries >= maxDeliver {
+				detail = fmt.Sprintf("failed on delivery %d of %d (%v): it goes to the dead-letter stream", o.d.Deliveries, maxDeliver, o.err)
 			}
 			d.emit(messageEvent(&o.d.Message, EventFailed, detail))
 		case o.d.ID == "dev-106" && o.err == nil:
@@ -408,7 +408,7 @@ func unexpected(o observation, want string) error {
 	if o.err != nil {
 		outcome = o.err.Error()
 	}
-	return fmt.Errorf("%s got %s (delivery %d, %s), want %s", o.by.label, o.d.ID, o.d.NumDelivered, outcome, want)
+	return fmt.Errorf("%s got %s (delivery %d, %s), want %s", o.by.label, o.d.ID, o.d.Deliveries, outcome, want)
 }
 
 // ordinal returns "1st", "2nd", "3rd", "4th" ...
