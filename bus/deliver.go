@@ -65,7 +65,7 @@ type settlement struct {
 
 // deliver returns the dispatcher handler that delivers each message to h.
 func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
-	maxDeliver := orDefault(o.maxDeliver, consumers.DefaultMaxDeliver)
+	maxDeliver := orDefault(o.settings.MaxDeliver, consumers.DefaultMaxDeliver)
 	delay := backoff(o.backoff)
 	if delay == nil {
 		delay = defaultBackoff

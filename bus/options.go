@@ -243,13 +243,13 @@ func WithRequestTimeout(d time.Duration) Option {
 type SubscribeOption func(*subscribeOptions) error
 
 type subscribeOptions struct {
-	concurrency   int
-	prefetch      int
-	policy        Policy
-	weights       []int
-	ackWait       time.Duration
-	maxDeliver    int
-	maxAckPending int
+	concurrency int
+	prefetch    int
+	policy      Policy
+	weights     []int
+	// settings are the consumers' server-side settings: ack wait, max
+	// deliver, max ack pending.
+	settings      consumers.Settings
 	backoff       func(delivery int) time.Duration
 	ownBroadcasts bool
 }
@@ -313,7 +313,7 @@ func WithAckWait(d time.Duration) SubscribeOption {
 		if d < 100*time.Millisecond {
 			return fmt.Errorf("%w: ack wait %v must be >= 100ms", ErrInvalidOption, d)
 		}
-		o.ackWait = d
+		o.settings.AckWait = d
 		return nil
 	}
 }
@@ -325,7 +325,7 @@ func WithMaxDeliver(n int) SubscribeOption {
 		if n <= 0 {
 			return fmt.Errorf("%w: max deliver %d must be > 0", ErrInvalidOption, n)
 		}
-		o.maxDeliver = n
+		o.settings.MaxDeliver = n
 		return nil
 	}
 }
@@ -338,7 +338,7 @@ func WithMaxAckPending(n int) SubscribeOption {
 		if n <= 0 {
 			return fmt.Errorf("%w: max ack pending %d must be > 0", ErrInvalidOption, n)
 		}
-		o.maxAckPending = n
+		o.settings.MaxAckPending = n
 		return nil
 	}
 }

@@ -107,7 +107,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		Policy:      o.policy,
 		Weights:     o.weights,
 		LevelOf:     b.levelOf,
-		AckWait:     o.ackWait,
+		AckWait:     o.settings.AckWait,
 		OnError:     b.opts.onError,
 		Logger:      b.opts.logger,
 	}
@@ -158,7 +158,6 @@ func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []Sub
 // ensureConsumers creates or updates the consumers of agent for o and
 // returns the dispatcher lanes that read them.
 func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions) ([]consumers.Lane, error) {
-	settings := consumers.Settings{AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending}
 	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
 	if err != nil {
 		return nil, err
@@ -167,7 +166,7 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.CONSUMER.")
 	defer stop()
-	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, settings); err != nil {
+	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, o.settings); err != nil {
 		return nil, refusedCall(ctx, b.notProvisioned(err))
 	}
 	return lanes, nil

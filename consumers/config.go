@@ -18,8 +18,9 @@ const (
 	DefaultMaxAckPending = 1000
 )
 
-// ErrInvalidSettings is wrapped by every error [Settings.Validate] returns.
-var ErrInvalidSettings = errors.New("consumers: invalid settings")
+// ErrInvalidOption is wrapped by every error [Settings.Validate] returns,
+// and by those [Start] returns for bad Options.
+var ErrInvalidOption = errors.New("consumers: invalid option")
 
 // Spec names one durable consumer of an agent: its name, its one filter,
 // and where a new one starts reading.
@@ -77,13 +78,13 @@ func (s Settings) withDefaults() Settings {
 func (s Settings) Validate() error {
 	switch {
 	case s.AckWait < 0:
-		return fmt.Errorf("%w: ack wait %v is negative", ErrInvalidSettings, s.AckWait)
+		return fmt.Errorf("%w: ack wait %v is negative", ErrInvalidOption, s.AckWait)
 	case s.AckWait > 0 && s.AckWait < 100*time.Millisecond:
-		return fmt.Errorf("%w: ack wait %v is under 100ms", ErrInvalidSettings, s.AckWait)
+		return fmt.Errorf("%w: ack wait %v is under 100ms", ErrInvalidOption, s.AckWait)
 	case s.MaxDeliver < -1:
-		return fmt.Errorf("%w: max deliver %d must be -1, 0 or positive", ErrInvalidSettings, s.MaxDeliver)
+		return fmt.Errorf("%w: max deliver %d must be -1, 0 or positive", ErrInvalidOption, s.MaxDeliver)
 	case s.MaxAckPending < 0:
-		return fmt.Errorf("%w: max ack pending %d is negative", ErrInvalidSettings, s.MaxAckPending)
+		return fmt.Errorf("%w: max ack pending %d is negative", ErrInvalidOption, s.MaxAckPending)
 	}
 	return nil
 }

@@ -18,10 +18,10 @@ func TestSettingsValidate(t *testing.T) {
 	}{
 		{"zero is defaults", Settings{}, nil},
 		{"explicit", Settings{AckWait: time.Second, MaxDeliver: -1, MaxAckPending: 10}, nil},
-		{"negative ack wait", Settings{AckWait: -time.Second}, ErrInvalidSettings},
-		{"tiny ack wait", Settings{AckWait: time.Millisecond}, ErrInvalidSettings},
-		{"max deliver -2", Settings{MaxDeliver: -2}, ErrInvalidSettings},
-		{"negative max ack pending", Settings{MaxAckPending: -1}, ErrInvalidSettings},
+		{"negative ack wait", Settings{AckWait: -time.Second}, ErrInvalidOption},
+		{"tiny ack wait", Settings{AckWait: time.Millisecond}, ErrInvalidOption},
+		{"max deliver -2", Settings{MaxDeliver: -2}, ErrInvalidOption},
+		{"negative max ack pending", Settings{MaxAckPending: -1}, ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,8 +78,8 @@ func TestStartRejectsBadOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Start(tt.nc, "S", tt.levels, tt.lanes, tt.h, tt.opts); !errors.Is(err, ErrInvalidOptions) {
-				t.Errorf("Start() = %v, want ErrInvalidOptions", err)
+			if _, err := Start(tt.nc, "S", tt.levels, tt.lanes, tt.h, tt.opts); !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("Start() = %v, want ErrInvalidOption", err)
 			}
 		})
 	}

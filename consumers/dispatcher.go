@@ -13,9 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ErrInvalidOptions is wrapped by every error [Start] returns for bad Options.
-var ErrInvalidOptions = errors.New("consumers: invalid options")
-
 // Handler processes one message and settles it: [Msg.Ack], [Msg.Nak] or
 // [Msg.Term]. A message the handler returns without settling, or whose
 // handler panics, is given back for redelivery at once (and the panic is
@@ -123,28 +120,28 @@ const AnyLevel = -1
 // lane, and no consumer is given twice.
 func checkLanes(levels int, lanes []Lane, levelOf func(string) int) error {
 	if len(lanes) == 0 {
-		return fmt.Errorf("%w: no consumers", ErrInvalidOptions)
+		return fmt.Errorf("%w: no consumers", ErrInvalidOption)
 	}
 	if levels <= 0 {
-		return fmt.Errorf("%w: %d levels", ErrInvalidOptions, levels)
+		return fmt.Errorf("%w: %d levels", ErrInvalidOption, levels)
 	}
 	served := make([]bool, levels)
 	seen := make(map[string]bool)
 	for _, l := range lanes {
 		switch {
 		case l.Consumer == "":
-			return fmt.Errorf("%w: lane with no consumer", ErrInvalidOptions)
+			return fmt.Errorf("%w: lane with no consumer", ErrInvalidOption)
 		case seen[l.Consumer]:
-			return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOptions, l.Consumer)
+			return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOption, l.Consumer)
 		case l.Level == AnyLevel:
 			if levelOf == nil {
-				return fmt.Errorf("%w: consumer %q has AnyLevel and Options.LevelOf is nil", ErrInvalidOptions, l.Consumer)
+				return fmt.Errorf("%w: consumer %q has AnyLevel and Options.LevelOf is nil", ErrInvalidOption, l.Consumer)
 			}
 			for i := range served {
 				served[i] = true
 			}
 		case l.Level < 0 || l.Level >= levels:
-			return fmt.Errorf("%w: consumer %q has level %d of %d", ErrInvalidOptions, l.Consumer, l.Level, levels)
+			return fmt.Errorf("%w: consumer %q has level %d of %d", ErrInvalidOption, l.Consumer, l.Level, levels)
 		default:
 			served[l.Level] = true
 		}
@@ -152,7 +149,7 @@ func checkLanes(levels int, lanes []Lane, levelOf func(string) int) error {
 	}
 	for i, ok := range served {
 		if !ok {
-			return fmt.Errorf("%w: level %d has no consumers", ErrInvalidOptions, i)
+			return fmt.Errorf("%w: level %d has no consumers", ErrInvalidOption, i)
 		}
 	}
 	return nil
@@ -160,17 +157,17 @@ func checkLanes(levels int, lanes []Lane, levelOf func(string) int) error {
 
 func (o *Options) setDefaults(levels int) error {
 	if o.Concurrency < 0 {
-		return fmt.Errorf("%w: concurrency %d is negative", ErrInvalidOptions, o.Concurrency)
+		return fmt.Errorf("%w: concurrency %d is negative", ErrInvalidOption, o.Concurrency)
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = 1
 	}
 	if o.Prefetch < 0 {
-		return fmt.Errorf("%w: prefetch %d is negative", ErrInvalidOptions, o.Prefetch)
+		return fmt.Errorf("%w: prefetch %d is negative", ErrInvalidOption, o.Prefetch)
 	}
 
 	if o.Policy != Strict && o.Policy != Weighted {
-		return fmt.Errorf("%w: unknown policy %v", ErrInvalidOptions, o.Policy)
+		return fmt.Errorf("%w: unknown policy %v", ErrInvalidOption, o.Policy)
 	}
 	if o.Weights == nil {
 		o.Weights = make([]int, levels)
@@ -179,11 +176,11 @@ func (o *Options) setDefaults(levels int) error {
 		}
 	}
 	if len(o.Weights) != levels {
-		return fmt.Errorf("%w: %d weights for %d levels", ErrInvalidOptions, len(o.Weights), levels)
+		return fmt.Errorf("%w: %d weights for %d levels", ErrInvalidOption, len(o.Weights), levels)
 	}
 	for _, w := range o.Weights {
 		if w <= 0 {
-			return fmt.Errorf("%w: weight %d is not positive", ErrInvalidOptions, w)
+			return fmt.Errorf("%w: weight %d is not positive", ErrInvalidOption, w)
 		}
 	}
 	if o.AckWait == 0 {
@@ -193,7 +190,7 @@ func (o *Options) setDefaults(levels int) error {
 		o.PullExpiry = DefaultPullExpiry
 	}
 	if o.PullExpiry < time.Second {
-		return fmt.Errorf("%w: pull expiry %v is under 1s", ErrInvalidOptions, o.PullExpiry)
+		return fmt.Errorf("%w: pull expiry %v is under 1s", ErrInvalidOption, o.PullExpiry)
 	}
 	if o.APIPrefix == "" {
 		o.APIPrefix = "$JS.API."
@@ -256,13 +253,13 @@ type Dispatcher struct {
 // Start returns at once; stop the dispatcher with Stop or Drain.
 func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, opts Options) (*Dispatcher, error) {
 	if nc == nil {
-		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
 	}
 	if err := checkLanes(levels, lanes, opts.LevelOf); err != nil {
 		return nil, err
 	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
 	if err := opts.setDefaults(levels); err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultFormationTimeout bounds how long StartCluster waits for the
-// cluster to form when ClusterConfig.FormationTimeout is zero. Forming a
+// cluster to form when ClusterOptions.FormationTimeout is zero. Forming a
 // JetStream cluster (routes, then a meta leader elected and every peer
 // known) usually takes a few seconds, sometimes more on a loaded machine.
 const DefaultFormationTimeout = 30 * time.Second
@@ -26,8 +26,8 @@ const DefaultFormationTimeout = 30 * time.Second
 // pollInterval is how often the Wait methods look at the cluster.
 const pollInterval = 25 * time.Millisecond
 
-// ClusterConfig configures [StartCluster].
-type ClusterConfig struct {
+// ClusterOptions configures [StartCluster].
+type ClusterOptions struct {
 	// Name is the cluster name. Empty means DefaultClusterName ("agentbus").
 	Name string
 
@@ -50,17 +50,17 @@ type ClusterConfig struct {
 }
 
 // Validate reports whether c is usable, with errors that wrap
-// [ErrInvalidOptions].
-func (c ClusterConfig) Validate() error {
+// [ErrInvalidOption].
+func (c ClusterOptions) Validate() error {
 	if c.FormationTimeout < 0 {
-		return fmt.Errorf("%w: formation timeout %s is negative", ErrInvalidOptions, c.FormationTimeout)
+		return fmt.Errorf("%w: formation timeout %s is negative", ErrInvalidOption, c.FormationTimeout)
 	}
 	if strings.ContainsAny(c.Name, " \t\r\n") {
-		return fmt.Errorf("%w: cluster name %q contains white space", ErrInvalidOptions, c.Name)
+		return fmt.Errorf("%w: cluster name %q contains white space", ErrInvalidOption, c.Name)
 	}
 	n := c.Node
 	if n.Port != 0 || n.StoreDir != "" || n.ServerName != "" || n.Cluster != nil {
-		return fmt.Errorf("%w: ClusterConfig.Node must leave Port, StoreDir, ServerName and Cluster zero", ErrInvalidOptions)
+		return fmt.Errorf("%w: ClusterOptions.Node must leave Port, StoreDir, ServerName and Cluster zero", ErrInvalidOption)
 	}
 	return n.Validate()
 }
@@ -87,7 +87,7 @@ const maxFormationAttempts = 3
 // under cfg.BaseDir, routed to each other, and waits until the cluster has
 // formed: every node ready and routed to every other, and a JetStream meta
 // leader that sees all n peers. It returns an error wrapping [ErrStart]
-// (and [ErrInvalidOptions] for bad arguments) and leaves nothing running if
+// (and [ErrInvalidOption] for bad arguments) and leaves nothing running if
 // the cluster does not form within cfg.FormationTimeout.
 //
 // Route ports are reserved up front by listening on port 0 and closing the
@@ -101,9 +101,9 @@ const maxFormationAttempts = 3
 // A cluster needs at least two nodes: a JetStream meta group that starts
 // with unknown peers assumes at least two, so a lone node never elects a
 // leader. Use Start for a single server.
-func StartCluster(n int, cfg ClusterConfig) (*Cluster, error) {
+func StartCluster(n int, cfg ClusterOptions) (*Cluster, error) {
 	if n < 2 {
-		return nil, fmt.Errorf("%w: %w: cluster size %d, want at least 2", ErrStart, ErrInvalidOptions, n)
+		return nil, fmt.Errorf("%w: %w: cluster size %d, want at least 2", ErrStart, ErrInvalidOption, n)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
@@ -122,7 +122,7 @@ func StartCluster(n int, cfg ClusterConfig) (*Cluster, error) {
 	}
 }
 
-func startCluster(n int, cfg ClusterConfig) (_ *Cluster, err error) {
+func startCluster(n int, cfg ClusterOptions) (_ *Cluster, err error) {
 	c := &Cluster{
 		name:    cfg.Name,
 		timeout: cfg.FormationTimeout,
@@ -177,7 +177,7 @@ func startCluster(n int, cfg ClusterConfig) (_ *Cluster, err error) {
 		o := cfg.Node.clone()
 		o.ServerName = nodeName(i)
 		o.StoreDir = filepath.Join(c.baseDir, o.ServerName)
-		o.Cluster = &ClusterOptions{Name: cfg.Name, Host: host, Port: ports[i], Routes: routes}
+		o.Cluster = &RouteOptions{Name: cfg.Name, Host: host, Port: ports[i], Routes: routes}
 		opts[i] = o
 	}
 	for i, l := range listeners {

@@ -21,7 +21,7 @@ func TestClusterFailover(t *testing.T) {
 
 	began := time.Now()
 	base := t.TempDir()
-	c, err := embedded.StartCluster(3, embedded.ClusterConfig{Name: "failover", BaseDir: base})
+	c, err := embedded.StartCluster(3, embedded.ClusterOptions{Name: "failover", BaseDir: base})
 	if err != nil {
 		t.Fatalf("StartCluster: %v", err)
 	}
@@ -184,7 +184,7 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, 
 
 func TestClusterTemporaryBaseDir(t *testing.T) {
 	t.Parallel()
-	c, err := embedded.StartCluster(3, embedded.ClusterConfig{})
+	c, err := embedded.StartCluster(3, embedded.ClusterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,14 +215,14 @@ func TestStartClusterErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		n    int
-		cfg  embedded.ClusterConfig
+		cfg  embedded.ClusterOptions
 	}{
 		{name: "no nodes", n: 0},
 		{name: "one node", n: 1},
-		{name: "node port set", n: 3, cfg: embedded.ClusterConfig{Node: embedded.Options{Port: 4222}}},
-		{name: "node store set", n: 3, cfg: embedded.ClusterConfig{Node: embedded.Options{StoreDir: "x"}}},
-		{name: "negative timeout", n: 3, cfg: embedded.ClusterConfig{FormationTimeout: -time.Second}},
-		{name: "invalid node options", n: 3, cfg: embedded.ClusterConfig{Node: embedded.Options{MaxPayload: -1}}},
+		{name: "node port set", n: 3, cfg: embedded.ClusterOptions{Node: embedded.Options{Port: 4222}}},
+		{name: "node store set", n: 3, cfg: embedded.ClusterOptions{Node: embedded.Options{StoreDir: "x"}}},
+		{name: "negative timeout", n: 3, cfg: embedded.ClusterOptions{FormationTimeout: -time.Second}},
+		{name: "invalid node options", n: 3, cfg: embedded.ClusterOptions{Node: embedded.Options{MaxPayload: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,8 +232,8 @@ func TestStartClusterErrors(t *testing.T) {
 				c.Shutdown()
 				t.Fatal("StartCluster succeeded, want an error")
 			}
-			if !errors.Is(err, embedded.ErrStart) || !errors.Is(err, embedded.ErrInvalidOptions) {
-				t.Errorf("StartCluster error %v, want ErrStart and ErrInvalidOptions", err)
+			if !errors.Is(err, embedded.ErrStart) || !errors.Is(err, embedded.ErrInvalidOption) {
+				t.Errorf("StartCluster error %v, want ErrStart and ErrInvalidOption", err)
 			}
 		})
 	}
@@ -241,7 +241,7 @@ func TestStartClusterErrors(t *testing.T) {
 
 func TestClusterIndexOutOfRange(t *testing.T) {
 	t.Parallel()
-	c, err := embedded.StartCluster(2, embedded.ClusterConfig{BaseDir: t.TempDir()})
+	c, err := embedded.StartCluster(2, embedded.ClusterOptions{BaseDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

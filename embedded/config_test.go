@@ -75,8 +75,8 @@ func TestConfigFileErrors(t *testing.T) {
 		file    string
 		wantErr []error
 	}{
-		{filepath.Join(t.TempDir(), "missing.conf"), []error{embedded.ErrStart, embedded.ErrInvalidOptions, fs.ErrNotExist}},
-		{bad, []error{embedded.ErrStart, embedded.ErrInvalidOptions}},
+		{filepath.Join(t.TempDir(), "missing.conf"), []error{embedded.ErrStart, embedded.ErrInvalidOption, fs.ErrNotExist}},
+		{bad, []error{embedded.ErrStart, embedded.ErrInvalidOption}},
 	} {
 		s, err := embedded.Start(embedded.Options{ConfigFile: tt.file, StoreDir: t.TempDir()})
 		if err == nil {

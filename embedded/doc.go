@@ -55,7 +55,7 @@
 // [StartCluster] starts an n-node JetStream cluster in the process, for tests
 // of replication and failover:
 //
-//	c, err := embedded.StartCluster(3, embedded.ClusterConfig{})
+//	c, err := embedded.StartCluster(3, embedded.ClusterOptions{})
 //	defer c.Shutdown()
 //	nc, err := c.Connect() // TCP to all nodes, fails over
 //	// ... create a stream with Replicas: 3 ...

@@ -27,7 +27,7 @@ const (
 	DefaultStartTimeout = 10 * time.Second
 
 	// DefaultClusterName is the cluster name used when
-	// ClusterOptions.Name or ClusterConfig.Name is empty.
+	// RouteOptions.Name or ClusterOptions.Name is empty.
 	DefaultClusterName = "agentbus"
 )
 
@@ -70,7 +70,7 @@ type Options struct {
 
 	// Cluster, when set, makes the server a node of a JetStream cluster.
 	// Nil means standalone. [StartCluster] fills it in for you.
-	Cluster *ClusterOptions
+	Cluster *RouteOptions
 
 	// TLS, when set, makes the server require TLS on client connections
 	// (and, with TLSOptions.VerifyClients, a client certificate). Nil means
@@ -97,7 +97,7 @@ type Options struct {
 	// always (their defaults included, so a port in the file is not used),
 	// MaxPayload, JetStreamMaxMemory, JetStreamMaxStore, Cluster and TLS
 	// when set; JetStream is always enabled. Start reports a file the server
-	// cannot load with an error wrapping ErrInvalidOptions.
+	// cannot load with an error wrapping ErrInvalidOption.
 	ConfigFile string
 
 	// Configure, if set, is called with the server options just before the
@@ -108,9 +108,9 @@ type Options struct {
 	Configure func(*server.Options)
 }
 
-// ClusterOptions makes a server a node of a JetStream cluster. JetStream
+// RouteOptions makes a server a node of a JetStream cluster. JetStream
 // clustering needs a cluster name and at least one route.
-type ClusterOptions struct {
+type RouteOptions struct {
 	// Name is the cluster name, the same on every node. Empty means
 	// DefaultClusterName ("agentbus").
 	Name string
@@ -131,27 +131,27 @@ type ClusterOptions struct {
 }
 
 // Validate reports whether o is usable, with errors that wrap
-// [ErrInvalidOptions]. Start calls it; conditions only the server can check
+// [ErrInvalidOption]. Start calls it; conditions only the server can check
 // (a port in use, an unwritable store) are reported by Start.
 func (o Options) Validate() error {
 	if err := validatePort("port", o.Port); err != nil {
 		return err
 	}
 	if o.MaxPayload < 0 {
-		return fmt.Errorf("%w: max payload %d is negative", ErrInvalidOptions, o.MaxPayload)
+		return fmt.Errorf("%w: max payload %d is negative", ErrInvalidOption, o.MaxPayload)
 	}
 	if strings.ContainsAny(o.ServerName, " \t\r\n") {
-		return fmt.Errorf("%w: server name %q contains white space", ErrInvalidOptions, o.ServerName)
+		return fmt.Errorf("%w: server name %q contains white space", ErrInvalidOption, o.ServerName)
 	}
 	if o.StartTimeout < 0 {
-		return fmt.Errorf("%w: start timeout %s is negative", ErrInvalidOptions, o.StartTimeout)
+		return fmt.Errorf("%w: start timeout %s is negative", ErrInvalidOption, o.StartTimeout)
 	}
 	if c := o.Cluster; c != nil {
 		if err := validatePort("cluster port", c.Port); err != nil {
 			return err
 		}
 		if strings.ContainsAny(c.Name, " \t\r\n") {
-			return fmt.Errorf("%w: cluster name %q contains white space", ErrInvalidOptions, c.Name)
+			return fmt.Errorf("%w: cluster name %q contains white space", ErrInvalidOption, c.Name)
 		}
 		if _, err := parseRoutes(c.Routes); err != nil {
 			return err
@@ -167,7 +167,7 @@ func (o Options) Validate() error {
 
 func validatePort(what string, p int) error {
 	if p < 0 || p > 65535 {
-		return fmt.Errorf("%w: %s %d is out of range [0, 65535]", ErrInvalidOptions, what, p)
+		return fmt.Errorf("%w: %s %d is out of range [0, 65535]", ErrInvalidOption, what, p)
 	}
 	return nil
 }
@@ -177,10 +177,10 @@ func parseRoutes(routes []string) ([]*url.URL, error) {
 	for _, r := range routes {
 		u, err := url.Parse(r)
 		if err != nil {
-			return nil, fmt.Errorf("%w: route %q: %w", ErrInvalidOptions, r, err)
+			return nil, fmt.Errorf("%w: route %q: %w", ErrInvalidOption, r, err)
 		}
 		if u.Scheme == "" || u.Hostname() == "" || u.Port() == "" {
-			return nil, fmt.Errorf("%w: route %q is not of the form nats-route://host:port", ErrInvalidOptions, r)
+			return nil, fmt.Errorf("%w: route %q is not of the form nats-route://host:port", ErrInvalidOption, r)
 		}
 		urls = append(urls, u)
 	}
@@ -236,7 +236,7 @@ func (o Options) serverOptions() (*server.Options, error) {
 	if o.ConfigFile != "" {
 		var err error
 		if so, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
-			return nil, fmt.Errorf("%w: config file: %w", ErrInvalidOptions, err)
+			return nil, fmt.Errorf("%w: config file: %w", ErrInvalidOption, err)
 		}
 	}
 	so.ServerName = o.ServerName
@@ -299,7 +299,7 @@ type Server struct {
 // Start starts a server, waits until it is ready for connections (at most
 // Options.StartTimeout) and checks that JetStream is enabled. It never exits
 // the process: every failure is returned as an error wrapping [ErrStart], and
-// [ErrInvalidOptions] too if opts fail [Options.Validate]. Where the server
+// [ErrInvalidOption] too if opts fail [Options.Validate]. Where the server
 // reported a cause, such as syscall.EADDRINUSE for a port in use, the error
 // wraps it as well. On error nothing is left running and a temporary store
 // is removed.

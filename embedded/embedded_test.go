@@ -235,7 +235,7 @@ func TestStartErrors(t *testing.T) {
 		},
 		{
 			name: "route port in use",
-			opts: embedded.Options{Cluster: &embedded.ClusterOptions{
+			opts: embedded.Options{Cluster: &embedded.RouteOptions{
 				Port:   busyPort,
 				Routes: []string{"nats-route://127.0.0.1:1"},
 			}},
@@ -248,7 +248,7 @@ func TestStartErrors(t *testing.T) {
 		},
 		{
 			name:    "cluster without routes",
-			opts:    embedded.Options{Cluster: &embedded.ClusterOptions{}},
+			opts:    embedded.Options{Cluster: &embedded.RouteOptions{}},
 			wantErr: []error{embedded.ErrStart},
 		},
 		{
@@ -259,27 +259,27 @@ func TestStartErrors(t *testing.T) {
 		{
 			name:    "negative port",
 			opts:    embedded.Options{Port: -1},
-			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOptions},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
 		},
 		{
 			name:    "port too large",
 			opts:    embedded.Options{Port: 70000},
-			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOptions},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
 		},
 		{
 			name:    "negative max payload",
 			opts:    embedded.Options{MaxPayload: -1},
-			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOptions},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
 		},
 		{
 			name:    "server name with space",
 			opts:    embedded.Options{ServerName: "a b"},
-			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOptions},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
 		},
 		{
 			name:    "bad route",
-			opts:    embedded.Options{Cluster: &embedded.ClusterOptions{Routes: []string{"127.0.0.1"}}},
-			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOptions},
+			opts:    embedded.Options{Cluster: &embedded.RouteOptions{Routes: []string{"127.0.0.1"}}},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
 		},
 	}
 	for _, tt := range tests {

@@ -13,10 +13,10 @@ var (
 	// errors.Is(err, syscall.EADDRINUSE) reports a port already in use.
 	ErrStart = errors.New("embedded: start nats-server")
 
-	// ErrInvalidOptions is returned (wrapped, together with [ErrStart]) when
-	// [Options] or [ClusterConfig] fail validation, before anything is
+	// ErrInvalidOption is returned (wrapped, together with [ErrStart]) when
+	// [Options] or [ClusterOptions] fail validation, before anything is
 	// started.
-	ErrInvalidOptions = errors.New("embedded: invalid options")
+	ErrInvalidOption = errors.New("embedded: invalid option")
 
 	// ErrShutdown is returned by calls on a [Server] or [Cluster] after its
 	// Shutdown.

@@ -74,7 +74,7 @@ func ExampleSlogLogger() {
 // A three-node cluster in which a replicated stream survives the loss of
 // its leader. (Not run as a test: forming a cluster takes seconds.)
 func ExampleStartCluster() {
-	c, err := embedded.StartCluster(3, embedded.ClusterConfig{})
+	c, err := embedded.StartCluster(3, embedded.ClusterOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return

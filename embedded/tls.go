@@ -45,19 +45,19 @@ type TLSOptions struct {
 }
 
 // Validate reports whether t is usable, with errors that wrap
-// [ErrInvalidOptions]. It does not read the files; Start does, and reports
+// [ErrInvalidOption]. It does not read the files; Start does, and reports
 // a missing or unreadable file with an error that wraps both
-// ErrInvalidOptions and the cause (such as fs.ErrNotExist).
+// ErrInvalidOption and the cause (such as fs.ErrNotExist).
 func (t TLSOptions) Validate() error {
 	switch {
 	case t.CertFile == "" || t.KeyFile == "":
-		return fmt.Errorf("%w: TLS needs both a certificate file and a key file", ErrInvalidOptions)
+		return fmt.Errorf("%w: TLS needs both a certificate file and a key file", ErrInvalidOption)
 	case t.VerifyClients && t.CAFile == "":
-		return fmt.Errorf("%w: TLS client verification needs a CA file", ErrInvalidOptions)
+		return fmt.Errorf("%w: TLS client verification needs a CA file", ErrInvalidOption)
 	case t.CAFile != "" && !t.VerifyClients:
-		return fmt.Errorf("%w: TLS CA file %s is only used to verify clients; set VerifyClients", ErrInvalidOptions, t.CAFile)
+		return fmt.Errorf("%w: TLS CA file %s is only used to verify clients; set VerifyClients", ErrInvalidOption, t.CAFile)
 	case t.HandshakeTimeout < 0:
-		return fmt.Errorf("%w: TLS handshake timeout %s is negative", ErrInvalidOptions, t.HandshakeTimeout)
+		return fmt.Errorf("%w: TLS handshake timeout %s is negative", ErrInvalidOption, t.HandshakeTimeout)
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func (t TLSOptions) configure(so *server.Options) error {
 		// GenTLSConfig flattens file errors to text; reading the files
 		// first keeps the cause for errors.Is.
 		if _, err := os.ReadFile(f.path); err != nil {
-			return fmt.Errorf("%w: TLS %s: %w", ErrInvalidOptions, f.what, err)
+			return fmt.Errorf("%w: TLS %s: %w", ErrInvalidOption, f.what, err)
 		}
 	}
 	timeout := t.HandshakeTimeout
@@ -91,7 +91,7 @@ func (t TLSOptions) configure(so *server.Options) error {
 		Timeout:  timeout.Seconds(),
 	})
 	if err != nil {
-		return fmt.Errorf("%w: TLS: %w", ErrInvalidOptions, err)
+		return fmt.Errorf("%w: TLS: %w", ErrInvalidOption, err)
 	}
 	so.TLS = true
 	so.TLSConfig = tc

@@ -26,11 +26,11 @@ func TestTLSOptionsValidate(t *testing.T) {
 	}{
 		{name: "cert and key", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k"}},
 		{name: "verify clients", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", CAFile: "ca", VerifyClients: true}},
-		{name: "no key", tls: embedded.TLSOptions{CertFile: "c"}, wantErr: embedded.ErrInvalidOptions},
-		{name: "no cert", tls: embedded.TLSOptions{KeyFile: "k"}, wantErr: embedded.ErrInvalidOptions},
-		{name: "verify without CA", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", VerifyClients: true}, wantErr: embedded.ErrInvalidOptions},
-		{name: "CA without verify", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", CAFile: "ca"}, wantErr: embedded.ErrInvalidOptions},
-		{name: "negative timeout", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", HandshakeTimeout: -time.Second}, wantErr: embedded.ErrInvalidOptions},
+		{name: "no key", tls: embedded.TLSOptions{CertFile: "c"}, wantErr: embedded.ErrInvalidOption},
+		{name: "no cert", tls: embedded.TLSOptions{KeyFile: "k"}, wantErr: embedded.ErrInvalidOption},
+		{name: "verify without CA", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", VerifyClients: true}, wantErr: embedded.ErrInvalidOption},
+		{name: "CA without verify", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", CAFile: "ca"}, wantErr: embedded.ErrInvalidOption},
+		{name: "negative timeout", tls: embedded.TLSOptions{CertFile: "c", KeyFile: "k", HandshakeTimeout: -time.Second}, wantErr: embedded.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,8 +68,8 @@ func TestStartTLSBadFiles(t *testing.T) {
 		{name: "missing cert", tls: embedded.TLSOptions{CertFile: missing, KeyFile: certs.ServerKeyFile}, wantErr: fs.ErrNotExist},
 		{name: "missing key", tls: embedded.TLSOptions{CertFile: certs.ServerCertFile, KeyFile: missing}, wantErr: fs.ErrNotExist},
 		{name: "missing CA", tls: embedded.TLSOptions{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKeyFile, CAFile: missing, VerifyClients: true}, wantErr: fs.ErrNotExist},
-		{name: "key of another cert", tls: embedded.TLSOptions{CertFile: certs.ServerCertFile, KeyFile: certs.ClientKeyFile}, wantErr: embedded.ErrInvalidOptions},
-		{name: "CA not PEM", tls: embedded.TLSOptions{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKeyFile, CAFile: certs.ServerKeyFile, VerifyClients: true}, wantErr: embedded.ErrInvalidOptions},
+		{name: "key of another cert", tls: embedded.TLSOptions{CertFile: certs.ServerCertFile, KeyFile: certs.ClientKeyFile}, wantErr: embedded.ErrInvalidOption},
+		{name: "CA not PEM", tls: embedded.TLSOptions{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKeyFile, CAFile: certs.ServerKeyFile, VerifyClients: true}, wantErr: embedded.ErrInvalidOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestStartTLSBadFiles(t *testing.T) {
 				s.Shutdown()
 				t.Fatal("Start succeeded, want an error")
 			}
-			for _, want := range []error{embedded.ErrStart, embedded.ErrInvalidOptions, tt.wantErr} {
+			for _, want := range []error{embedded.ErrStart, embedded.ErrInvalidOption, tt.wantErr} {
 				if !errors.Is(err, want) {
 					t.Errorf("Start: %v, want an error wrapping %v", err, want)
 				}

@@ -53,12 +53,12 @@ func Connect(tb testing.TB, s *embedded.Server, opts ...nats.Option) *nats.Conn 
 
 // RunCluster starts an n-node JetStream cluster (n ≥ 2) with its stores
 // under tb.TempDir() and shuts it down when the test ends. opts change the
-// embedded.ClusterConfig before the start. Forming a cluster takes from a
+// embedded.ClusterOptions before the start. Forming a cluster takes from a
 // fraction of a second to several seconds (see embedded.StartCluster).
 // RunCluster stops the test with tb.Fatal if the cluster does not form.
-func RunCluster(tb testing.TB, n int, opts ...func(*embedded.ClusterConfig)) *embedded.Cluster {
+func RunCluster(tb testing.TB, n int, opts ...func(*embedded.ClusterOptions)) *embedded.Cluster {
 	tb.Helper()
-	var cfg embedded.ClusterConfig
+	var cfg embedded.ClusterOptions
 	for _, opt := range opts {
 		opt(&cfg)
 	}

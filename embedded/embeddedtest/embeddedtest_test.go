@@ -73,14 +73,14 @@ func TestRunServerFailsTheTest(t *testing.T) {
 		t.Error("RunServer returned after a failed start")
 	}()
 	<-done
-	if !strings.Contains(tb.msg, "invalid options") {
+	if !strings.Contains(tb.msg, "invalid option") {
 		t.Errorf("Fatalf message %q, want the start error", tb.msg)
 	}
 }
 
 func TestRunCluster(t *testing.T) {
 	t.Parallel()
-	c := embeddedtest.RunCluster(t, 3, func(cfg *embedded.ClusterConfig) { cfg.Name = "unit" })
+	c := embeddedtest.RunCluster(t, 3, func(cfg *embedded.ClusterOptions) { cfg.Name = "unit" })
 	if c.Name() != "unit" || len(c.Servers()) != 3 {
 		t.Fatalf("cluster %q with %d servers, want unit with 3", c.Name(), len(c.Servers()))
 	}

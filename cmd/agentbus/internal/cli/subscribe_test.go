@@ -116,7 +116,7 @@ func TestSubscribeExecEnvironment(t *testing.T) {
 		"AGENTBUS_TYPE":           "Q",
 		"AGENTBUS_PRIORITY":       "3",
 		"AGENTBUS_CORRELATION_ID": "conv-1",
-		"AGENTBUS_CAUSATION_ID":       "m-0",
+		"AGENTBUS_CAUSATION_ID":   "m-0",
 		"AGENTBUS_CONTENT_TYPE":   "text/plain",
 		"AGENTBUS_SEQUENCE":       "1",
 		"AGENTBUS_DELIVERY":       "1",
