@@ -611,7 +611,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		}
 		defer rb.Close()
 		rsub, err := rb.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
-			_, err := rb.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", Data: d.Data})
+			_, err := d.Reply(ctx, bus.Message{Type: "RESULT", Data: d.Data})
 			return err
 		})
 		if err != nil {

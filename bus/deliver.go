@@ -139,6 +139,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		return Permanent(err)
 	}
 	d := &Delivery{
+		bus:        b,
 		Message:    *m,
 		Subject:    cm.Subject,
 		Stream:     md.Stream,

@@ -61,8 +61,8 @@
 // A message published with a handler's ctx joins the handled message's
 // conversation: it inherits the correlation ID and names the handled
 // message as its cause. [Bus.Request] publishes and waits for the reply
-// (5 minutes by default, [WithRequestTimeout]); [Bus.Reply] answers a
-// request. A reply that comes after the requester gave up still reaches
+// (5 minutes by default, [WithRequestTimeout]); a handler answers the
+// delivery it holds with [Delivery.Reply]. A reply that comes after the requester gave up still reaches
 // its handler, marked [Delivery].Late.
 //
 // # Protocols

@@ -86,7 +86,7 @@ func TestForeignAgentJavaScript(t *testing.T) {
 		if d.Message.Type != "QUESTION" {
 			return bus.Permanent(errors.New("unexpected " + d.Message.Type))
 		}
-		if _, err := worker.Reply(ctx, &d.Message, bus.Message{Type: "ANSWER", ContentType: "application/json", Data: []byte(`{"ready":true}`)}); err != nil {
+		if _, err := d.Reply(ctx, bus.Message{Type: "ANSWER", ContentType: "application/json", Data: []byte(`{"ready":true}`)}); err != nil {
 			return err
 		}
 		questions <- d

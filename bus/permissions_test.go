@@ -98,7 +98,7 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 		case "poison":
 			return bus.Permanent(errors.New("cannot handle it"))
 		case "question":
-			_, err := worker.Reply(ctx, &d.Message, bus.Message{Type: "answer", Data: []byte("42")})
+			_, err := d.Reply(ctx, bus.Message{Type: "answer", Data: []byte("42")})
 			return err
 		}
 		return r.handle(ctx, d)

@@ -634,7 +634,7 @@ func ctoReplier(t *testing.T, cto *bus.Bus, released <-chan struct{}) bus.Handle
 			t.Errorf("the response to %s: %v", d.ID, err)
 			return bus.Permanent(err)
 		}
-		_, err = cto.Reply(ctx, &d.Message, *m)
+		_, err = d.Reply(ctx, *m)
 		return err
 	}
 }

@@ -201,7 +201,7 @@ func (b *Bus) listen(nm *nats.Msg) {
 	if _, err := b.checkSender(nm.Subject, m); err != nil {
 		return
 	}
-	d := &Delivery{Message: *m, Subject: nm.Subject}
+	d := &Delivery{Message: *m, Subject: nm.Subject, bus: b}
 	if b.req.take(d) {
 		b.recordTaken(d)
 	}

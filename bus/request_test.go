@@ -18,7 +18,7 @@ func replier(t *testing.T, b *bus.Bus) {
 		if d.Type != "REQUEST" {
 			return nil
 		}
-		_, err := b.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", Data: d.Data})
+		_, err := d.Reply(ctx, bus.Message{Type: "RESULT", Data: d.Data})
 		return err
 	})
 }
@@ -96,7 +96,7 @@ func TestRequestTimeoutThenLateReply(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		_, err := worker.Reply(ctx, &d.Message, bus.Message{Type: "RESULT"})
+		_, err := d.Reply(ctx, bus.Message{Type: "RESULT"})
 		return err
 	})
 	r := newRecorder()
@@ -159,4 +159,13 @@ func waitState(t *testing.T, b *bus.Bus, id string, want bus.State) bus.Status {
 		return got.State == want, string(got.State)
 	})
 	return got
+}
+
+// TestDeliveryReplyNeedsItsBus: a Delivery the bus did not make (one a test
+// builds) has no bus to answer with.
+func TestDeliveryReplyNeedsItsBus(t *testing.T) {
+	d := &bus.Delivery{Message: bus.Message{ID: "x", From: "a"}}
+	if _, err := d.Reply(context.Background(), bus.Message{Type: "R"}); !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("Reply = %v, want ErrInvalidMessage", err)
+	}
 }

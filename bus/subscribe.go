@@ -26,6 +26,17 @@ type Delivery struct {
 	// Late reports a reply to a Request that arrived after the requester's
 	// deadline (see ExtReplyBy): the Request gave up waiting for it.
 	Late bool
+
+	bus *Bus // the bus it was delivered to, which Reply answers with
+}
+
+// Reply answers d with m, on the bus that delivered d: Bus.Reply(ctx,
+// &d.Message, m). Inside the handler of d, pass the handler's ctx.
+func (d *Delivery) Reply(ctx context.Context, m Message) (PubAck, error) {
+	if d.bus == nil {
+		return PubAck{}, fmt.Errorf("%w: reply to a delivery the bus did not make", ErrInvalidMessage)
+	}
+	return d.bus.Reply(ctx, &d.Message, m)
 }
 
 // Handler handles one delivery. Returning nil acknowledges the message.

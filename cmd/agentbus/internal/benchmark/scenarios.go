@@ -306,7 +306,7 @@ func (e *env) busRoundTrips(ctx context.Context, n int, payload []byte) ([]time.
 	}
 	if _, err := subscribe(responderAgent, func(b *bus.Bus) bus.Handler {
 		return func(ctx context.Context, d *bus.Delivery) error {
-			_, err := b.Reply(ctx, &d.Message, bus.Message{Type: replyType, Data: d.Data})
+			_, err := d.Reply(ctx, bus.Message{Type: replyType, Data: d.Data})
 			return err
 		}
 	}); err != nil {

@@ -44,7 +44,7 @@ func replyWorker(t *testing.T, url, agent string) {
 	t.Helper()
 	b := agentBus(t, url, agent)
 	handle(t, b, func(ctx context.Context, d *bus.Delivery) error {
-		_, err := b.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", ContentType: "text/plain", Data: append([]byte("re: "), d.Data...)})
+		_, err := d.Reply(ctx, bus.Message{Type: "RESULT", ContentType: "text/plain", Data: append([]byte("re: "), d.Data...)})
 		return err
 	})
 }
@@ -97,7 +97,7 @@ func TestRequestProfile(t *testing.T) {
 			return err
 		}
 		m.From, m.To = "", "" // the replier and the requester
-		_, err = worker.Reply(ctx, &d.Message, *m)
+		_, err = d.Reply(ctx, *m)
 		return err
 	})
 

@@ -112,7 +112,7 @@ func (d *demo) reviewerHandler(r *agent) bus.Handler {
 				Reasons: []string{"tests pass", "the change is limited to " + req.Payload.Subject}},
 		})
 		if err == nil {
-			_, err = r.bus.Reply(ctx, &dl.Message, *reply)
+			_, err = dl.Reply(ctx, *reply)
 		}
 		d.observe(ctx, r, dl, err)
 		return err
