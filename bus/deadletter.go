@@ -292,9 +292,8 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	if b.isClosed() {
 		return ErrClosed
 	}
-	stream := b.opts.scheme.Stream()
 	events := make(chan *nats.Msg, 64)
-	sub, err := b.nc.ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+stream+".*", events)
+	sub, err := b.nc.ChanSubscribe(b.opts.scheme.MaxDeliveriesAdvisories(), events)
 	if err != nil {
 		return fmt.Errorf("watch dead letters: %w", err)
 	}

@@ -61,24 +61,6 @@ type DeadLetterFilter struct {
 	Limit int
 }
 
-// subject returns the dead-letter subject filter of f.
-func (f DeadLetterFilter) subject(s subjects.Scheme) (string, error) {
-	to, typ := "*", "*"
-	if f.Agent != "" {
-		if err := subjects.ValidateID(f.Agent); err != nil {
-			return "", err
-		}
-		to = subjects.EncodeToken(f.Agent)
-	}
-	if f.Type != "" {
-		if err := subjects.ValidateType(f.Type); err != nil {
-			return "", err
-		}
-		typ = subjects.EncodeToken(f.Type)
-	}
-	return s.Root() + ".dlq." + to + ".*." + typ, nil
-}
-
 // DeadLetters lists the dead letters f selects, oldest first.
 func (b *Admin) DeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
@@ -93,7 +75,7 @@ func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLett
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
-	filter, err := f.subject(b.opts.scheme)
+	filter, err := b.opts.scheme.DeadLetterFilter(f.Agent, f.Type)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +208,7 @@ func (b *Admin) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint6
 	if b.isClosed() {
 		return 0, ErrClosed
 	}
-	filter, err := f.subject(b.opts.scheme)
+	filter, err := b.opts.scheme.DeadLetterFilter(f.Agent, f.Type)
 	if err != nil {
 		return 0, err
 	}

@@ -173,8 +173,8 @@ type tracker struct {
 func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
 	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, onError: o.onError, acking: make(map[string]Status),
 		scheme: o.scheme, stream: o.scheme.Stream()}
-	t.prefix = "$KV." + t.bucket + "."
-	t.directGet = "$JS.API.DIRECT.GET.KV_" + t.bucket + "." + t.prefix
+	t.prefix = o.scheme.StatusSubjectPrefix()
+	t.directGet = o.scheme.StatusDirectGetPrefix()
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
 		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),

@@ -17,10 +17,10 @@ import (
 // telemetry is a bus's tracer and instruments, and the attribute sets it
 // records with, computed once so that recording allocates nothing.
 type telemetry struct {
-	agent   string
-	rootDot string // the subject root and "."
-	tracer  trace.Tracer
-	meter   metric.Meter
+	agent  string
+	scheme subjects.Scheme
+	tracer trace.Tracer
+	meter  metric.Meter
 
 	sendOpts    []trace.SpanStartOption
 	processOpts []trace.SpanStartOption
@@ -75,8 +75,8 @@ func (destinationMetrics) withError(set attribute.Set, et string) metric.Measure
 
 func newTelemetry(o *options, agent string) (*telemetry, error) {
 	t := &telemetry{
-		agent:   agent,
-		rootDot: o.scheme.Root() + ".",
+		agent:  agent,
+		scheme: o.scheme,
 		tracer: o.tracerProvider.Tracer(instrumentationName,
 			trace.WithSchemaURL(semconv.SchemaURL)),
 		sendOpts:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)},
@@ -106,7 +106,7 @@ func newTelemetry(o *options, agent string) (*telemetry, error) {
 	for k, kind := range []subjects.Kind{subjects.KindDirect, subjects.KindBroadcast} {
 		for i := range t.dests[k] {
 			p := i + 1
-			tmpl := destinationTemplate(o.scheme, kind, p)
+			tmpl := o.scheme.Template(kind, p)
 			sent := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("send"),
 				semconv.MessagingDestinationTemplate(tmpl))
 			sendDuration := attribute.NewSet(messagingSystem, semconv.MessagingOperationName("send"),

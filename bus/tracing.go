@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
 
@@ -284,18 +283,6 @@ type destination struct {
 	metrics     destinationMetrics
 }
 
-// destinationTemplate returns the messaging.destination.template of the
-// subjects of kind at priority: the subject with its high-cardinality
-// tokens replaced by {to}, {from} and {type}. It follows the templates of
-// subjects/scheme.go; TestDestinationTemplates checks that they agree.
-func destinationTemplate(s subjects.Scheme, kind subjects.Kind, priority int) string {
-	p := ".p" + strconv.Itoa(priority) + "."
-	if kind == subjects.KindBroadcast {
-		return s.Root() + ".all" + p + "{from}.{type}"
-	}
-	return s.Root() + ".agent.{to}" + p + "{from}.{type}"
-}
-
 // destinationFor returns the destination of a message about to be sent,
 // nil when its priority is out of range (encoding it fails).
 func (t *telemetry) destinationFor(m *Message) *destination {
@@ -313,24 +300,14 @@ func (t *telemetry) destinationFor(m *Message) *destination {
 // or nil if the subject is not a direct or broadcast subject of the bus. It
 // does not allocate.
 func (t *telemetry) destinationOf(subject string) *destination {
-	rest, ok := strings.CutPrefix(subject, t.rootDot)
-	if !ok {
-		return nil
+	kind, p := t.scheme.Route(subject)
+	switch kind {
+	case subjects.KindDirect:
+		return &t.dests[0][p-1]
+	case subjects.KindBroadcast:
+		return &t.dests[1][p-1]
 	}
-	k := 1
-	if r, ok := strings.CutPrefix(rest, "agent."); ok {
-		i := strings.IndexByte(r, '.')
-		if i < 0 {
-			return nil
-		}
-		k, rest = 0, r[i+1:]
-	} else if rest, ok = strings.CutPrefix(rest, "all."); !ok {
-		return nil
-	}
-	if len(rest) < 3 || rest[0] != 'p' || rest[2] != '.' || rest[1] < '1' || rest[1] > '0'+subjects.LowestPriority {
-		return nil
-	}
-	return &t.dests[k][rest[1]-'1']
+	return nil
 }
 
 // sendOp is a publish under way: its span and when it started.

@@ -30,7 +30,7 @@ func TestDestinationTemplates(t *testing.T) {
 				subject string
 				kind    subjects.Kind
 			}{{direct, subjects.KindDirect}, {broadcast, subjects.KindBroadcast}} {
-				tmpl := destinationTemplate(s, c.kind, p)
+				tmpl := s.Template(c.kind, p)
 				r := strings.NewReplacer("{to}", subjects.EncodeToken("to-agent"), "{from}", subjects.EncodeToken("from-agent"), "{type}", subjects.EncodeToken("the.type"))
 				if got := r.Replace(tmpl); got != c.subject {
 					t.Errorf("template %q filled is %q, want %q", tmpl, got, c.subject)

@@ -119,8 +119,8 @@ func FuzzParseConsumer(f *testing.F) {
 	})
 }
 
-// FuzzParse checks that Parse never panics and that every subject it accepts
-// is rebuilt exactly by Address.Subject. root is tried as a scheme root too,
+// FuzzParse checks that Parse never panics, that every subject it accepts
+// is rebuilt exactly by Address.Subject and routed alike by Route. root is tried as a scheme root too,
 // so multi-token and odd roots are covered.
 func FuzzParse(f *testing.F) {
 	seeds := []string{
@@ -175,6 +175,15 @@ func FuzzParse(f *testing.F) {
 		}
 		if back != subject {
 			t.Fatalf("Parse(%q) = %+v, whose Subject is %q", subject, a, back)
+		}
+		// Route, which reads two tokens only, agrees with Parse on every
+		// subject Parse accepts.
+		wantKind, wantPriority := a.Kind, a.Priority
+		if a.Kind == KindDeadLetter {
+			wantKind, wantPriority = 0, 0
+		}
+		if kind, p := s.Route(subject); kind != wantKind || p != wantPriority {
+			t.Fatalf("Route(%q) = %v, %d; Parse says %v, %d", subject, kind, p, wantKind, wantPriority)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package subjects
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -301,31 +302,83 @@ func (s Scheme) consumer(agent, tok string, p int, broadcast bool) Consumer {
 // them. It costs no allocation: a subscriber calls it for every broadcast
 // to order them by priority.
 func (s Scheme) PriorityOf(subject string) int {
+	_, p := s.Route(subject)
+	return p
+}
+
+// Route returns the kind (KindDirect or KindBroadcast) and the priority of
+// a direct or broadcast subject of s, reading only its kind and priority
+// tokens, or 0, 0 if subject is not one of them. It costs no allocation:
+// the bus calls it for every message it delivers. Parse checks every
+// token.
+func (s Scheme) Route(subject string) (Kind, int) {
 	root := s.Root()
 	if len(subject) <= len(root) || subject[:len(root)] != root || subject[len(root)] != '.' {
-		return 0
+		return 0, 0
 	}
 	rest := subject[len(root)+1:]
+	var kind Kind
 	switch {
 	case strings.HasPrefix(rest, kindAll+"."):
-		rest = rest[len(kindAll)+1:]
+		kind, rest = KindBroadcast, rest[len(kindAll)+1:]
 	case strings.HasPrefix(rest, kindAgent+"."):
 		rest = rest[len(kindAgent)+1:]
 		i := strings.IndexByte(rest, '.')
 		if i < 0 {
-			return 0
+			return 0, 0
 		}
-		rest = rest[i+1:]
+		kind, rest = KindDirect, rest[i+1:]
 	default:
-		return 0
+		return 0, 0
 	}
 	if len(rest) < 3 || rest[0] != priorityPrefix[0] || rest[2] != '.' {
-		return 0
+		return 0, 0
 	}
 	if p := int(rest[1]) - '0'; p >= HighestPriority && p <= LowestPriority {
-		return p
+		return kind, p
 	}
-	return 0
+	return 0, 0
+}
+
+// Template returns the subjects of kind (KindDirect or KindBroadcast) at
+// priority as a template, their agent and type tokens written {to},
+// {from} and {type}: "agentbus.agent.{to}.p2.{from}.{type}". It is the
+// OpenTelemetry messaging.destination.template of those subjects, whose
+// cardinality is low.
+func (s Scheme) Template(kind Kind, priority int) string {
+	p := "." + priorityPrefix + strconv.Itoa(priority) + "."
+	if kind == KindBroadcast {
+		return s.Root() + "." + kindAll + p + "{from}.{type}"
+	}
+	return s.Root() + "." + kindAgent + ".{to}" + p + "{from}.{type}"
+}
+
+// DeadLetterFilter returns the filter subject of the dead letters of agent
+// (every agent when "") of message type typ (every type when ""):
+// <root>.dlq.<agent>.*.<type>. The error wraps [ErrInvalidAgentID] or
+// [ErrInvalidToken].
+func (s Scheme) DeadLetterFilter(agent, typ string) (string, error) {
+	to, t := anyToken, anyToken
+	if agent != "" {
+		if err := ValidateID(agent); err != nil {
+			return "", err
+		}
+		to = EncodeToken(agent)
+	}
+	if typ != "" {
+		if err := ValidateType(typ); err != nil {
+			return "", err
+		}
+		t = EncodeToken(typ)
+	}
+	return s.Root() + "." + kindDLQ + "." + to + "." + anyToken + "." + t, nil
+}
+
+// MaxDeliveriesAdvisories returns the subject of the server's
+// MAX_DELIVERIES advisories for every consumer of the stream of s: a
+// message whose last allowed delivery was never settled.
+func (s Scheme) MaxDeliveriesAdvisories() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.Stream() + "." + anyToken
 }
 
 // AgentFilter returns the filter subject of every direct message to agent,

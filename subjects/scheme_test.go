@@ -524,3 +524,54 @@ func TestPriorityOf(t *testing.T) {
 		}
 	}
 }
+
+func TestRouteTemplateAndFilters(t *testing.T) {
+	s, err := New("prod.bus-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		subject  string
+		kind     Kind
+		priority int
+	}{
+		{"prod.bus-1.agent.a.p2.b.T", KindDirect, 2},
+		{"prod.bus-1.all.p5.b.T", KindBroadcast, 5},
+		{"prod.bus-1.dlq.a.b.T", 0, 0},
+		{"prod.bus-1.agent.a.p6.b.T", 0, 0},
+		{"prod.bus-1.all.q1.b.T", 0, 0},
+		{"agentbus.agent.a.p2.b.T", 0, 0},
+		{"prod.bus-1", 0, 0},
+	} {
+		if kind, p := s.Route(c.subject); kind != c.kind || p != c.priority {
+			t.Errorf("Route(%q) = %v, %d; want %v, %d", c.subject, kind, p, c.kind, c.priority)
+		}
+	}
+	if got := s.Template(KindDirect, 2); got != "prod.bus-1.agent.{to}.p2.{from}.{type}" {
+		t.Errorf("direct template %q", got)
+	}
+	if got := s.Template(KindBroadcast, 1); got != "prod.bus-1.all.p1.{from}.{type}" {
+		t.Errorf("broadcast template %q", got)
+	}
+	for _, c := range []struct{ agent, typ, want string }{
+		{"", "", "prod.bus-1.dlq.*.*.*"},
+		{"build orchestrator", "", "prod.bus-1.dlq.build%20orchestrator.*.*"},
+		{"", "a.b", "prod.bus-1.dlq.*.*.a%2Eb"},
+	} {
+		if got, err := s.DeadLetterFilter(c.agent, c.typ); err != nil || got != c.want {
+			t.Errorf("DeadLetterFilter(%q, %q) = %q, %v; want %q", c.agent, c.typ, got, err, c.want)
+		}
+	}
+	if _, err := s.DeadLetterFilter("*", ""); !errors.Is(err, ErrInvalidAgentID) {
+		t.Errorf("DeadLetterFilter(*) error %v, want ErrInvalidAgentID", err)
+	}
+	if got := s.MaxDeliveriesAdvisories(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.PROD_BUS-1.*" {
+		t.Errorf("advisories %q", got)
+	}
+	if got := s.StatusSubjectPrefix(); got != "$KV.PROD_BUS-1_STATUS." {
+		t.Errorf("status prefix %q", got)
+	}
+	if got := s.StatusDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_STATUS.$KV.PROD_BUS-1_STATUS." {
+		t.Errorf("direct get prefix %q", got)
+	}
+}

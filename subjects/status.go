@@ -38,6 +38,20 @@ func (s Scheme) StatusBucket() string {
 	return s.Stream() + statusBucketSuffix
 }
 
+// StatusSubjectPrefix returns the subject prefix of the status records of
+// s: "$KV.<bucket>.", followed by a key (StatusKey).
+func (s Scheme) StatusSubjectPrefix() string {
+	return kvPrefix + s.StatusBucket() + "."
+}
+
+// StatusDirectGetPrefix returns the prefix of the JetStream API subject
+// that reads the last record of one key directly:
+// "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", followed by the key. An
+// agent's permissions allow it for the keys that name it.
+func (s Scheme) StatusDirectGetPrefix() string {
+	return jsDirectGet + kvStreamPrefix + s.StatusBucket() + "." + s.StatusSubjectPrefix()
+}
+
 // ConversationKey returns the key token of the conversation that
 // correlationID names: the first 16 bytes of its SHA-256 in lower-case hex,
 // 32 characters. It is the hex form of the trace ID that package bus gives
