@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/bus"
@@ -154,4 +155,16 @@ func subscribe(t *testing.T, b *bus.Bus, h bus.Handler, opts ...bus.SubscribeOpt
 		<-s.Done()
 	})
 	return s
+}
+
+func consumerInfo(t *testing.T, b *bus.Bus, name string) (*jetstream.ConsumerInfo, error) {
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		return nil, err
+	}
+	c, err := js.Consumer(testContext(t), b.Subjects().Stream(), name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(testContext(t))
 }

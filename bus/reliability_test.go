@@ -856,3 +856,44 @@ func TestReliabilityPublishWhileServerDown(t *testing.T) {
 		t.Errorf("stream holds %d messages, want %d", stored, len(ids))
 	}
 }
+
+// TestServerRestartLosesNothing: the server restarts on the same store
+// while a subscriber is connected; messages published before and after are
+// all delivered and the subscription resumes on its own.
+func TestServerRestartLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := newServer(t, func(o *embedded.Options) { o.StoreDir = dir })
+	url := s.ClientURL()
+	sender := dialBus(t, url, "sender")
+	agent := dialBus(t, url, "agent")
+	r := newRecorder()
+	subscribe(t, agent, r.handle, bus.WithAckWait(time.Second))
+
+	publish(t, sender, bus.Message{To: "agent", Type: "before"})
+	r.waitCount(t, 1)
+	publish(t, newBus(t, s, "queuer"), bus.Message{To: "offline", Type: "queued"})
+
+	opts := s.Options()
+	s.Shutdown()
+	s2, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	t.Cleanup(s2.Shutdown)
+
+	waitFor(t, "sender reconnected", func() (bool, string) {
+		return sender.Conn().IsConnected(), sender.Conn().Status().String()
+	})
+	publish(t, sender, bus.Message{To: "agent", Type: "after"})
+	r.waitCount(t, 2)
+	if got := r.types(); !slices.Equal(got, []string{"before", "after"}) {
+		t.Errorf("handled %v, want [before after]", got)
+	}
+
+	offline := newBus(t, s2, "offline")
+	r2 := newRecorder()
+	subscribe(t, offline, r2.handle)
+	if d := r2.waitCount(t, 1)[0]; d.Type != "queued" {
+		t.Errorf("offline agent got %q, want queued", d.Type)
+	}
+}

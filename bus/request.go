@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,14 +116,6 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	}
 	b.status.record(s, false)
 	return ack, nil
-}
-
-// handling is what a handler's context carries (ContextWithDelivery): the
-// Delivery being handled, and what the subscription and Reply share about
-// it.
-type handling struct {
-	d       *Delivery
-	replied atomic.Bool // Reply answered d
 }
 
 // requests are a bus's Requests waiting for replies.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -86,15 +85,6 @@ func conversationRoot(correlationID string) trace.SpanContext {
 	})
 }
 
-// conversationOf returns the conversation a message belongs to: its
-// correlation ID, or its own ID if it has none.
-func conversationOf(m *Message) string {
-	if m.CorrelationID != "" {
-		return m.CorrelationID
-	}
-	return m.ID
-}
-
 // parentFor returns the context a span about a message of conversation
 // conv starts under, and the span context to link to. sc is the context of
 // the span that caused the message: the caller's span for a send, the
@@ -119,196 +109,9 @@ func parentUnder(ctx context.Context, sc, root trace.SpanContext) (context.Conte
 	return trace.ContextWithRemoteSpanContext(ctx, root), sc
 }
 
-// traceContext is the W3C Trace Context propagator: the bus always
-// propagates traceparent and tracestate, whatever the global propagator.
-var traceContext propagation.TraceContext
-
-// The trace context travels as the CloudEvents Distributed Tracing
-// extension: the attributes traceparent and tracestate, so ce-traceparent
-// and ce-tracestate headers in binary mode and members of the event in
-// structured mode. A producer that is not a CloudEvents one may instead
-// write the plain W3C traceparent header (as nats.go and OpenTelemetry's
-// NATS instrumentations do): the bus reads that when the event has none.
-
-// extensionCarrier adapts a message's extension attributes to
-// propagation.TextMapCarrier, to write the trace context into a message
-// about to be encoded.
-type extensionCarrier map[string]string
-
 var _ propagation.TextMapCarrier = extensionCarrier(nil)
 
-// Get returns the extension key.
-func (c extensionCarrier) Get(key string) string { return c[key] }
-
-// Set sets the extension key.
-func (c extensionCarrier) Set(key, value string) { c[key] = value }
-
-// Keys returns the extension names.
-func (c extensionCarrier) Keys() []string {
-	out := make([]string, 0, len(c))
-	for k := range c {
-		out = append(out, k)
-	}
-	return out
-}
-
-// incomingCarrier reads the trace context of a delivered message: the
-// event's distributed tracing extension if it has one (ext, the decoded
-// extensions; or, for a message that could not be decoded, its ce-
-// headers), else the plain W3C headers. Headers match in any case:
-// nats.Header is case-sensitive, and other clients write "Traceparent" or
-// "CE-TraceParent".
-type incomingCarrier struct {
-	h   nats.Header
-	ext map[string]string // nil when the message could not be decoded
-}
-
 var _ propagation.TextMapCarrier = incomingCarrier{}
-
-// Get returns the value of key, from the extension first.
-func (c incomingCarrier) Get(key string) string {
-	if c.ext != nil {
-		if v := c.ext[key]; v != "" {
-			return v
-		}
-		// A decoded event's ce- headers are in ext already.
-	} else if v := headerValue(c.h, codecHeaderPrefix+key); v != "" {
-		return v
-	}
-	return headerValue(c.h, key)
-}
-
-// Set does nothing: the carrier is read only.
-func (incomingCarrier) Set(string, string) {}
-
-// Keys returns the header keys.
-func (c incomingCarrier) Keys() []string {
-	out := make([]string, 0, len(c.h))
-	for k := range c.h {
-		out = append(out, k)
-	}
-	return out
-}
-
-// codecHeaderPrefix is the CloudEvents NATS binding's attribute header
-// prefix.
-const codecHeaderPrefix = "ce-"
-
-// headerValue returns the first value of key in h, matched
-// case-insensitively.
-func headerValue(h nats.Header, key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, key) {
-			return v[0]
-		}
-	}
-	return ""
-}
-
-// deliveryKey is the context key of the *handling of the Delivery being
-// handled.
-type deliveryKey struct{}
-
-// ContextWithDelivery returns ctx carrying d as the message being handled.
-// The context a Handler receives carries its Delivery, so that a message
-// published with it continues d's conversation: Publish gives it d's
-// correlation ID and, as CausationID (causationid), d's ID, unless the message
-// sets them. ContextWithDelivery(ctx, nil) drops the Delivery, for a handler
-// that starts an unrelated conversation.
-func ContextWithDelivery(ctx context.Context, d *Delivery) context.Context {
-	var h *handling
-	if d != nil {
-		h = &handling{d: d}
-	}
-	return context.WithValue(ctx, deliveryKey{}, h)
-}
-
-// DeliveryFromContext returns the Delivery ctx carries, if any.
-func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
-	if h := handlingOf(ctx); h != nil {
-		return h.d, true
-	}
-	return nil, false
-}
-
-// handlingOf returns the handling ctx carries, or nil.
-func handlingOf(ctx context.Context) *handling {
-	h, _ := ctx.Value(deliveryKey{}).(*handling)
-	return h
-}
-
-// inherit fills m's correlation ID and CausationID from the Delivery ctx
-// carries, where m leaves them empty. A message that answers a Request's
-// request this way also carries its deadline (ExtReplyBy), as a Reply does.
-func inherit(ctx context.Context, m *Message) {
-	d, ok := DeliveryFromContext(ctx)
-	if !ok {
-		return
-	}
-	if m.CorrelationID == "" {
-		m.CorrelationID = conversationOf(&d.Message)
-	}
-	if m.CausationID == "" {
-		m.CausationID = d.ID
-	}
-	if by, ok := d.Extensions[ExtReplyBy]; ok && m.CausationID == d.ID {
-		setExtension(m, ExtReplyBy, by)
-	}
-}
-
-// setExtension sets extension name of m to v without changing the map m
-// was given with, which the caller may share.
-func setExtension(m *Message, name, v string) {
-	if m.Extensions[name] == v {
-		return
-	}
-	m.Extensions = maps.Clone(m.Extensions)
-	if m.Extensions == nil {
-		m.Extensions = make(map[string]string, 1)
-	}
-	m.Extensions[name] = v
-}
-
-// destination is one low-cardinality destination template of the bus: a
-// kind (direct or broadcast) at one priority. Everything that depends only
-// on it is computed once, in newTelemetry.
-type destination struct {
-	priority    int
-	template    string // messaging.destination.template
-	sendName    string // "send <template>"
-	processName string // "process <template>"
-	metrics     destinationMetrics
-}
-
-// destinationFor returns the destination of a message about to be sent,
-// nil when its priority is out of range (encoding it fails).
-func (t *telemetry) destinationFor(m *Message) *destination {
-	if m.Priority < subjects.HighestPriority || m.Priority > subjects.LowestPriority {
-		return nil
-	}
-	k := 0
-	if m.Broadcast() {
-		k = 1
-	}
-	return &t.dests[k][m.Priority-1]
-}
-
-// destinationOf returns the destination of a delivered message's subject,
-// or nil if the subject is not a direct or broadcast subject of the bus. It
-// does not allocate.
-func (t *telemetry) destinationOf(subject string) *destination {
-	kind, p := t.scheme.Route(subject)
-	switch kind {
-	case subjects.KindDirect:
-		return &t.dests[0][p-1]
-	case subjects.KindBroadcast:
-		return &t.dests[1][p-1]
-	}
-	return nil
-}
 
 // sendOp is a publish under way: its span and when it started.
 type sendOp struct {
@@ -346,12 +149,6 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	}
 	return sendOp{span: span, start: time.Now(), dest: dest}
 }
-
-// The distributed tracing extension's attributes.
-const (
-	extTraceParent = "traceparent"
-	extTraceState  = "tracestate"
-)
 
 // describe puts the attributes of m, encoded as msg, on the span.
 func (op sendOp) describe(m *Message, msg *nats.Msg) {

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
@@ -21,33 +23,6 @@ const HeaderReplayOf = "Agentbus-Replay-Of"
 // ErrDeadLetterNotFound is returned for a dead-letter sequence that the
 // dead-letter stream does not hold.
 var ErrDeadLetterNotFound = errors.New("bus: dead letter not found")
-
-// DeadLetter is a message kept on the dead-letter stream.
-type DeadLetter struct {
-	// Sequence is its sequence in the dead-letter stream.
-	Sequence uint64
-	// Reason, Error and Deliveries say why it was dead-lettered.
-	Reason     DeadLetterReason
-	Error      string
-	Deliveries uint64
-	// Agent is the agent that could not handle it.
-	Agent string
-	// Stream, StreamSequence and Subject locate the original message.
-	Stream         string
-	StreamSequence uint64
-	Subject        string
-	// Time is when it was dead-lettered.
-	Time time.Time
-	// Message is the decoded original, or nil if it was not a valid
-	// CloudEvent (Reason is then ReasonMalformed).
-	Message *Message
-	// Header and Data are the original message as it was stored, with the
-	// JetStream control headers the server would act on again (such as
-	// Nats-Expected-Stream) kept as Agentbus-Dlq-Orig-<header>, and the
-	// dead letter's own headers.
-	Header nats.Header
-	Data   []byte
-}
 
 // DeadLetterFilter selects dead letters. The zero value selects all.
 type DeadLetterFilter struct {
@@ -298,4 +273,98 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 		dl.Message = m
 	}
 	return dl
+}
+
+// WatchDeadLetters dead-letters the messages whose last allowed delivery
+// was never settled, typically because the process handling it crashed.
+// JetStream does not redeliver such a message and leaves it in the stream;
+// it announces it with a MAX_DELIVERIES advisory, which WatchDeadLetters
+// receives. It copies the message to the dead-letter stream (once, even if
+// it also arrives the other way) and, for a direct message, removes it from
+// the stream. It blocks until ctx ends and returns nil then.
+//
+// One watcher per bus is enough; `agentbus serve` runs one. The connection
+// needs permission to read advisories, get messages by sequence and delete
+// them: an operator's. The dead-lettered message's record says the agent
+// whose delivery it was dead-lettered it.
+func (b *Admin) WatchDeadLetters(ctx context.Context) error {
+	if b.isClosed() {
+		return ErrClosed
+	}
+	events := make(chan *nats.Msg, 64)
+	sub, err := b.nc.ChanSubscribe(b.opts.scheme.MaxDeliveriesAdvisories(), events)
+	if err != nil {
+		return fmt.Errorf("watch dead letters: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.nc.Flush(); err != nil {
+		return fmt.Errorf("watch dead letters: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-events:
+			if err := b.handleMaxDeliveries(ctx, m.Data); err != nil {
+				b.opts.onError(err)
+			}
+		}
+	}
+}
+
+// maxDeliveriesAdvisory is the part of the server's advisory we use.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(data, &adv); err != nil {
+		return fmt.Errorf("max deliveries advisory: %w", err)
+	}
+	c, err := b.opts.scheme.ParseConsumer(adv.Consumer)
+	if err != nil {
+		return fmt.Errorf("max deliveries advisory for consumer %q: %w", adv.Consumer, err)
+	}
+	agent := c.Agent
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	s, err := b.js.Stream(ctx, adv.Stream)
+	if err != nil {
+		return fmt.Errorf("max deliveries advisory: stream %s: %w", adv.Stream, err)
+	}
+	raw, err := s.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		return fmt.Errorf("max deliveries advisory: get %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
+	}
+	dl := deadLetter{
+		agent:      agent,
+		reason:     ReasonUnsettled,
+		err:        fmt.Errorf("not settled after %d deliveries", adv.Deliveries),
+		subject:    raw.Subject,
+		stream:     adv.Stream,
+		seq:        adv.StreamSeq,
+		deliveries: adv.Deliveries,
+		header:     raw.Header,
+		data:       raw.Data,
+	}
+	if err := b.writeDeadLetter(ctx, dl); err != nil {
+		return err
+	}
+	if m, err := codec.Decode(raw.Header, raw.Data); err == nil {
+		b.recordDeadLetter(dl, m, agent) // on the agent's behalf
+	}
+	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
+		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))
+	// A direct message concerns this agent alone; a broadcast stays for the
+	// agents that have not handled it yet.
+	if addr, err := b.opts.scheme.Parse(raw.Subject); err == nil && addr.Kind == subjects.KindDirect {
+		if err := s.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("remove dead-lettered %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
+		}
+	}
+	return nil
 }

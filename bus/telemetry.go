@@ -202,3 +202,41 @@ func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
 	observe(b.tel.levels[0].consumers[1], b.tel.broadcastObserve)
 	return errors.Join(errs...)
 }
+
+// destination is one low-cardinality destination template of the bus: a
+// kind (direct or broadcast) at one priority. Everything that depends only
+// on it is computed once, in newTelemetry.
+type destination struct {
+	priority    int
+	template    string // messaging.destination.template
+	sendName    string // "send <template>"
+	processName string // "process <template>"
+	metrics     destinationMetrics
+}
+
+// destinationFor returns the destination of a message about to be sent,
+// nil when its priority is out of range (encoding it fails).
+func (t *telemetry) destinationFor(m *Message) *destination {
+	if m.Priority < subjects.HighestPriority || m.Priority > subjects.LowestPriority {
+		return nil
+	}
+	k := 0
+	if m.Broadcast() {
+		k = 1
+	}
+	return &t.dests[k][m.Priority-1]
+}
+
+// destinationOf returns the destination of a delivered message's subject,
+// or nil if the subject is not a direct or broadcast subject of the bus. It
+// does not allocate.
+func (t *telemetry) destinationOf(subject string) *destination {
+	kind, p := t.scheme.Route(subject)
+	switch kind {
+	case subjects.KindDirect:
+		return &t.dests[0][p-1]
+	case subjects.KindBroadcast:
+		return &t.dests[1][p-1]
+	}
+	return nil
+}
