@@ -106,8 +106,9 @@ func (b *Bus) Received(ctx context.Context, id string) (Message, error) {
 var ErrInvalidNative = errors.New("bus: invalid protocol message")
 
 // checkNative validates a delivered message whose DataSchema names a strict
-// protocol profile. An invalid one is dead-lettered; for basemessage the
-// sender also gets the MESSAGE_ERROR reply the protocol prescribes.
+// protocol profile. An invalid one is dead-lettered; when the protocol
+// answers invalid messages (a profiles.Rejecter: basemessage's
+// MESSAGE_ERROR) the sender also gets that answer.
 func (b *Bus) checkNative(ctx context.Context, m *Message) error {
 	p, ok := profiles.ForDataSchema(m.DataSchema)
 	if !ok || !p.Strict() {
@@ -118,9 +119,9 @@ func (b *Bus) checkNative(ctx context.Context, m *Message) error {
 		return nil
 	}
 	err := fmt.Errorf("%w: %s: %w", ErrInvalidNative, p.Name(), verr)
-	if bm, ok := p.(profiles.BaseMessage); ok && m.From != b.agent {
-		if rerr := b.replyMessageError(ctx, bm, m, verr); rerr != nil {
-			b.opts.onError(fmt.Errorf("MESSAGE_ERROR for %s: %w", m.ID, rerr))
+	if r, ok := p.(profiles.Rejecter); ok && m.From != b.agent {
+		if rerr := b.sendRejection(ctx, r, m, verr); rerr != nil {
+			b.opts.onError(fmt.Errorf("%s rejection of %s: %w", p.Name(), m.ID, rerr))
 		}
 	}
 	return err
@@ -156,13 +157,13 @@ func (b *Bus) reportFindings(ctx context.Context, m *Message) {
 	}
 }
 
-// replyMessageError sends the basemessage MESSAGE_ERROR for m, which failed
-// validation with verr, to m's sender.
-func (b *Bus) replyMessageError(ctx context.Context, bm profiles.BaseMessage, m *Message, verr error) error {
-	reply, err := bm.ErrorReply(m, profiles.ErrorCode(verr), verr.Error(), b.agent, time.Now())
+// sendRejection sends protocol r's answer to m, which failed validation
+// with verr, to m's sender.
+func (b *Bus) sendRejection(ctx context.Context, r profiles.Rejecter, m *Message, verr error) error {
+	reply, err := r.Rejection(m, verr, b.agent, time.Now())
 	if err != nil {
 		return err
 	}
-	_, err = b.PublishNative(ContextWithDelivery(ctx, nil), bm, reply, profiles.Addressing{To: m.From})
+	_, err = b.PublishNative(ContextWithDelivery(ctx, nil), r, reply, profiles.Addressing{To: m.From})
 	return err
 }

@@ -104,6 +104,15 @@ func (p BaseMessage) Decode(native []byte, addr Addressing) (*codec.Message, err
 // error to a MESSAGE_ERROR errorType with [ErrorCode].
 func (p BaseMessage) Validate(native []byte) error { return validateJSON(p.Name(), native) }
 
+// Rejection returns the MESSAGE_ERROR reply (ErrorReply) to invalid, which
+// failed Validate with verr: its errorType is ErrorCode(verr) and its
+// details verr's message. BaseMessage is a Rejecter.
+func (p BaseMessage) Rejection(invalid *codec.Message, verr error, from string, now time.Time) ([]byte, error) {
+	return p.ErrorReply(invalid, ErrorCode(verr), verr.Error(), from, now)
+}
+
+var _ Rejecter = BaseMessage{}
+
 // ErrorCode returns the basemessage errorType for an error from
 // BaseMessage.Validate or BaseMessage.Decode: UNKNOWN_TYPE when the type is
 // not one of the document's, else MISSING_FIELD when a required field is

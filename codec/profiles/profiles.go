@@ -43,6 +43,16 @@ type Profile interface {
 	Defaults() Defaults
 }
 
+// Rejecter is a profile whose protocol answers a message that breaks its
+// rules with a message of its own (basemessage's MESSAGE_ERROR). The bus
+// sends the answer to the sender of an invalid message it dead-letters.
+type Rejecter interface {
+	Profile
+	// Rejection returns the native answer, from agent from at time now, to
+	// invalid, which failed Validate with verr.
+	Rejection(invalid *codec.Message, verr error, from string, now time.Time) ([]byte, error)
+}
+
 // Addressing is what the publishing side knows beyond the native message.
 type Addressing struct {
 	// From is the publishing agent. It is the sender for formats that carry
