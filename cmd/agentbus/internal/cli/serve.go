@@ -23,13 +23,14 @@ import (
 // defaultListen is the address serve listens on without --listen.
 const defaultListen = "127.0.0.1:4222"
 
+// serveFlags are serve's own flags.
+type serveFlags struct {
+	store, listen, authFile string
+	tls                     embedded.TLSOptions
+}
+
 func (a *app) serveCommand() *cobra.Command {
-	var (
-		store    string
-		listen   string
-		authFile string
-		tlsFlags embedded.TLSOptions
-	)
+	var fl serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a NATS server with JetStream and the bus's stream",
@@ -70,117 +71,134 @@ and a human-readable line on stderr. Server warnings and errors are logged
 on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			ctx := cmd.Context()
-			host, port, err := parseListen(listen)
-			if err != nil {
-				return usageError{err}
-			}
-			tlsOpts, err := serveTLS(cmd, tlsFlags)
-			if err != nil {
-				return usageError{err}
-			}
-			login, err := a.serveLogin(authFile)
+			opts, login, err := a.serveOptions(cmd, fl)
 			if err != nil {
 				return err
 			}
-			if store == "" {
-				if store, err = defaultStore(); err != nil {
-					return err
-				}
-			}
-			if store, err = filepath.Abs(store); err != nil {
-				return fmt.Errorf("store: %w", err)
-			}
-			if err := os.MkdirAll(store, 0o700); err != nil {
-				return fmt.Errorf("store: %w", err)
-			}
-			// The server's log is held until it started: a failure to start
-			// is reported once, as the command's error.
-			log := &heldWriter{w: a.stderr}
-			logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			s, err := embedded.Start(embedded.Options{
-				Host:       host,
-				Port:       port,
-				StoreDir:   store,
-				Logger:     embedded.SlogLogger(logger),
-				TLS:        tlsOpts,
-				ConfigFile: authFile,
-			})
-			var locked *embedded.StoreLockedError
-			if errors.As(err, &locked) {
-				return locked // says which store and who holds it, nothing more
-			}
+			s, err := a.startServer(opts)
 			if err != nil {
 				return err
 			}
 			defer s.Shutdown()
-			if err := log.release(); err != nil {
-				return err
-			}
-
-			nc, err := s.Connect(login...)
-			if err != nil && authFile != "" {
-				return fmt.Errorf("log in to the server with the admin's credentials of %s: %w", authFile, err)
-			}
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			admin, err := bus.NewAdmin(nc, bus.WithRoot(a.root),
-				bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			info, err := admin.Provision(ctx, bus.StreamConfig{})
-			if err != nil {
-				return err
-			}
-			// Dead-letter the messages whose last delivery was never settled
-			// (a crashed subscriber): the server only announces them.
-			watchCtx, stopWatch := context.WithCancel(ctx)
-			watched := make(chan struct{})
-			go func() {
-				defer close(watched)
-				admin.WatchDeadLetters(watchCtx)
-			}()
-			defer func() { stopWatch(); <-watched }()
-
-			stopped := make(chan struct{})
-			go func() {
-				defer close(stopped)
-				s.NATS().WaitForShutdown()
-			}()
-			defer func() {
-				s.Shutdown() // ends the goroutine
-				<-stopped
-			}()
-
-			url := s.ClientURL()
-			if _, err := fmt.Fprintln(a.stdout, url); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stderr, "agentbus serving on %s (store %s, stream %s, %d messages)\n", url, store, info.Config.Name, info.State.Msgs)
-
-			select {
-			case <-ctx.Done():
-				s.Shutdown()
-				fmt.Fprintln(a.stderr, "agentbus server stopped")
-				return nil
-			case <-stopped:
-				return errors.New("server stopped unexpectedly")
-			}
+			return a.serveUntilDone(cmd.Context(), s, login, fl.authFile)
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "directory for the server's data (default $XDG_DATA_HOME/agentbus or ~/.local/share/agentbus)")
-	f.StringVar(&listen, "listen", defaultListen, "HOST:PORT for clients; port 0 picks a free port")
-	f.StringVar(&authFile, "auth", "", "accounts, users and permissions file from 'agentbus auth init'; serve logs in with --nkey, --creds or --user/--password")
-	f.StringVar(&tlsFlags.CertFile, "tls-cert", "", "server certificate file (PEM); with --tls-key, clients must use TLS")
-	f.StringVar(&tlsFlags.KeyFile, "tls-key", "", "private key file (PEM) of --tls-cert")
-	f.StringVar(&tlsFlags.CAFile, "tls-ca", "", "CA certificate file (PEM) that client certificates must chain to; needs --tls-verify")
-	f.BoolVar(&tlsFlags.VerifyClients, "tls-verify", false, "require a client certificate issued by --tls-ca")
+	f.StringVar(&fl.store, "store", "", "directory for the server's data (default $XDG_DATA_HOME/agentbus or ~/.local/share/agentbus)")
+	f.StringVar(&fl.listen, "listen", defaultListen, "HOST:PORT for clients; port 0 picks a free port")
+	f.StringVar(&fl.authFile, "auth", "", "accounts, users and permissions file from 'agentbus auth init'; serve logs in with --nkey, --creds or --user/--password")
+	f.StringVar(&fl.tls.CertFile, "tls-cert", "", "server certificate file (PEM); with --tls-key, clients must use TLS")
+	f.StringVar(&fl.tls.KeyFile, "tls-key", "", "private key file (PEM) of --tls-cert")
+	f.StringVar(&fl.tls.CAFile, "tls-ca", "", "CA certificate file (PEM) that client certificates must chain to; needs --tls-verify")
+	f.BoolVar(&fl.tls.VerifyClients, "tls-verify", false, "require a client certificate issued by --tls-ca")
 	return cmd
+}
+
+// serveOptions checks serve's flags and returns the server's options and
+// the login of serve's own connection.
+func (a *app) serveOptions(cmd *cobra.Command, fl serveFlags) (embedded.Options, []nats.Option, error) {
+	host, port, err := parseListen(fl.listen)
+	if err != nil {
+		return embedded.Options{}, nil, usageError{err}
+	}
+	tlsOpts, err := serveTLS(cmd, fl.tls)
+	if err != nil {
+		return embedded.Options{}, nil, usageError{err}
+	}
+	login, err := a.serveLogin(fl.authFile)
+	if err != nil {
+		return embedded.Options{}, nil, err
+	}
+	store := fl.store
+	if store == "" {
+		if store, err = defaultStore(); err != nil {
+			return embedded.Options{}, nil, err
+		}
+	}
+	if store, err = filepath.Abs(store); err != nil {
+		return embedded.Options{}, nil, fmt.Errorf("store: %w", err)
+	}
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return embedded.Options{}, nil, fmt.Errorf("store: %w", err)
+	}
+	return embedded.Options{Host: host, Port: port, StoreDir: store, TLS: tlsOpts, ConfigFile: fl.authFile}, login, nil
+}
+
+// startServer starts the server of opts, its warnings and errors logged on
+// stderr. The log is held until the server started: a failure to start is
+// reported once, as the command's error.
+func (a *app) startServer(opts embedded.Options) (*embedded.Server, error) {
+	log := &heldWriter{w: a.stderr}
+	opts.Logger = embedded.SlogLogger(slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	s, err := embedded.Start(opts)
+	var locked *embedded.StoreLockedError
+	if errors.As(err, &locked) {
+		return nil, locked // says which store and who holds it, nothing more
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := log.release(); err != nil {
+		s.Shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+// serveUntilDone provisions the bus on s as an operator (logged in with
+// login), dead-letters the messages whose last delivery was never settled,
+// prints the client URL, and serves until ctx ends (nil) or the server
+// stops on its own (an error).
+func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []nats.Option, authFile string) error {
+	nc, err := s.Connect(login...)
+	if err != nil && authFile != "" {
+		return fmt.Errorf("log in to the server with the admin's credentials of %s: %w", authFile, err)
+	}
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	admin, err := bus.NewAdmin(nc, bus.WithRoot(a.root),
+		bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	info, err := admin.Provision(ctx, bus.StreamConfig{})
+	if err != nil {
+		return err
+	}
+	// Dead-letter the messages whose last delivery was never settled (a
+	// crashed subscriber): the server only announces them.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() { admin.WatchDeadLetters(watchCtx) })
+	defer func() { stopWatch(); watching.Wait() }()
+
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.NATS().WaitForShutdown()
+	}()
+	defer func() {
+		s.Shutdown() // ends the goroutine
+		<-stopped
+	}()
+
+	url := s.ClientURL()
+	if _, err := fmt.Fprintln(a.stdout, url); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "agentbus serving on %s (store %s, stream %s, %d messages)\n", url, s.Options().StoreDir, info.Config.Name, info.State.Msgs)
+
+	select {
+	case <-ctx.Done():
+		s.Shutdown()
+		fmt.Fprintln(a.stderr, "agentbus server stopped")
+		return nil
+	case <-stopped:
+		return errors.New("server stopped unexpectedly")
+	}
 }
 
 // serveLogin returns the options serve's own connection logs in with:
