@@ -7,6 +7,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
@@ -144,4 +145,187 @@ func ExampleBus_Subscribe_idempotent() {
 	// Output:
 	// order-7: invoice sent on delivery 1
 	// order-7: already done, delivery 2 acknowledges it
+}
+
+// New takes a connection the program already has; it stays the program's
+// to close.
+func ExampleNew() {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.ClientURL(), nats.CustomInboxPrefix(bus.InboxPrefix("planner")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	b, err := bus.New(nc, "planner", bus.WithProvision(bus.StreamConfig{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	ack, err := b.Publish(context.Background(), bus.Message{ID: "plan-1", To: "reviewer", Type: "PLAN"})
+	fmt.Println(ack.ID, ack.Sequence, err)
+	// Output:
+	// plan-1 1 <nil>
+}
+
+// A planner asks a reviewer and waits for the answer; the reviewer's
+// handler answers the delivery it holds.
+func ExampleBus_Request() {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+	ctx := context.Background()
+	reviewer, err := bus.Connect(srv.ClientURL(), "reviewer", bus.WithProvision(bus.StreamConfig{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer reviewer.Close()
+	_, err = reviewer.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "REVIEW_RESULT", Data: []byte("approved: " + string(d.Data))})
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	planner, err := bus.Connect(srv.ClientURL(), "planner")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer planner.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reply, err := planner.Request(ctx, bus.Message{ID: "review-7", To: "reviewer", Type: "REVIEW_REQUEST", Data: []byte("plan 7")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(reply.Type, "from", reply.From, "answering", reply.CausationID+":", string(reply.Data))
+	// Output:
+	// REVIEW_RESULT from reviewer answering review-7: approved: plan 7
+}
+
+// The sender looks up where its message is: pending while the recipient
+// is away, completed once it handled it.
+func ExampleBus_Status() {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+	// Bounds the polling below.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	orch, err := bus.Connect(srv.ClientURL(), "orchestrator", bus.WithProvision(bus.StreamConfig{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer orch.Close()
+	ack, err := orch.Publish(ctx, bus.Message{To: "worker", Type: "TASK"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	state := func() bus.State {
+		for {
+			sts, err := orch.Status(ctx, ack.ID)
+			if err == nil {
+				return sts[0].State
+			}
+			if !errors.Is(err, bus.ErrNoStatus) { // the record is written just after the ack
+				log.Fatal(err)
+			}
+		}
+	}
+	fmt.Println(state())
+
+	worker, err := bus.Connect(srv.ClientURL(), "worker")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close()
+	handled := make(chan struct{})
+	_, err = worker.Subscribe(ctx, func(context.Context, *bus.Delivery) error {
+		defer close(handled)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	<-handled
+	for state() != bus.StateCompleted { // until the ack has reached the server
+	}
+	fmt.Println(bus.StateCompleted)
+	// Output:
+	// pending
+	// completed
+}
+
+// An operator provisions the bus, then reads what happened to an agent's
+// messages: a conversation's records and the dead letters.
+func ExampleAdmin() {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+	// Bounds the polling below.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := bus.ConnectAdmin(srv.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer admin.Close()
+	info, err := admin.Provision(ctx, bus.StreamConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stream", info.Config.Name)
+
+	orch, err := bus.Connect(srv.ClientURL(), "orchestrator")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer orch.Close()
+	worker, err := bus.Connect(srv.ClientURL(), "worker")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close()
+	_, err = worker.Subscribe(ctx, func(_ context.Context, d *bus.Delivery) error {
+		if d.Type == "BROKEN" {
+			return bus.Permanent(errors.New("cannot parse the task"))
+		}
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, typ := range []string{"TASK", "BROKEN"} {
+		if _, err := orch.Publish(ctx, bus.Message{To: "worker", Type: typ, CorrelationID: "release-1"}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	var dls []bus.DeadLetter
+	for len(dls) == 0 {
+		if dls, err = admin.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "worker"}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("dead letter:", dls[0].Message.Type, dls[0].Reason, dls[0].Error)
+	sts, err := admin.Conversation(ctx, "release-1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("conversation release-1:", len(sts), "messages")
+	// Output:
+	// stream AGENTBUS
+	// dead letter: BROKEN rejected cannot parse the task
+	// conversation release-1: 2 messages
 }

@@ -3,6 +3,8 @@ package profiles_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/agentbus/agentbus/codec/profiles"
 )
@@ -43,4 +45,53 @@ func ExampleBaseMessage_ErrorReply() {
 	fmt.Println(profiles.ErrorCode(err))
 	// Output:
 	// MISSING_FIELD
+}
+
+// show prepares the native message in testdata/<profile>/<file> and prints
+// what the bus makes of it.
+func show(p profiles.Profile, file string, addr profiles.Addressing) {
+	native, err := os.ReadFile(filepath.Join("testdata", p.Name(), file))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m, err := profiles.Prepare(p, native, addr)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s -> %s %s p%d conversation %q strict %v\n", m.From, m.To, m.Type, m.Priority, m.CorrelationID, p.Strict())
+}
+
+// A front-matter document carries no addressing: the publisher gives it.
+func ExampleFrontmatter() {
+	show(profiles.Frontmatter{}, "task_assignment.md", profiles.Addressing{From: "orchestrator", To: "worker"})
+	// Output:
+	// orchestrator -> worker task_assignment p3 conversation "" strict true
+}
+
+func ExampleBaseMessage() {
+	show(profiles.BaseMessage{}, "task_assignment.json", profiles.Addressing{})
+	// Output:
+	// build orchestrator -> @agent-fullstack-developer TASK_ASSIGNMENT p3 conversation "task-001" strict true
+}
+
+func ExampleSwarm() {
+	show(profiles.Swarm{}, "component_assignment.json", profiles.Addressing{From: "coordinator", To: "worker"})
+	// Output:
+	// coordinator -> worker ComponentAssignment p3 conversation "C1" strict true
+}
+
+// Coordination is lenient: a message that breaks its rules is delivered
+// with the findings attached.
+func ExampleCoordination() {
+	show(profiles.Coordination{}, "question.json", profiles.Addressing{})
+	// Output:
+	// database-build-agent -> orchestrator question p2 conversation "task-001" strict false
+}
+
+func ExamplePipeline() {
+	show(profiles.Pipeline{}, "message.json", profiles.Addressing{})
+	// Output:
+	// pm -> dev develop p4 conversation "" strict true
 }
