@@ -189,12 +189,7 @@ func TestLiteralWildcardRecipientReachesNobody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &codec.Message{From: "mallory", To: "victim", Type: "T"}
-	ev.SetDefaults(time.Now())
-	h, data, err := codec.Binary{}.Encode(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, data := rawEvent(t, codec.Message{From: "mallory", To: "victim", Type: "T"})
 	ack, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: "agentbus.agent.*.p3.mallory.T", Header: h, Data: data})
 	if err != nil {
 		t.Fatalf("publish with a literal * recipient: %v (if the server now refuses it, update docs/reliability.md)", err)
@@ -244,12 +239,7 @@ func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
 	if _, err := js.UpdateStream(testContext(t), cfg); err != nil {
 		t.Fatal(err)
 	}
-	ev := &codec.Message{From: "mallory", To: "victim", Type: "T"}
-	ev.SetDefaults(time.Now())
-	h, data, err := codec.Binary{}.Encode(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, data := rawEvent(t, codec.Message{From: "mallory", To: "victim", Type: "T"})
 	subjects := []string{"agentbus.all.p7.mallory.T", "agentbus.agent.victim.p1.mallory.T.extra"}
 	for _, subj := range subjects {
 		if _, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: subj, Header: h, Data: data}); err != nil {
@@ -291,12 +281,7 @@ func TestAttributesDisagreeingWithSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &codec.Message{From: "alice", To: "carol", Type: "T", Priority: 1}
-	ev.SetDefaults(time.Now())
-	h, data, err := codec.Binary{}.Encode(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, data := rawEvent(t, codec.Message{From: "alice", To: "carol", Type: "T", Priority: 1})
 	if _, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: "agentbus.agent.bob.p3.alice.T", Header: h, Data: data}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,4 +294,16 @@ func TestAttributesDisagreeingWithSubject(t *testing.T) {
 	if n := mismatches.Load(); n != 1 {
 		t.Errorf("%d mismatches reported, want 1", n)
 	}
+}
+
+// rawEvent returns m, with its defaults, as a binary-mode CloudEvent
+// without a Nats-Msg-Id, for a raw client to publish.
+func rawEvent(t *testing.T, m codec.Message) (nats.Header, []byte) {
+	t.Helper()
+	m.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, data
 }
