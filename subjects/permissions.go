@@ -65,7 +65,13 @@ func InboxPrefix(agent string) (string, error) {
 //   - $JS.API.CONSUMER.CREATE.KV_B.*.$KV.B.P, then
 //     $JS.API.CONSUMER.MSG.NEXT.KV_B.* and $JS.API.CONSUMER.DELETE.KV_B.*:
 //     the short-lived ordered consumers that look records up by message ID
-//     (nats.go deletes each one it replaces; their names are random).
+//     (nats.go deletes each one it replaces; their names are random);
+//   - with A the registry bucket ([Scheme.RegistryBucket]): $KV.A.card.k
+//     and $KV.A.presence.k, k the agent's key token: its own card and
+//     presence, and no other agent's;
+//   - $JS.API.DIRECT.GET.KV_A.$KV.A.>, $JS.API.CONSUMER.CREATE.KV_A.*.$KV.A.>,
+//     $JS.API.CONSUMER.MSG.NEXT.KV_A.* and $JS.API.CONSUMER.DELETE.KV_A.*:
+//     read every agent's card and presence, which the registry is for.
 //
 // No stream information: it would list every key of the bucket.
 //
@@ -112,6 +118,17 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 	pub = append(pub,
 		jsConsumerNext+kvStream+"."+anyToken,
 		jsConsumerDelete+kvStream+"."+anyToken,
+	)
+	reg := s.RegistryBucket()
+	regStream, regKV := kvStreamPrefix+reg, kvPrefix+reg+"."
+	ktok := keyToken(agent)
+	pub = append(pub,
+		regKV+cardKeyPrefix+ktok,
+		regKV+presenceKeyPrefix+ktok,
+		jsDirectGet+regStream+"."+regKV+tail,
+		jsConsumerCreate+regStream+"."+anyToken+"."+regKV+tail,
+		jsConsumerNext+regStream+"."+anyToken,
+		jsConsumerDelete+regStream+"."+anyToken,
 	)
 	return Permissions{
 		Publish:   pub,

@@ -38,6 +38,12 @@ func TestAgentPermissionsGolden(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.KV_AGENTBUS_STATUS.*.$KV.AGENTBUS_STATUS.*.*.*.a",
 		"$JS.API.CONSUMER.MSG.NEXT.KV_AGENTBUS_STATUS.*",
 		"$JS.API.CONSUMER.DELETE.KV_AGENTBUS_STATUS.*",
+		"$KV.AGENTBUS_AGENTS.card.a",
+		"$KV.AGENTBUS_AGENTS.presence.a",
+		"$JS.API.DIRECT.GET.KV_AGENTBUS_AGENTS.$KV.AGENTBUS_AGENTS.>",
+		"$JS.API.CONSUMER.CREATE.KV_AGENTBUS_AGENTS.*.$KV.AGENTBUS_AGENTS.>",
+		"$JS.API.CONSUMER.MSG.NEXT.KV_AGENTBUS_AGENTS.*",
+		"$JS.API.CONSUMER.DELETE.KV_AGENTBUS_AGENTS.*",
 	)
 	if !slices.Equal(p.Publish, want) {
 		t.Errorf("Publish =\n%s\nwant\n%s", strings.Join(p.Publish, "\n"), strings.Join(want, "\n"))

@@ -128,3 +128,36 @@ func FuzzParseStatusKey(f *testing.F) {
 		}
 	})
 }
+
+func TestRegistryKeys(t *testing.T) {
+	for _, agent := range []string{"worker-1", "build orchestrator", "@agent-cto", "日本語", "a=b"} {
+		card, err := CardKey(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		presence, err := PresenceKey(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]RegistryKind{card: RegistryCard, presence: RegistryPresence} {
+			if strings.Trim(key, "-/_=.ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != "" {
+				t.Errorf("key %q has characters a KeyValue key does not allow", key)
+			}
+			kind, got, err := ParseRegistryKey(key)
+			if err != nil || kind != want || got != agent {
+				t.Errorf("ParseRegistryKey(%q) = %v, %q, %v; want %v, %q", key, kind, got, err, want, agent)
+			}
+		}
+	}
+	if _, err := CardKey("*"); !errors.Is(err, ErrInvalidAgentID) {
+		t.Errorf("CardKey(*) error %v, want ErrInvalidAgentID", err)
+	}
+	for _, bad := range []string{"", "card.", "status.a", "card.a.b", "presence.a%20b", "card.=41"} {
+		if _, _, err := ParseRegistryKey(bad); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("ParseRegistryKey(%q) error %v, want ErrInvalidToken", bad, err)
+		}
+	}
+	if got := Default().RegistryBucket(); got != "AGENTBUS_AGENTS" {
+		t.Errorf("RegistryBucket() = %q", got)
+	}
+}

@@ -1,0 +1,94 @@
+package subjects
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The agent registry lives in a JetStream KeyValue bucket, two keys per
+// agent:
+//
+//	card.<agent>      the agent's card: what it is and what it accepts
+//	presence.<agent>  its presence: written with every heartbeat, with a
+//	                  per-key TTL, so the server itself removes it (and
+//	                  leaves a delete marker) when the heartbeats stop
+//
+// <agent> is the agent's key token, as in the status keys ('%' written
+// '='), so server permissions can limit an agent to its own two keys
+// (see [Scheme.AgentPermissions]).
+const (
+	registryBucketSuffix = "_AGENTS"
+	cardKeyPrefix        = "card."
+	presenceKeyPrefix    = "presence."
+)
+
+// RegistryBucket returns the name of the KeyValue bucket of the agent
+// registry of s: [Scheme.Stream] followed by "_AGENTS", such as
+// "AGENTBUS_AGENTS". Its stream is "KV_" and the name.
+func (s Scheme) RegistryBucket() string {
+	return s.Stream() + registryBucketSuffix
+}
+
+// RegistrySubjectPrefix returns the subject prefix of the registry's keys:
+// "$KV.<bucket>.", followed by a key.
+func (s Scheme) RegistrySubjectPrefix() string {
+	return kvPrefix + s.RegistryBucket() + "."
+}
+
+// CardKey returns the registry key of agent's card, "card.<agent>". The
+// error wraps [ErrInvalidAgentID].
+func CardKey(agent string) (string, error) {
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	return cardKeyPrefix + keyToken(agent), nil
+}
+
+// PresenceKey returns the registry key of agent's presence,
+// "presence.<agent>". The error wraps [ErrInvalidAgentID].
+func PresenceKey(agent string) (string, error) {
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	return presenceKeyPrefix + keyToken(agent), nil
+}
+
+// CardKeys and PresenceKeys are the key filters of every agent's card and
+// presence.
+const (
+	CardKeys     = cardKeyPrefix + tail
+	PresenceKeys = presenceKeyPrefix + tail
+)
+
+// RegistryKind is what a registry key holds.
+type RegistryKind int
+
+// The kinds of registry keys.
+const (
+	RegistryCard RegistryKind = iota + 1
+	RegistryPresence
+)
+
+// ParseRegistryKey returns what key holds and whose it is: the inverse of
+// CardKey and PresenceKey. Any other key is an error wrapping
+// [ErrInvalidToken] (and [ErrInvalidAgentID] when the agent is at fault).
+func ParseRegistryKey(key string) (RegistryKind, string, error) {
+	var kind RegistryKind
+	var tok string
+	switch {
+	case strings.HasPrefix(key, cardKeyPrefix):
+		kind, tok = RegistryCard, key[len(cardKeyPrefix):]
+	case strings.HasPrefix(key, presenceKeyPrefix):
+		kind, tok = RegistryPresence, key[len(presenceKeyPrefix):]
+	default:
+		return 0, "", fmt.Errorf("%w: %q is not a registry key card.<agent> or presence.<agent>", ErrInvalidToken, key)
+	}
+	agent, err := decodeID("agent", fromKeyToken(tok))
+	if err != nil {
+		return 0, "", err
+	}
+	if keyToken(agent) != tok {
+		return 0, "", fmt.Errorf("%w: registry key %q is not canonical", ErrInvalidToken, key)
+	}
+	return kind, agent, nil
+}
