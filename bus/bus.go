@@ -47,6 +47,7 @@ type Bus struct {
 
 	backlogReg metric.Registration
 	subs       map[*Subscription]struct{} // under client.mu
+	heartbeat  *heartbeat                 // under client.mu; nil until Register
 }
 
 // New returns the bus of agent on an existing connection. It does not take
@@ -140,8 +141,8 @@ func InboxPrefix(agent string) string {
 func (b *Bus) Agent() string { return b.agent }
 
 // Close stops every subscription, cancelling running handlers' contexts and
-// waiting for them to return, and closes the connection if Connect opened
-// it. Close is idempotent; other methods return ErrClosed after it.
+// waiting for them to return, reports a registered agent offline, and
+// closes the connection if Connect opened it. Close is idempotent; other methods return ErrClosed after it.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -161,6 +162,7 @@ func (b *Bus) Close() error {
 	if err := b.backlogReg.Unregister(); err != nil {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}
+	b.goOffline()
 	b.closeConn()
 	return nil
 }

@@ -15,11 +15,12 @@ import (
 // context, the options, the telemetry, the lifecycle tracker, and, on a
 // connection the handle dialled itself, the server's refusals.
 type client struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	opts   options
-	tel    *telemetry
-	status *tracker // nil when lifecycle tracking is off
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	opts     options
+	tel      *telemetry
+	status   *tracker // nil when lifecycle tracking is off
+	registry registry
 
 	// refusals are the server's refusals of this connection's requests;
 	// nil on a connection the caller made (New, NewAdmin), whose errors
@@ -103,7 +104,7 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &client{nc: nc, js: js, opts: o, tel: tel, status: status, refusals: r}, nil
+	return &client{nc: nc, js: js, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r}, nil
 }
 
 // Subjects returns the subject scheme of the bus.

@@ -57,6 +57,7 @@ type options struct {
 	lifecycle       bool
 	publishAttempts int
 	requestTimeout  time.Duration
+	heartbeat       time.Duration
 }
 
 func defaultOptions() options {
@@ -72,6 +73,7 @@ func defaultOptions() options {
 		lifecycle:       true,
 		publishAttempts: DefaultPublishAttempts,
 		requestTimeout:  DefaultRequestTimeout,
+		heartbeat:       DefaultHeartbeat,
 	}
 }
 
@@ -192,6 +194,20 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
 		}
 		o.meterProvider = mp
+		return nil
+	}
+}
+
+// WithHeartbeat sets how often a registered agent reports its presence
+// (Bus.Register; default DefaultHeartbeat, 10 s). It is found offline three
+// intervals after its last heartbeat. At least 1 s: the server's TTLs are
+// in whole seconds.
+func WithHeartbeat(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Second {
+			return fmt.Errorf("%w: heartbeat %v is under 1s", ErrInvalidOption, d)
+		}
+		o.heartbeat = d
 		return nil
 	}
 }

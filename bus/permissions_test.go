@@ -164,6 +164,19 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 		t.Error("no agentbus.backlog reported")
 	}
 
+	// Each registers its own card and reads the other's.
+	for _, b := range []*bus.Bus{lead, worker} {
+		if err := b.Register(ctx, bus.AgentCard{Description: b.Agent()}); err != nil {
+			t.Fatalf("%s: Register: %v", b.Agent(), err)
+		}
+	}
+	if a, err := lead.LookupAgent(ctx, "build worker"); err != nil || a.Card.Description != "build worker" || a.Presence.Status != bus.Online {
+		t.Errorf("lead reads the worker's card: %+v, %v", a, err)
+	}
+	if all, err := worker.Agents(ctx); err != nil || len(all) != 2 {
+		t.Errorf("worker lists %d agents, %v; want 2", len(all), err)
+	}
+
 	for agent, errs := range map[string]*errorTally{"lead": &leadErrs, "build worker": &workerErrs} {
 		if errs.total() != 0 {
 			t.Errorf("%s: background errors %v", agent, errs)
@@ -540,6 +553,15 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 			_, err := mallory.js.Publish(ctx, statusKey, []byte(`{"state":"completed"}`))
 			return err
 		})
+	})
+	t.Run("write alice's card or presence", func(t *testing.T) {
+		for _, key := range []string{"card.alice", "presence.alice"} {
+			subject := "$KV." + s.RegistryBucket() + "." + key
+			mallory.denied(t, subject, func(ctx context.Context) error {
+				_, err := mallory.js.Publish(ctx, subject, []byte(`{"name":"alice","description":"forged"}`))
+				return err
+			})
+		}
 	})
 	t.Run("list the lookups' consumers", func(t *testing.T) {
 		subject := "$JS.API.CONSUMER.NAMES.KV_" + s.StatusBucket()

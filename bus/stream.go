@@ -189,6 +189,10 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	if err != nil {
 		return nil, err
 	}
+	reg, err := c.RegistryConfig()
+	if err != nil {
+		return nil, err
+	}
 	var info *jetstream.StreamInfo
 	for _, sc := range []jetstream.StreamConfig{cfg, dlq} {
 		s, err := js.CreateOrUpdateStream(ctx, sc)
@@ -207,6 +211,12 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	}
 	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, reg); err != nil {
+		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
+	}
+	if err := denyRollups(ctx, js, "KV_"+reg.Bucket); err != nil {
+		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
 	return info, nil
 }

@@ -1,0 +1,560 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// AgentCard describes an agent to the others: what it is, what it can do
+// and what it accepts. Its fields follow the A2A AgentCard where they make
+// sense on a bus. An agent publishes its own with Bus.Register; anyone
+// reads them with Agents, LookupAgent and FindAgents.
+type AgentCard struct {
+	// Name is the agent ID. Register sets it to the bus's agent.
+	Name string `json:"name"`
+	// Description says what the agent is for, for people and planners.
+	Description string `json:"description,omitempty"`
+	// Version is the agent's own version.
+	Version string `json:"version,omitempty"`
+	// Skills are what the agent can do.
+	Skills []Skill `json:"skills,omitempty"`
+	// Profiles are the agent protocols (codec/profiles) it speaks.
+	Profiles []string `json:"profiles,omitempty"`
+	// Accepts are the message types it handles; empty means any.
+	Accepts []string `json:"accepts,omitempty"`
+	// Priorities are the priority levels it serves, 1..5; empty means all.
+	Priorities []int `json:"priorities,omitempty"`
+	// Heartbeat is how often the agent reports its presence; Register sets
+	// it (WithHeartbeat).
+	Heartbeat Duration `json:"heartbeat"`
+	// Updated is when the card was written; Register sets it.
+	Updated time.Time `json:"updated"`
+}
+
+// Skill is one thing an agent can do, as in A2A's AgentSkill.
+type Skill struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	Examples    []string `json:"examples,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes itself in JSON as Go
+// writes durations ("10s").
+type Duration time.Duration
+
+// MarshalJSON writes d as a string such as "10s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a string such as "10s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Limits of an agent card, which every agent may read: they bound what
+// one agent makes the others load.
+const (
+	// MaxCardSize is the most bytes a card takes as JSON.
+	MaxCardSize = 32 << 10
+	// MaxCardText bounds the description, a skill's description and an
+	// example, in bytes.
+	MaxCardText = 4096
+	// MaxCardItems bounds the skills, profiles, accepted types, a skill's
+	// tags and its examples.
+	MaxCardItems = 64
+)
+
+// ErrInvalidCard is wrapped by the error Register returns for a card that
+// breaks the rules: an empty or over-long field, too many items, a
+// priority outside 1..5, or more than MaxCardSize bytes in all.
+var ErrInvalidCard = errors.New("bus: invalid agent card")
+
+// validate checks c, whose Name is set.
+func (c *AgentCard) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidCard, fmt.Sprintf(format, args...))
+	}
+	short := func(field, v string, limit int) error {
+		if len(v) > limit {
+			return bad("%s is %d bytes, the limit is %d", field, len(v), limit)
+		}
+		return nil
+	}
+	items := func(field string, n int) error {
+		if n > MaxCardItems {
+			return bad("%d %s, the limit is %d", n, field, MaxCardItems)
+		}
+		return nil
+	}
+	errs := []error{
+		short("description", c.Description, MaxCardText),
+		short("version", c.Version, codec.MaxIDLen),
+		items("skills", len(c.Skills)), items("profiles", len(c.Profiles)), items("accepted types", len(c.Accepts)),
+	}
+	for i, s := range c.Skills {
+		if s.ID == "" {
+			errs = append(errs, bad("skill %d has no id", i))
+		}
+		errs = append(errs, short("skill id", s.ID, codec.MaxIDLen), short("skill name", s.Name, codec.MaxIDLen),
+			short("skill description", s.Description, MaxCardText), items("tags of skill "+s.ID, len(s.Tags)),
+			items("examples of skill "+s.ID, len(s.Examples)))
+		for _, t := range s.Tags {
+			errs = append(errs, short("tag", t, codec.MaxIDLen))
+		}
+		for _, e := range s.Examples {
+			errs = append(errs, short("example", e, MaxCardText))
+		}
+	}
+	for _, t := range c.Accepts {
+		if err := subjects.ValidateType(t); err != nil {
+			errs = append(errs, bad("accepted type %q: %v", t, err))
+		}
+	}
+	for _, p := range c.Priorities {
+		if subjects.ValidatePriority(p) != nil {
+			errs = append(errs, bad("priority %d is not 1..5", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PresenceStatus is whether an agent is there.
+type PresenceStatus string
+
+// The presence statuses.
+const (
+	// Online: its heartbeats arrive.
+	Online PresenceStatus = "online"
+	// Offline: it shut down, or its heartbeats stopped for three intervals
+	// (a crash, a lost network).
+	Offline PresenceStatus = "offline"
+	// Unknown: it never reported its presence, or the server no longer
+	// remembers when it went (RegistryConfig.MarkerTTL).
+	Unknown PresenceStatus = "unknown"
+)
+
+// Presence is an agent's presence as the registry tells it.
+type Presence struct {
+	Status PresenceStatus
+	// Since is when it came online (Online) or was found gone (Offline).
+	Since time.Time
+	// LastSeen is its last heartbeat: exact after a clean shutdown and
+	// while online, within one interval after its heartbeats stopped.
+	LastSeen time.Time
+	// Reason says why it is offline: ReasonShutdown or ReasonSilent.
+	Reason string
+}
+
+// Why an agent is offline.
+const (
+	// ReasonShutdown: its bus closed cleanly.
+	ReasonShutdown = "shutdown"
+	// ReasonSilent: its heartbeats stopped; the server removed its
+	// presence three intervals after the last one.
+	ReasonSilent = "silent"
+)
+
+// AgentInfo is one agent of the registry: its card and its presence.
+type AgentInfo struct {
+	Card     AgentCard
+	Presence Presence
+}
+
+// DefaultHeartbeat is how often a registered agent reports its presence
+// (WithHeartbeat). An agent is found offline three intervals after its
+// last heartbeat, 30 s, without any process watching: the server removes
+// its presence record. Ten seconds keeps 10,000 agents at 1,000 small
+// writes a second on the server and finds a crash well inside the
+// pipeline protocol's 3 minutes; AGNTCY SLIM uses the same 10 s and 3
+// misses.
+const DefaultHeartbeat = 10 * time.Second
+
+// presenceMisses is how many heartbeat intervals pass before the server
+// removes an agent's presence.
+const presenceMisses = 3
+
+// presenceRecord is the value of a presence key: a structured CloudEvent
+// (CloudEvents 1.0, JSON), of type agentbus.presence.online or
+// agentbus.presence.offline.
+type presenceRecord struct {
+	SpecVersion     string       `json:"specversion"`
+	ID              string       `json:"id"`
+	Source          string       `json:"source"`
+	Type            string       `json:"type"`
+	Time            time.Time    `json:"time"`
+	DataContentType string       `json:"datacontenttype"`
+	Data            presenceData `json:"data"`
+}
+
+type presenceData struct {
+	Agent    string         `json:"agent"`
+	Status   PresenceStatus `json:"status"`
+	Since    time.Time      `json:"since"`
+	Interval Duration       `json:"interval"`
+	Reason   string         `json:"reason,omitempty"`
+}
+
+// The CloudEvents types of presence records.
+const (
+	EventPresenceOnline  = "agentbus.presence.online"
+	EventPresenceOffline = "agentbus.presence.offline"
+)
+
+// RegistryConfig returns the KeyValue bucket Provision creates for the
+// agent registry: one card and one presence record per agent, presence
+// records written with a TTL (three heartbeats) and the server's delete
+// markers kept for a day, so that an agent that went silent reads offline
+// with when, and not unknown.
+func (c StreamConfig) RegistryConfig() (jetstream.KeyValueConfig, error) {
+	cfg, err := c.JetStream()
+	if err != nil {
+		return jetstream.KeyValueConfig{}, err
+	}
+	s, _ := subjects.New(c.Root) // checked by JetStream
+	return jetstream.KeyValueConfig{
+		Bucket:         s.RegistryBucket(),
+		Description:    "agentbus agent registry under " + s.Root() + ": cards and presence",
+		History:        1,
+		Storage:        cfg.Storage,
+		Replicas:       cfg.Replicas,
+		LimitMarkerTTL: registryMarkerTTL,
+	}, nil
+}
+
+// registryMarkerTTL is how long the registry remembers that an agent went
+// silent.
+const registryMarkerTTL = 24 * time.Hour
+
+// registry is a bus's view of the agent registry bucket.
+type registry struct {
+	prefix string // "$KV.<bucket>."
+	stream string // "KV_<bucket>"
+}
+
+func newRegistry(s subjects.Scheme) registry {
+	return registry{prefix: s.RegistrySubjectPrefix(), stream: "KV_" + s.RegistryBucket()}
+}
+
+// Register publishes card as this agent's card and starts reporting the
+// agent's presence: online at once, with a heartbeat every interval
+// (WithHeartbeat, DefaultHeartbeat) until Close, which reports it offline
+// (ReasonShutdown). A process that dies without Close is found offline
+// (ReasonSilent) three intervals after its last heartbeat, by the server
+// itself. card.Name, Heartbeat and Updated are set by Register. Calling it
+// again replaces the card; the heartbeats go on.
+//
+// Errors: ErrInvalidCard, ErrNotProvisioned (the registry bucket is
+// missing: provision with this version), ErrClosed, or the server's.
+func (b *Bus) Register(ctx context.Context, card AgentCard) error {
+	if b.isClosed() {
+		return ErrClosed
+	}
+	card.Name, card.Heartbeat, card.Updated = b.agent, Duration(b.opts.heartbeat), time.Now().UTC()
+	if err := card.validate(); err != nil {
+		return err
+	}
+	data, err := json.Marshal(card)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxCardSize {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidCard, len(data), MaxCardSize)
+	}
+	key, err := subjects.CardKey(b.agent)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.registry.prefix + key, Data: data}); err != nil {
+		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.heartbeat != nil {
+		return nil
+	}
+	since := time.Now().UTC()
+	if err := b.beat(ctx, since); err != nil {
+		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
+	}
+	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
+	b.heartbeat = hb
+	go b.heartbeats(hb, since)
+	return nil
+}
+
+// heartbeat is a registered bus's presence reporting.
+type heartbeat struct {
+	stop, done chan struct{}
+}
+
+// heartbeats reports the agent online every interval until hb is stopped.
+func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
+	defer close(hb.done)
+	t := time.NewTicker(b.opts.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-hb.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), b.opts.heartbeat)
+			if err := b.beat(ctx, since); err != nil {
+				b.opts.onError(fmt.Errorf("heartbeat of %s: %w", b.agent, err))
+			}
+			cancel()
+		}
+	}
+}
+
+// beat writes the agent's presence record online, to expire three
+// intervals from now unless renewed.
+func (b *Bus) beat(ctx context.Context, since time.Time) error {
+	ttl := presenceMisses * b.opts.heartbeat
+	return b.writePresence(ctx, presenceData{Agent: b.agent, Status: Online, Since: since, Interval: Duration(b.opts.heartbeat)}, ttl)
+}
+
+// goOffline stops the heartbeats of a registered bus and reports the agent
+// offline (ReasonShutdown). Close calls it.
+func (b *Bus) goOffline() {
+	b.mu.Lock()
+	hb := b.heartbeat
+	b.heartbeat = nil
+	b.mu.Unlock()
+	if hb == nil {
+		return
+	}
+	close(hb.stop)
+	<-hb.done
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	now := time.Now().UTC()
+	if err := b.writePresence(ctx, presenceData{Agent: b.agent, Status: Offline, Since: now, Interval: Duration(b.opts.heartbeat), Reason: ReasonShutdown}, 0); err != nil {
+		b.opts.onError(fmt.Errorf("report %s offline: %w", b.agent, err))
+	}
+}
+
+// writePresence writes d as the agent's presence record, with a TTL if ttl
+// is not zero, and waits for the server to store it.
+func (b *Bus) writePresence(ctx context.Context, d presenceData, ttl time.Duration) error {
+	key, err := subjects.PresenceKey(b.agent)
+	if err != nil {
+		return err
+	}
+	typ := EventPresenceOnline
+	if d.Status == Offline {
+		typ = EventPresenceOffline
+	}
+	data, err := json.Marshal(presenceRecord{
+		SpecVersion: codec.SpecVersion, ID: uuid.NewString(), Source: codec.SourcePrefix + subjects.EncodeToken(b.agent),
+		Type: typ, Time: time.Now().UTC(), DataContentType: "application/json", Data: d,
+	})
+	if err != nil {
+		return err
+	}
+	m := &nats.Msg{Subject: b.registry.prefix + key, Data: data, Header: nats.Header{}}
+	if ttl > 0 {
+		m.Header[jetstream.MsgTTLHeader] = []string{ttlSeconds(ttl)}
+	}
+	_, err = b.js.PublishMsg(ctx, m)
+	return err
+}
+
+// registryMissing says what to do when no stream answers on the registry.
+func (c *client) registryMissing(err error) error {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w: the agent registry bucket %s does not exist; run 'agentbus provision' (or Admin.Provision) with this version: %w",
+			ErrNotProvisioned, c.opts.scheme.RegistryBucket(), err)
+	}
+	return err
+}
+
+// ErrAgentNotFound is returned by LookupAgent for an agent with neither a card
+// nor a presence record.
+var ErrAgentNotFound = errors.New("bus: agent not registered")
+
+// Agents returns every agent of the registry, by name: each one's card and
+// presence. An agent that reported its presence without a card has a card
+// with only its Name.
+func (c *client) Agents(ctx context.Context) ([]AgentInfo, error) {
+	return c.readRegistry(ctx, ">")
+}
+
+// LookupAgent returns the card and presence of agent, or ErrAgentNotFound.
+func (c *client) LookupAgent(ctx context.Context, agent string) (AgentInfo, error) {
+	if err := subjects.ValidateID(agent); err != nil {
+		return AgentInfo{}, err
+	}
+	key, _ := subjects.CardKey(agent) // "card.<token>"
+	_, tok, _ := strings.Cut(key, ".")
+	infos, err := c.readRegistry(ctx, "*."+tok)
+	if err != nil {
+		return AgentInfo{}, err
+	}
+	if len(infos) == 0 {
+		return AgentInfo{}, fmt.Errorf("%w: %s", ErrAgentNotFound, agent)
+	}
+	return infos[0], nil
+}
+
+// AgentQuery selects agents by what their cards say. Empty fields select
+// all; set fields must all match.
+type AgentQuery struct {
+	// Skill is a skill ID the agent has.
+	Skill string
+	// Tag is a tag of one of its skills.
+	Tag string
+	// Accepts is a message type it handles (a card without Accepts handles
+	// any).
+	Accepts string
+	// Profile is an agent protocol it speaks.
+	Profile string
+	// Online selects only agents online now.
+	Online bool
+}
+
+// FindAgents returns the agents q selects, by name.
+func (c *client) FindAgents(ctx context.Context, q AgentQuery) ([]AgentInfo, error) {
+	all, err := c.Agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(a AgentInfo) bool { return !q.matches(a) }), nil
+}
+
+func (q AgentQuery) matches(a AgentInfo) bool {
+	card := a.Card
+	if q.Online && a.Presence.Status != Online {
+		return false
+	}
+	if q.Skill != "" && !slices.ContainsFunc(card.Skills, func(s Skill) bool { return s.ID == q.Skill }) {
+		return false
+	}
+	if q.Tag != "" && !slices.ContainsFunc(card.Skills, func(s Skill) bool { return slices.Contains(s.Tags, q.Tag) }) {
+		return false
+	}
+	if q.Accepts != "" && len(card.Accepts) > 0 && !slices.Contains(card.Accepts, q.Accepts) {
+		return false
+	}
+	if q.Profile != "" && !slices.Contains(card.Profiles, q.Profile) {
+		return false
+	}
+	return true
+}
+
+// readRegistry reads the last record of every registry key that matches
+// "<card|presence>.<tokenFilter>" (tokenFilter ">" for all) and returns
+// the agents they describe, by name.
+func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	ctx, stop := c.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	filter := c.registry.prefix + tokenFilter
+	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", c.registryMissing(err)))
+	}
+	defer c.js.DeleteConsumer(context.WithoutCancel(ctx), c.registry.stream, cons.CachedInfo().Name) //nolint:errcheck // it expires anyway
+	byName := map[string]*AgentInfo{}
+	get := func(name string) *AgentInfo {
+		a := byName[name]
+		if a == nil {
+			a = &AgentInfo{Card: AgentCard{Name: name}, Presence: Presence{Status: Unknown}}
+			byName[name] = a
+		}
+		return a
+	}
+	cards := map[string]bool{}
+	silentAt := map[string]time.Time{}
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", err))
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			pending = md.NumPending
+			kind, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
+			if err != nil {
+				continue // not a key the bus writes
+			}
+			a := get(name)
+			removed := m.Headers().Get(jetstream.MarkerReasonHeader) != "" || m.Headers().Get("KV-Operation") != ""
+			switch {
+			case kind == subjects.RegistryCard && !removed:
+				if err := json.Unmarshal(m.Data(), &a.Card); err == nil {
+					a.Card.Name = name
+					cards[name] = true
+				}
+			case kind == subjects.RegistryPresence && removed:
+				// The server removed the presence: the heartbeats stopped.
+				a.Presence = Presence{Status: Offline, Since: md.Timestamp, Reason: ReasonSilent}
+				silentAt[name] = md.Timestamp
+			case kind == subjects.RegistryPresence:
+				var r presenceRecord
+				if err := json.Unmarshal(m.Data(), &r); err != nil {
+					continue
+				}
+				a.Presence = Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", err))
+		}
+		if n == 0 {
+			break
+		}
+	}
+	// A silent agent was last seen three of its intervals before the
+	// server removed its presence, at most one interval after the last
+	// heartbeat.
+	for name, at := range silentAt {
+		a := byName[name]
+		interval := time.Duration(a.Card.Heartbeat)
+		if interval <= 0 {
+			interval = DefaultHeartbeat
+		}
+		a.Presence.LastSeen = at.Add(-presenceMisses * interval)
+	}
+	out := make([]AgentInfo, 0, len(byName))
+	for _, a := range byName {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(x, y AgentInfo) int { return strings.Compare(x.Card.Name, y.Card.Name) })
+	return out, nil
+}

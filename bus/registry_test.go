@@ -1,0 +1,157 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+// agentInfo waits until the registry, read by r, shows agent with status.
+func agentInfo(t *testing.T, r interface {
+	LookupAgent(context.Context, string) (bus.AgentInfo, error)
+}, agent string, status bus.PresenceStatus) bus.AgentInfo {
+	t.Helper()
+	var got bus.AgentInfo
+	waitFor(t, agent+" "+string(status), func() (bool, string) {
+		a, err := r.LookupAgent(testContext(t), agent)
+		if err != nil {
+			return false, err.Error()
+		}
+		got = a
+		return a.Presence.Status == status, string(a.Presence.Status)
+	})
+	return got
+}
+
+// TestRegistryCardsAndPresence: an agent registers its card and is online;
+// others list, get and find it; Close reports it offline at once.
+func TestRegistryCardsAndPresence(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	reviewer := newBus(t, s, "reviewer")
+	card := bus.AgentCard{
+		Description: "reviews pull requests",
+		Version:     "1.2.0",
+		Skills:      []bus.Skill{{ID: "code-review", Name: "Code review", Tags: []string{"go", "security"}, Examples: []string{"review PR 7"}}},
+		Profiles:    []string{"pipeline"},
+		Accepts:     []string{"review_pr"},
+		Priorities:  []int{3, 4},
+	}
+	before := time.Now()
+	if err := reviewer.Register(ctx, card); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	a := agentInfo(t, orch, "reviewer", bus.Online)
+	if a.Card.Name != "reviewer" || a.Card.Description != card.Description || a.Card.Skills[0].Tags[1] != "security" ||
+		time.Duration(a.Card.Heartbeat) != bus.DefaultHeartbeat || a.Card.Updated.Before(before.Add(-time.Second)) {
+		t.Errorf("card %+v", a.Card)
+	}
+	if a.Presence.Since.Before(before.Add(-time.Second)) || a.Presence.LastSeen.IsZero() {
+		t.Errorf("presence %+v", a.Presence)
+	}
+
+	if err := newBus(t, s, "planner").Register(ctx, bus.AgentCard{Skills: []bus.Skill{{ID: "planning", Tags: []string{"go"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		q    bus.AgentQuery
+		want string
+	}{
+		{bus.AgentQuery{}, "planner reviewer"},
+		{bus.AgentQuery{Tag: "go"}, "planner reviewer"},
+		{bus.AgentQuery{Skill: "code-review"}, "reviewer"},
+		{bus.AgentQuery{Accepts: "review_pr"}, "planner reviewer"}, // the planner's card accepts any type
+		{bus.AgentQuery{Accepts: "develop"}, "planner"},
+		{bus.AgentQuery{Profile: "pipeline", Online: true}, "reviewer"},
+	} {
+		got, err := orch.FindAgents(ctx, c.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, a := range got {
+			names = append(names, a.Card.Name)
+		}
+		if strings.Join(names, " ") != c.want {
+			t.Errorf("FindAgents(%+v) = %v, want %s", c.q, names, c.want)
+		}
+	}
+
+	reviewer.Close()
+	a = agentInfo(t, orch, "reviewer", bus.Offline)
+	if a.Presence.Reason != bus.ReasonShutdown || a.Card.Description != card.Description {
+		t.Errorf("after Close: %+v", a)
+	}
+	if _, err := orch.LookupAgent(ctx, "nobody"); !errors.Is(err, bus.ErrAgentNotFound) {
+		t.Errorf("LookupAgent(nobody) error %v, want ErrAgentNotFound", err)
+	}
+	// An operator reads the same registry.
+	if all, err := adminOf(t, s).Agents(ctx); err != nil || len(all) != 2 {
+		t.Errorf("Admin.Agents = %d agents, %v; want 2", len(all), err)
+	}
+}
+
+// TestRegistryCrashIsFoundBySilence: a process that dies without Close is
+// offline three heartbeats after its last one, with nobody watching: the
+// server removes its presence.
+func TestRegistryCrashIsFoundBySilence(t *testing.T) {
+	s := newServer(t)
+	nc := embeddedtest.Connect(t, s)
+	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	agentInfo(t, orch, "worker", bus.Online)
+	nc.Close() // a crash: the heartbeats stop, Close is never called
+	crashed := time.Now()
+	a := agentInfo(t, orch, "worker", bus.Offline)
+	worker.Close()
+	if a.Presence.Reason != bus.ReasonSilent {
+		t.Errorf("presence %+v, want offline, silent", a.Presence)
+	}
+	if d := a.Presence.Since.Sub(crashed); d < 2*time.Second || d > 5*time.Second {
+		t.Errorf("found offline %v after the crash, want about 3 heartbeats of 1s", d)
+	}
+	if d := crashed.Sub(a.Presence.LastSeen); d < -time.Second || d > 2*time.Second {
+		t.Errorf("last seen %v before the crash, want within a heartbeat", d)
+	}
+}
+
+func TestRegistryInvalidCards(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "agent")
+	for name, card := range map[string]bus.AgentCard{
+		"long description": {Description: strings.Repeat("x", bus.MaxCardText+1)},
+		"skill without id": {Skills: []bus.Skill{{Name: "x"}}},
+		"too many skills":  {Skills: make([]bus.Skill, bus.MaxCardItems+1)},
+		"bad priority":     {Priorities: []int{6}},
+		"bad type":         {Accepts: []string{""}},
+		"too large":        {Skills: manySkills(40)},
+	} {
+		if err := b.Register(testContext(t), card); !errors.Is(err, bus.ErrInvalidCard) {
+			t.Errorf("%s: Register error %v, want ErrInvalidCard", name, err)
+		}
+	}
+	if _, err := bus.New(embeddedtest.Connect(t, s), "x", bus.WithHeartbeat(time.Millisecond)); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("WithHeartbeat(1ms) error %v, want ErrInvalidOption", err)
+	}
+}
+
+// manySkills returns n skills of about 1 KiB each.
+func manySkills(n int) []bus.Skill {
+	out := make([]bus.Skill, n)
+	for i := range out {
+		out[i] = bus.Skill{ID: "s" + strings.Repeat("k", i%10+1), Description: strings.Repeat("d", 1000)}
+	}
+	return out
+}
