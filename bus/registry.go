@@ -249,13 +249,68 @@ const registryMarkerTTL = 24 * time.Hour
 
 // registry is a bus's view of the agent registry bucket.
 type registry struct {
-	prefix string // "$KV.<bucket>."
-	stream string // "KV_<bucket>"
+	prefix    string // "$KV.<bucket>."
+	stream    string // "KV_<bucket>"
+	directGet string // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", then the key
 }
 
 func newRegistry(s subjects.Scheme) registry {
-	return registry{prefix: s.RegistrySubjectPrefix(), stream: "KV_" + s.RegistryBucket()}
+	return registry{prefix: s.RegistrySubjectPrefix(), stream: "KV_" + s.RegistryBucket(), directGet: s.RegistryDirectGetPrefix()}
 }
+
+// presenceOf reads agent's presence record directly (one request): its
+// presence and heartbeat interval. An agent that never reported one, or
+// a registry that does not exist, is Unknown.
+func (c *client) presenceOf(ctx context.Context, agent string) (Presence, time.Duration, error) {
+	key, err := subjects.PresenceKey(agent)
+	if err != nil {
+		return Presence{}, 0, err
+	}
+	resp, err := c.nc.RequestWithContext(ctx, c.registry.directGet+key, nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return Presence{Status: Unknown}, 0, nil // no registry: nobody reports presence
+	}
+	if err != nil {
+		return Presence{}, 0, fmt.Errorf("presence of %s: %w", agent, err)
+	}
+	switch code := resp.Header.Get("Status"); code {
+	case "":
+	case "404":
+		return Presence{Status: Unknown}, 0, nil
+	default:
+		return Presence{}, 0, fmt.Errorf("presence of %s: server answered %s %s", agent, code, resp.Header.Get("Description"))
+	}
+	if resp.Header.Get(jetstream.MarkerReasonHeader) != "" || resp.Header.Get("KV-Operation") != "" {
+		at, _ := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer))
+		return Presence{Status: Offline, Since: at, Reason: ReasonSilent}, 0, nil
+	}
+	var r presenceRecord
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return Presence{Status: Unknown}, 0, nil
+	}
+	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, time.Duration(r.Data.Interval), nil
+}
+
+// ErrAgentOffline is wrapped by the error of a Request to an agent the
+// registry says is offline (an *AgentOfflineError), unless the request asks
+// to wait for it (QueueIfOffline).
+var ErrAgentOffline = errors.New("bus: agent offline")
+
+// AgentOfflineError says which agent is offline, since when and why.
+type AgentOfflineError struct {
+	Agent    string
+	Presence Presence
+}
+
+func (e *AgentOfflineError) Error() string {
+	gone := "offline"
+	if !e.Presence.Since.IsZero() {
+		gone = "offline for " + time.Since(e.Presence.Since).Round(time.Second).String()
+	}
+	return fmt.Sprintf("%v: %s has been %s (%s)", ErrAgentOffline, e.Agent, gone, e.Presence.Reason)
+}
+
+func (e *AgentOfflineError) Unwrap() error { return ErrAgentOffline }
 
 // Register publishes card as this agent's card and starts reporting the
 // agent's presence: online at once, with a heartbeat every interval

@@ -155,3 +155,90 @@ func manySkills(n int) []bus.Skill {
 	}
 	return out
 }
+
+// TestRequestToOfflineAgent: a request to an agent that shut down fails at
+// once with ErrAgentOffline saying how long it has been gone; with
+// QueueIfOffline it waits in the agent's queue and is answered when the
+// agent returns.
+func TestRequestToOfflineAgent(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	reviewer := newBus(t, s, "reviewer")
+	if err := reviewer.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	reviewer.Close()
+	orch := newBus(t, s, "orchestrator")
+
+	_, err := orch.Request(ctx, bus.Message{To: "reviewer", Type: "REVIEW"})
+	var offline *bus.AgentOfflineError
+	if !errors.Is(err, bus.ErrAgentOffline) || !errors.As(err, &offline) || offline.Agent != "reviewer" || offline.Presence.Reason != bus.ReasonShutdown {
+		t.Fatalf("Request to an offline agent: %v, want an AgentOfflineError", err)
+	}
+	if !strings.Contains(err.Error(), "reviewer has been offline for") {
+		t.Errorf("error %q does not say for how long", err)
+	}
+
+	type result struct {
+		d   *bus.Delivery
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := orch.Request(ctx, bus.Message{To: "reviewer", Type: "REVIEW"}, bus.QueueIfOffline())
+		done <- result{d, err}
+	}()
+	back := newBus(t, s, "reviewer")
+	if err := back.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, back, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "REVIEWED"})
+		return err
+	})
+	if r := <-done; r.err != nil || r.d.Type != "REVIEWED" {
+		t.Fatalf("queued request: %+v, %v", r.d, r.err)
+	}
+}
+
+// TestRequestFailsWhenAgentGoesSilent: a request waiting for an agent that
+// crashes fails with ErrAgentOffline once the registry finds it silent,
+// well before the request's own deadline.
+func TestRequestFailsWhenAgentGoesSilent(t *testing.T) {
+	s := newServer(t)
+	nc := embeddedtest.Connect(t, s)
+	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{})
+	if _, err := worker.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+		close(got)
+		<-ctx.Done() // never answers
+		return ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := orch.Request(ctx, bus.Message{To: "worker", Type: "TASK"})
+		errs <- err
+	}()
+	<-got
+	nc.Close() // the worker crashes while the request waits
+	select {
+	case err := <-errs:
+		if !errors.Is(err, bus.ErrAgentOffline) {
+			t.Fatalf("Request error %v, want ErrAgentOffline", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the request still waits for a crashed agent")
+	}
+}

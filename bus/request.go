@@ -35,7 +35,20 @@ const ExtReplyBy = "replyby"
 //
 // The returned Delivery has no Stream, Consumer or Sequence when the reply
 // was taken as it was published.
-func (b *Bus) Request(ctx context.Context, m Message) (*Delivery, error) {
+//
+// A request to an agent the registry says is offline (Bus.Register,
+// docs/presence.md) fails at once with an *AgentOfflineError (errors.Is
+// ErrAgentOffline) naming how long it has been gone, and so does a request
+// waiting for an agent that goes offline (found within one of its
+// heartbeat intervals after the registry does); QueueIfOffline sends it
+// anyway, to wait in the agent's queue. An agent that never registered is
+// requested as before. Plain messages queue for an offline agent as
+// always.
+func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*Delivery, error) {
+	var ro requestOptions
+	for _, opt := range opts {
+		opt(&ro)
+	}
 	if m.To == Broadcast {
 		return nil, &codec.FieldError{Field: "To", Value: m.To, Err: fmt.Errorf("%w: a request needs one recipient", ErrInvalidMessage)}
 	}
@@ -49,6 +62,22 @@ func (b *Bus) Request(ctx context.Context, m Message) (*Delivery, error) {
 	m.SetDefaults(time.Now())
 	setExtension(&m, ExtReplyBy, deadline.UTC().Format(time.RFC3339Nano))
 
+	// The recipient's presence, unless the caller queues for it anyway:
+	// offline fails now; online is checked again every heartbeat interval.
+	var recheck <-chan time.Time
+	if !ro.queueIfOffline {
+		p, interval, err := b.presenceOf(ctx, m.To)
+		switch {
+		case err != nil: // the registry cannot tell; the request goes
+		case p.Status == Offline:
+			return nil, &AgentOfflineError{Agent: m.To, Presence: p}
+		case p.Status == Online && interval > 0:
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			recheck = t.C
+		}
+	}
+
 	reply, err := b.req.wait(b, m.ID)
 	if err != nil {
 		return nil, err
@@ -57,18 +86,45 @@ func (b *Bus) Request(ctx context.Context, m Message) (*Delivery, error) {
 	if _, err := b.Publish(ctx, m); err != nil {
 		return nil, err
 	}
-	select {
-	case d := <-reply:
-		return d, nil
-	case <-ctx.Done():
+	var gone error
+wait:
+	for {
+		select {
+		case d := <-reply:
+			return d, nil
+		case <-recheck:
+			if p, _, err := b.presenceOf(ctx, m.To); err == nil && p.Status == Offline {
+				gone = &AgentOfflineError{Agent: m.To, Presence: p}
+				break wait
+			}
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	b.req.forget(m.ID) // after this no reply can be handed over
 	select {
 	case d := <-reply:
 		return d, nil
 	default:
-		return nil, fmt.Errorf("%w: request %s to %s: %w", ErrRequestTimeout, m.ID, m.To, ctx.Err())
 	}
+	if gone != nil {
+		return nil, fmt.Errorf("request %s: %w", m.ID, gone)
+	}
+	return nil, fmt.Errorf("%w: request %s to %s: %w", ErrRequestTimeout, m.ID, m.To, ctx.Err())
+}
+
+// RequestOption configures one Request.
+type RequestOption func(*requestOptions)
+
+type requestOptions struct {
+	queueIfOffline bool
+}
+
+// QueueIfOffline sends a request to an agent the registry says is offline
+// instead of failing with ErrAgentOffline: it waits in the agent's queue,
+// and Request waits for the reply until its context ends.
+func QueueIfOffline() RequestOption {
+	return func(o *requestOptions) { o.queueIfOffline = true }
 }
 
 // Reply sends m as the reply to request: to its sender, in its conversation

@@ -35,6 +35,13 @@ func (s Scheme) RegistrySubjectPrefix() string {
 	return kvPrefix + s.RegistryBucket() + "."
 }
 
+// RegistryDirectGetPrefix returns the prefix of the JetStream API subject
+// that reads the last record of one registry key directly:
+// "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", followed by the key.
+func (s Scheme) RegistryDirectGetPrefix() string {
+	return jsDirectGet + kvStreamPrefix + s.RegistryBucket() + "." + s.RegistrySubjectPrefix()
+}
+
 // CardKey returns the registry key of agent's card, "card.<agent>". The
 // error wraps [ErrInvalidAgentID].
 func CardKey(agent string) (string, error) {

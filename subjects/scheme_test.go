@@ -571,6 +571,9 @@ func TestRouteTemplateAndFilters(t *testing.T) {
 	if got := s.StatusSubjectPrefix(); got != "$KV.PROD_BUS-1_STATUS." {
 		t.Errorf("status prefix %q", got)
 	}
+	if got := s.RegistryDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_AGENTS.$KV.PROD_BUS-1_AGENTS." {
+		t.Errorf("registry direct get prefix %q", got)
+	}
 	if got := s.StatusDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_STATUS.$KV.PROD_BUS-1_STATUS." {
 		t.Errorf("direct get prefix %q", got)
 	}
