@@ -33,6 +33,7 @@ type subscribeFlags struct {
 	ackWait     time.Duration
 	maxDeliver  int
 	exec        string
+	card        string // --card: the agent card to register, a JSON file
 }
 
 func (a *app) subscribeCommand() *cobra.Command {
@@ -98,11 +99,13 @@ for redelivery.`,
 	fl.DurationVar(&f.ackWait, "ack-wait", bus.DefaultAckWait, "how long the server waits for a crashed subscriber before it redelivers (>= 100ms)")
 	fl.IntVar(&f.maxDeliver, "max-deliver", bus.DefaultMaxDeliver, "deliveries of a failing message before it is dead-lettered")
 	fl.StringVar(&f.exec, "exec", "", "run `CMD` with sh -c for each message; exit 0 acknowledges")
+	fl.StringVar(&f.card, "card", "", "register the agent with the card in this JSON `FILE` (bus.AgentCard) and report it online while subscribed (docs/presence.md)")
 	_ = cmd.MarkFlagRequired("agent") // the flag exists
 	return cmd
 }
 
 func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
+	var err error
 	switch {
 	case f.json && f.exec != "":
 		return usagef("--json and --exec cannot be used together")
@@ -124,11 +127,25 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 	case f.maxDeliver < 1:
 		return usagef("--max-deliver %d: must be >= 1", f.maxDeliver)
 	}
+	var card *bus.AgentCard
+	if f.card != "" {
+		if card, err = readCard(f.card); err != nil {
+			return err
+		}
+	}
 	b, err := a.connectAs("agent", f.agent, a.warnErrors())
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if card != nil {
+		if err := b.Register(ctx, *card); err != nil {
+			if errors.Is(err, bus.ErrInvalidCard) {
+				return usageError{fmt.Errorf("--card %s: %w", f.card, err)}
+			}
+			return err
+		}
+	}
 
 	concurrency := f.concurrency
 	if f.count > 0 {

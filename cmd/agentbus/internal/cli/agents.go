@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+func (a *app) agentsCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "agents",
+		Short: "List the registered agents and their presence",
+		Long: `Agents lists the agents of the registry: each one's status (online, offline
+or unknown), when it was last seen, its skills and its description, one row
+each, by name. --json prints a JSON array of the agents' cards and presence.
+
+An agent registers with 'agentbus subscribe --card FILE' or Bus.Register,
+and reports its presence while it runs; one that stops without closing is
+found offline three heartbeats (30 s by default) after its last one
+(docs/presence.md).
+
+  agentbus agents show NAME   prints one agent's card and presence as JSON`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withAdmin(func(admin *bus.Admin) error {
+				all, err := admin.Agents(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.printJSON(agentsJSON(all))
+				}
+				return a.printAgents(all)
+			})
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of the agents")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show NAME",
+		Short: "Print one agent's card and presence as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withAdmin(func(admin *bus.Admin) error {
+				info, err := admin.LookupAgent(cmd.Context(), cmd.Flags().Arg(0))
+				if err != nil {
+					return err
+				}
+				return a.printJSON(agentsJSON([]bus.AgentInfo{info})[0])
+			})
+		}),
+	})
+	return cmd
+}
+
+// agentJSON is one agent as agents --json prints it.
+type agentJSON struct {
+	Card     bus.AgentCard `json:"card"`
+	Status   string        `json:"status"`
+	Since    *time.Time    `json:"since,omitempty"`
+	LastSeen *time.Time    `json:"lastSeen,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+}
+
+func agentsJSON(all []bus.AgentInfo) []agentJSON {
+	out := make([]agentJSON, len(all))
+	for i, a := range all {
+		out[i] = agentJSON{Card: a.Card, Status: string(a.Presence.Status), Reason: a.Presence.Reason,
+			Since: timeOrNil(a.Presence.Since), LastSeen: timeOrNil(a.Presence.LastSeen)}
+	}
+	return out
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// printAgents prints one row per agent.
+func (a *app) printAgents(all []bus.AgentInfo) error {
+	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSTATUS\tLAST SEEN\tSKILLS\tDESCRIPTION")
+	for _, ag := range all {
+		status := string(ag.Presence.Status)
+		if ag.Presence.Reason != "" {
+			status += " (" + ag.Presence.Reason + ")"
+		}
+		seen := "-"
+		if !ag.Presence.LastSeen.IsZero() {
+			seen = ag.Presence.LastSeen.UTC().Format(time.RFC3339)
+		}
+		var skills []string
+		for _, s := range ag.Card.Skills {
+			skills = append(skills, s.ID)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", ag.Card.Name, status, seen, orDash(strings.Join(skills, ",")), orDash(oneLine(ag.Card.Description)))
+	}
+	return w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// readCard reads the agent card in the JSON file path.
+func readCard(path string) (*bus.AgentCard, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--card: %w", err)}
+	}
+	var card bus.AgentCard
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&card); err != nil {
+		return nil, usageError{fmt.Errorf("--card %s: %w", path, err)}
+	}
+	return &card, nil
+}

@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAgents: subscribe --card registers the agent; agents lists it with
+// its skills and, once the subscription ended, offline after a shutdown;
+// agents show prints its card; a bad card file is a usage error.
+func TestAgents(t *testing.T) {
+	url := newServer(t)
+	dir := t.TempDir()
+	card := filepath.Join(dir, "card.json")
+	if err := os.WriteFile(card, []byte(`{"description":"reviews pull requests","skills":[{"id":"code-review","tags":["go"]}],"accepts":["review_pr"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "reviewer", "--type", "review_pr", "--data", "x")
+	mustRun(t, "--server", url, "subscribe", "--agent", "reviewer", "--card", card, "--count", "1")
+
+	out := mustRun(t, "--server", url, "agents")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") {
+		t.Fatalf("agents printed\n%s", out)
+	}
+	if f := strings.Fields(lines[1]); f[0] != "reviewer" || f[1] != "offline" || f[2] != "(shutdown)" || f[4] != "code-review" {
+		t.Errorf("row %q", lines[1])
+	}
+
+	var all []struct {
+		Card struct {
+			Name   string   `json:"name"`
+			Accept []string `json:"accepts"`
+		} `json:"card"`
+		Status   string `json:"status"`
+		LastSeen string `json:"lastSeen"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "--server", url, "agents", "--json")), &all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].Card.Name != "reviewer" || all[0].Status != "offline" || all[0].LastSeen == "" || all[0].Card.Accept[0] != "review_pr" {
+		t.Errorf("agents --json: %+v", all)
+	}
+	if show := mustRun(t, "--server", url, "agents", "show", "reviewer"); !strings.Contains(show, `"description":"reviews pull requests"`) {
+		t.Errorf("agents show printed %s", show)
+	}
+	if r := runIn(t, "", "--server", url, "agents", "show", "nobody"); r.code != exitError || !strings.Contains(r.stderr, "not registered") {
+		t.Errorf("agents show nobody: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	bad := filepath.Join(dir, "bad.json")
+	for _, content := range []string{`{"skills":[{"name":"no id"}]}`, `{"unknown":1}`, `not json`} {
+		if err := os.WriteFile(bad, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := runIn(t, "", "--server", url, "subscribe", "--agent", "x", "--card", bad, "--count", "1", "--timeout", "1s"); r.code != 2 {
+			t.Errorf("card %s: exit %d, stderr %q; want a usage error", content, r.code, r.stderr)
+		}
+	}
+}
