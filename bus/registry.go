@@ -549,7 +549,6 @@ func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentI
 		}
 		return a
 	}
-	cards := map[string]bool{}
 	silentAt := map[string]time.Time{}
 	for pending := cons.CachedInfo().NumPending; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
@@ -569,23 +568,18 @@ func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentI
 				continue // not a key the bus writes
 			}
 			a := get(name)
-			removed := m.Headers().Get(jetstream.MarkerReasonHeader) != "" || m.Headers().Get("KV-Operation") != ""
-			switch {
-			case kind == subjects.RegistryCard && !removed:
-				if err := json.Unmarshal(m.Data(), &a.Card); err == nil {
+			switch kind {
+			case subjects.RegistryCard:
+				if json.Unmarshal(m.Data(), &a.Card) == nil {
 					a.Card.Name = name
-					cards[name] = true
 				}
-			case kind == subjects.RegistryPresence && removed:
-				// The server removed the presence: the heartbeats stopped.
-				a.Presence = Presence{Status: Offline, Since: md.Timestamp, Reason: ReasonSilent}
-				silentAt[name] = md.Timestamp
-			case kind == subjects.RegistryPresence:
-				var r presenceRecord
-				if err := json.Unmarshal(m.Data(), &r); err != nil {
-					continue
+			case subjects.RegistryPresence:
+				if p, ok := presenceOfMsg(m); ok {
+					a.Presence = p
+					if p.Reason == ReasonSilent {
+						silentAt[name] = p.Since
+					}
 				}
-				a.Presence = Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}
 			}
 		}
 		if err := batch.Error(); err != nil {
@@ -612,4 +606,86 @@ func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentI
 	}
 	slices.SortFunc(out, func(x, y AgentInfo) int { return strings.Compare(x.Card.Name, y.Card.Name) })
 	return out, nil
+}
+
+// PresenceChange is an agent coming online or going offline.
+type PresenceChange struct {
+	Agent    string
+	Presence Presence
+	// Previous is the status before: Unknown for the first report of an
+	// agent the watch has not seen.
+	Previous PresenceStatus
+}
+
+// WatchPresence calls f with every agent's presence as it stands and then
+// with every change, in order, until ctx ends; it returns nil then. A
+// heartbeat is no change; an agent that restarted (online again, with a
+// new since) is. The changes come from the registry bucket, where the
+// server itself records an agent gone silent, so the watch needs no
+// process to sweep for silent agents and sees the same as every other
+// watcher. f runs on the watch's goroutine; a slow f delays the next
+// change.
+func (c *client) WatchPresence(ctx context.Context, f func(PresenceChange)) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.registry.prefix + subjects.PresenceKeys},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("watch presence: %w", c.registryMissing(err))
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("watch presence: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	last := map[string]Presence{}
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("watch presence: %w", err)
+		}
+		_, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
+		if err != nil {
+			continue
+		}
+		p, ok := presenceOfMsg(m)
+		if !ok {
+			continue
+		}
+		prev, seen := last[name]
+		if seen && prev.Status == p.Status && prev.Since.Equal(p.Since) {
+			continue // a heartbeat
+		}
+		last[name] = p
+		change := PresenceChange{Agent: name, Presence: p, Previous: Unknown}
+		if seen {
+			change.Previous = prev.Status
+		}
+		f(change)
+	}
+}
+
+// presenceOfMsg reads a presence record, or the server's marker that it
+// was removed.
+func presenceOfMsg(m jetstream.Msg) (Presence, bool) {
+	if h := m.Headers(); h.Get(jetstream.MarkerReasonHeader) != "" || h.Get("KV-Operation") != "" {
+		md, err := m.Metadata()
+		if err != nil {
+			return Presence{}, false
+		}
+		return Presence{Status: Offline, Since: md.Timestamp, Reason: ReasonSilent}, true
+	}
+	var r presenceRecord
+	if err := json.Unmarshal(m.Data(), &r); err != nil {
+		return Presence{}, false
+	}
+	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, true
 }

@@ -242,3 +242,54 @@ func TestRequestFailsWhenAgentGoesSilent(t *testing.T) {
 		t.Fatal("the request still waits for a crashed agent")
 	}
 }
+
+// TestWatchPresence: a watcher sees an agent come online and go offline,
+// and no heartbeat in between.
+func TestWatchPresence(t *testing.T) {
+	s := newServer(t)
+	admin := adminOf(t, s)
+	ctx, cancel := context.WithCancel(testContext(t))
+	changes := make(chan bus.PresenceChange, 16)
+	watched := make(chan error, 1)
+	go func() { watched <- admin.WatchPresence(ctx, func(c bus.PresenceChange) { changes <- c }) }()
+	defer func() { cancel(); <-watched }()
+	next := func() bus.PresenceChange {
+		t.Helper()
+		select {
+		case c := <-changes:
+			return c
+		case <-time.After(testTimeout):
+			t.Fatal("no presence change")
+			return bus.PresenceChange{}
+		}
+	}
+
+	worker := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(); c.Agent != "worker" || c.Presence.Status != bus.Online || c.Previous != bus.Unknown {
+		t.Fatalf("first change %+v, want worker online", c)
+	}
+	// Two heartbeats later: still no change.
+	first, err := admin.LookupAgent(testContext(t), "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two heartbeats", func() (bool, string) {
+		a, err := admin.LookupAgent(testContext(t), "worker")
+		if err != nil {
+			return false, err.Error()
+		}
+		return a.Presence.LastSeen.Sub(first.Presence.LastSeen) >= 2*time.Second, a.Presence.LastSeen.String()
+	})
+	worker.Close()
+	if c := next(); c.Agent != "worker" || c.Presence.Status != bus.Offline || c.Presence.Reason != bus.ReasonShutdown || c.Previous != bus.Online {
+		t.Fatalf("second change %+v, want worker offline after a shutdown", c)
+	}
+	select {
+	case c := <-changes:
+		t.Errorf("unexpected change %+v", c)
+	default:
+	}
+}

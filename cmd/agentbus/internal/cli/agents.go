@@ -14,7 +14,7 @@ import (
 )
 
 func (a *app) agentsCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, watch bool
 	cmd := &cobra.Command{
 		Use:   "agents",
 		Short: "List the registered agents and their presence",
@@ -27,9 +27,19 @@ and reports its presence while it runs; one that stops without closing is
 found offline three heartbeats (30 s by default) after its last one
 (docs/presence.md).
 
+--watch prints every agent's presence as it stands, then each change, one
+line each, until SIGINT or SIGTERM:
+
+  <time> <agent> <status> [(<reason>)] [since <time>]
+
   agentbus agents show NAME   prints one agent's card and presence as JSON`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
+			if watch {
+				return a.withAdmin(func(admin *bus.Admin) error {
+					return admin.WatchPresence(cmd.Context(), a.printPresenceChange)
+				})
+			}
 			return a.withAdmin(func(admin *bus.Admin) error {
 				all, err := admin.Agents(cmd.Context())
 				if err != nil {
@@ -43,6 +53,7 @@ found offline three heartbeats (30 s by default) after its last one
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of the agents")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print each presence change until interrupted")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show NAME",
 		Short: "Print one agent's card and presence as JSON",
@@ -105,6 +116,18 @@ func (a *app) printAgents(all []bus.AgentInfo) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", ag.Card.Name, status, seen, orDash(strings.Join(skills, ",")), orDash(oneLine(ag.Card.Description)))
 	}
 	return w.Flush()
+}
+
+// printPresenceChange prints one line of agents --watch.
+func (a *app) printPresenceChange(c bus.PresenceChange) {
+	line := time.Now().UTC().Format(time.RFC3339) + " " + c.Agent + " " + string(c.Presence.Status)
+	if c.Presence.Reason != "" {
+		line += " (" + c.Presence.Reason + ")"
+	}
+	if !c.Presence.Since.IsZero() {
+		line += " since " + c.Presence.Since.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintln(a.stdout, line)
 }
 
 func orDash(s string) string {

@@ -1,11 +1,17 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
 )
 
 // TestAgents: subscribe --card registers the agent; agents lists it with
@@ -59,5 +65,73 @@ func TestAgents(t *testing.T) {
 		if r := runIn(t, "", "--server", url, "subscribe", "--agent", "x", "--card", bad, "--count", "1", "--timeout", "1s"); r.code != 2 {
 			t.Errorf("card %s: exit %d, stderr %q; want a usage error", content, r.code, r.stderr)
 		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a test may read while a command writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestAgentsWatch: agents --watch prints an agent coming online and going
+// offline, and exits 0 when interrupted.
+func TestAgentsWatch(t *testing.T) {
+	url := newServer(t)
+	card := filepath.Join(t.TempDir(), "card.json")
+	if err := os.WriteFile(card, []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	var out, errOut lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- Main(ctx, []string{"--server", url, "agents", "--watch"}, strings.NewReader(""), &out, &errOut)
+	}()
+
+	waitOut := func(s string) {
+		t.Helper()
+		deadline := time.Now().Add(testTimeout)
+		for !strings.Contains(out.String(), s) {
+			if time.Now().After(deadline) {
+				t.Fatalf("agents --watch printed %q, stderr %q; want %q", out.String(), errOut.String(), s)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// A probe agent shows that the watch runs before the reviewer starts.
+	probe, err := bus.Connect(url, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if err := probe.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	waitOut(" probe online since ")
+
+	mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "reviewer", "--type", "T", "--data", "x")
+	mustRun(t, "--server", url, "subscribe", "--agent", "reviewer", "--card", card, "--count", "1")
+	waitOut("reviewer offline (shutdown)")
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("agents --watch exited %d, stderr %q", code, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], " reviewer online since ") || !strings.Contains(lines[2], " reviewer offline (shutdown) since ") {
+		t.Errorf("agents --watch printed\n%s", out.String())
 	}
 }
