@@ -2,6 +2,7 @@ package subjects
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -58,6 +59,21 @@ func PresenceKey(agent string) (string, error) {
 		return "", err
 	}
 	return presenceKeyPrefix + keyToken(agent), nil
+}
+
+// OutageKey returns the registry key that records the escalation (kind
+// "escalated") or the recovery (kind "recovered") of agent's outage that
+// began at since, a Unix time in nanoseconds: "<kind>.<agent>.<since>".
+// Whoever creates it first sends the event; everyone else finds it taken.
+// The error wraps [ErrInvalidAgentID].
+func OutageKey(kind, agent string, since int64) (string, error) {
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	if kind != "escalated" && kind != "recovered" {
+		return "", fmt.Errorf("%w: outage key kind %q", ErrInvalidToken, kind)
+	}
+	return kind + "." + keyToken(agent) + "." + strconv.FormatInt(since, 10), nil
 }
 
 // CardKeys and PresenceKeys are the key filters of every agent's card and

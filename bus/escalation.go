@@ -1,0 +1,343 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec/profiles"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// EscalationPolicy says what happens when an agent stays offline too long:
+// after After of one outage, an escalation message goes to To (a human's
+// inbox, an orchestrator); when the agent comes back, a recovery message
+// follows.
+type EscalationPolicy struct {
+	// Agent is the agent the policy watches. With Tag instead, the policy
+	// watches every agent whose card has a skill with that tag (a role).
+	Agent string
+	Tag   string
+	// After is how long an outage lasts before it is escalated: the
+	// pipeline protocol's 3 minutes, say. It counts from when the registry
+	// found the agent gone.
+	After time.Duration
+	// To receives the escalation and the recovery.
+	To string
+	// From is the sender the messages carry; empty means "agentbus".
+	From string
+	// Priority of the messages; 0 means 2.
+	Priority int
+	// Message, if set, makes the escalation or recovery message (Type,
+	// Data, ...: see PipelineEscalation for the pipeline protocol's
+	// needs_human). Nil sends EventEscalation or EventRecovery with the
+	// Escalation as JSON data.
+	Message func(Escalation) (Message, error)
+}
+
+// Escalation is what an escalation or a recovery message reports.
+type Escalation struct {
+	Agent string `json:"agent"`
+	// OfflineSince is when the outage began.
+	OfflineSince time.Time `json:"offlineSince"`
+	// Reason is why the agent is offline (ReasonSilent, ReasonShutdown).
+	Reason string `json:"reason"`
+	// After is the policy's limit.
+	After Duration `json:"after"`
+	// Recovered is set on the recovery message, with when.
+	Recovered   bool      `json:"recovered"`
+	RecoveredAt time.Time `json:"recoveredAt,omitzero"`
+	// To and MessageID are the recipient and the ID the message gets, for
+	// a Message func that writes them into a native message.
+	To        string `json:"-"`
+	MessageID string `json:"-"`
+}
+
+// The types of the default escalation and recovery messages.
+const (
+	EventEscalation = "agentbus.escalation"
+	EventRecovery   = "agentbus.recovery"
+)
+
+// WatchEscalations applies policies until ctx ends, and returns nil then:
+// it watches presence (WatchPresence) and, when an agent a policy covers
+// has been offline for the policy's After, sends the escalation; when the
+// agent comes back, the recovery. Each outage is escalated, and recovered,
+// exactly once, however many processes watch and however often they
+// restart: the first to create the outage's record in the registry
+// (subjects.OutageKey) sends it, with a message ID of its own that the
+// stream deduplicates. An agent that flaps never stays offline for After,
+// and is not escalated.
+func (a *Admin) WatchEscalations(ctx context.Context, policies []EscalationPolicy) error {
+	for i, p := range policies {
+		if (p.Agent == "") == (p.Tag == "") || p.After <= 0 || subjects.ValidateID(p.To) != nil {
+			return fmt.Errorf("%w: escalation policy %d needs an Agent or a Tag, After > 0 and a valid To", ErrInvalidOption, i)
+		}
+	}
+	w := &escalations{a: a, policies: policies, outages: map[string]*outage{}}
+	defer w.stopAll()
+	return a.WatchPresence(ctx, func(c PresenceChange) { w.change(ctx, c) })
+}
+
+// escalations is one WatchEscalations.
+type escalations struct {
+	a        *Admin
+	policies []EscalationPolicy
+
+	mu      sync.Mutex
+	outages map[string]*outage // by agent
+	timers  sync.WaitGroup
+}
+
+// outage is one agent's current outage.
+type outage struct {
+	since  time.Time
+	reason string
+	timer  *time.Timer
+	policy EscalationPolicy
+}
+
+// change takes one presence change.
+func (w *escalations) change(ctx context.Context, c PresenceChange) {
+	p, ok := w.policyFor(ctx, c.Agent)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev := w.outages[c.Agent]
+	switch c.Presence.Status {
+	case Offline:
+		if prev != nil && prev.since.Equal(c.Presence.Since) {
+			return
+		}
+		if prev != nil {
+			prev.timer.Stop()
+		}
+		o := &outage{since: c.Presence.Since, reason: c.Presence.Reason, policy: p}
+		w.timers.Add(1)
+		o.timer = time.AfterFunc(time.Until(o.since.Add(p.After)), func() {
+			defer w.timers.Done()
+			w.escalate(ctx, c.Agent, o)
+		})
+		w.outages[c.Agent] = o
+	case Online:
+		if prev == nil {
+			return
+		}
+		if prev.timer.Stop() {
+			w.timers.Done() // it will not run
+		}
+		delete(w.outages, c.Agent)
+		recovered := c.Presence.Since
+		w.timers.Go(func() { w.recover(ctx, c.Agent, prev, recovered) })
+	}
+}
+
+// policyFor returns the policy that covers agent, the first that does.
+func (w *escalations) policyFor(ctx context.Context, agent string) (EscalationPolicy, bool) {
+	var card *AgentCard
+	for _, p := range w.policies {
+		if p.Agent == agent {
+			return p, true
+		}
+		if p.Tag == "" {
+			continue
+		}
+		if card == nil {
+			info, err := w.a.LookupAgent(ctx, agent)
+			if err != nil {
+				return EscalationPolicy{}, false
+			}
+			card = &info.Card
+		}
+		if (AgentQuery{Tag: p.Tag}).matches(AgentInfo{Card: *card}) {
+			return p, true
+		}
+	}
+	return EscalationPolicy{}, false
+}
+
+// escalate sends the escalation of agent's outage o, if the agent is
+// still in it and nobody sent it yet.
+func (w *escalations) escalate(ctx context.Context, agent string, o *outage) {
+	if ctx.Err() != nil {
+		return
+	}
+	p, _, err := w.a.presenceOf(ctx, agent)
+	if err != nil || p.Status != Offline || !p.Since.Equal(o.since) {
+		return // back, or gone again since: the newer change decides
+	}
+	e := Escalation{Agent: agent, OfflineSince: o.since, Reason: o.reason, After: Duration(o.policy.After)}
+	w.send(ctx, "escalated", o, e)
+}
+
+// recover sends the recovery of agent's outage o if it was escalated.
+func (w *escalations) recover(ctx context.Context, agent string, o *outage, at time.Time) {
+	escalated, err := subjects.OutageKey("escalated", agent, o.since.UnixNano())
+	if err != nil {
+		return
+	}
+	if done, err := w.a.registryHas(ctx, escalated); err != nil || !done {
+		return // not escalated (or unknown): nothing to recover from
+	}
+	e := Escalation{Agent: agent, OfflineSince: o.since, Reason: o.reason, After: Duration(o.policy.After), Recovered: true, RecoveredAt: at}
+	w.send(ctx, "recovered", o, e)
+}
+
+// send sends the escalation or recovery e (kind "escalated" or
+// "recovered") once: the message with an ID of its own, then the outage's
+// record. A process that dies in between leaves the record absent; the
+// next one to try sends the message again, and the stream drops it as a
+// duplicate within its duplicate window.
+func (w *escalations) send(ctx context.Context, kind string, o *outage, e Escalation) {
+	key, err := subjects.OutageKey(kind, e.Agent, o.since.UnixNano())
+	if err != nil {
+		w.a.opts.onError(err)
+		return
+	}
+	subject := w.a.registry.prefix + key
+	if done, err := w.a.registryHas(ctx, key); err != nil {
+		w.a.opts.onError(fmt.Errorf("%s %s: %w", kind, e.Agent, err))
+		return
+	} else if done {
+		return // sent already
+	}
+	e.To = o.policy.To
+	e.MessageID = kind + "/" + e.Agent + "/" + strconv.FormatInt(o.since.UnixNano(), 10)
+	m, err := escalationMessage(o.policy, e, kind)
+	if err != nil {
+		w.a.opts.onError(fmt.Errorf("%s %s: %w", kind, e.Agent, err))
+		return
+	}
+	m.ID = e.MessageID
+	if err := w.a.publishAs(ctx, m); err != nil {
+		w.a.opts.onError(fmt.Errorf("%s %s: %w", kind, e.Agent, err))
+		return
+	}
+	data, _ := json.Marshal(e)
+	rec := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}}
+	if _, err := w.a.js.PublishMsg(ctx, rec); err != nil {
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+			w.a.opts.onError(fmt.Errorf("%s %s: record: %w", kind, e.Agent, err))
+		}
+	}
+}
+
+// registryHas reports whether the registry holds key.
+func (c *client) registryHas(ctx context.Context, key string) (bool, error) {
+	resp, err := c.nc.RequestWithContext(ctx, c.registry.directGet+key, nil)
+	if err != nil {
+		return false, err
+	}
+	switch code := resp.Header.Get("Status"); code {
+	case "":
+		return true, nil
+	case "404":
+		return false, nil
+	default:
+		return false, fmt.Errorf("registry key %s: server answered %s %s", key, code, resp.Header.Get("Description"))
+	}
+}
+
+// escalationMessage makes the message of e under policy p.
+func escalationMessage(p EscalationPolicy, e Escalation, kind string) (Message, error) {
+	var m Message
+	if p.Message != nil {
+		var err error
+		if m, err = p.Message(e); err != nil {
+			return Message{}, err
+		}
+	} else {
+		data, err := json.Marshal(e)
+		if err != nil {
+			return Message{}, err
+		}
+		m = Message{Type: EventEscalation, ContentType: "application/json", Data: data}
+		if kind == "recovered" {
+			m.Type = EventRecovery
+		}
+	}
+	m.To = p.To
+	if m.From == "" {
+		m.From = p.From
+	}
+	if m.From == "" {
+		m.From = "agentbus"
+	}
+	if m.Priority == 0 {
+		m.Priority = p.Priority
+	}
+	if m.Priority == 0 {
+		m.Priority = 2
+	}
+	if m.CorrelationID == "" {
+		m.CorrelationID = "outage/" + e.Agent + "/" + strconv.FormatInt(e.OfflineSince.UnixNano(), 10)
+	}
+	return m, nil
+}
+
+// publishAs publishes m, whose From is set, as the admin may: encoded as a
+// Bus would, and waited for.
+func (a *Admin) publishAs(ctx context.Context, m Message) error {
+	m.SetDefaults(time.Now())
+	h, data, err := a.opts.codec.Encode(&m)
+	if err != nil {
+		return err
+	}
+	subject, err := a.opts.scheme.Direct(m.To, m.From, m.Type, m.Priority)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	}
+	h[jetstream.MsgIDHeader] = []string{m.ID}
+	_, err = a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})
+	return err
+}
+
+// stopAll stops the pending escalations and waits for those running.
+func (w *escalations) stopAll() {
+	w.mu.Lock()
+	for _, o := range w.outages {
+		if o.timer.Stop() {
+			w.timers.Done()
+		}
+	}
+	w.outages = map[string]*outage{}
+	w.mu.Unlock()
+	w.timers.Wait()
+}
+
+// PipelineEscalation makes the pipeline protocol's own message for an
+// escalation (needs_human, with reason, type "agent_offline" and the
+// agent) or a recovery (info): pass it as EscalationPolicy.Message where
+// the pipeline protocol is spoken. Its sender is "pipeline", the
+// document's broker.
+func PipelineEscalation(e Escalation) (Message, error) {
+	subject, body := "needs_human", map[string]any{
+		"reason": fmt.Sprintf("%s offline since %s (%s)", e.Agent, e.OfflineSince.UTC().Format(time.RFC3339), e.Reason),
+		"type":   "agent_offline", "fromState": "offline",
+	}
+	if e.Recovered {
+		subject, body = "info", map[string]any{"message": fmt.Sprintf("%s is back since %s", e.Agent, e.RecoveredAt.UTC().Format(time.RFC3339))}
+	}
+	native, err := json.Marshal(map[string]any{
+		"id": e.MessageID, "from": "pipeline", "to": e.To, "subject": subject, "body": body,
+		"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "replyTo": nil, "status": "pending",
+	})
+	if err != nil {
+		return Message{}, err
+	}
+	m, err := profiles.Prepare(profiles.Pipeline{}, native, profiles.Addressing{})
+	if err != nil {
+		return Message{}, err
+	}
+	return *m, nil
+}

@@ -1,0 +1,151 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+// watchEscalations runs WatchEscalations on an admin of its own until the
+// returned function is called.
+func watchEscalations(t *testing.T, s *embedded.Server, policies []bus.EscalationPolicy) (stop func()) {
+	t.Helper()
+	admin := adminOf(t, s, bus.WithErrorHandler(func(err error) { t.Errorf("escalations: %v", err) }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- admin.WatchEscalations(ctx, policies) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchEscalations: %v", err)
+		}
+	}
+}
+
+// inboxCount returns how many messages the stream holds for agent.
+func inboxCount(t *testing.T, s *embedded.Server, agent string) uint64 {
+	t.Helper()
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(testContext(t), "AGENTBUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(testContext(t), jetstream.WithSubjectFilter("agentbus.agent."+agent+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+// TestEscalationOncePerOutage: a worker crashes; two watchers, one of them
+// restarted mid-outage, escalate the outage once, after the policy's
+// limit, in the pipeline protocol's needs_human; when the worker returns,
+// one recovery follows.
+func TestEscalationOncePerOutage(t *testing.T) {
+	s := newServer(t)
+	policies := []bus.EscalationPolicy{{Agent: "worker", After: 2 * time.Second, To: "human", Message: bus.PipelineEscalation}}
+	stopA := watchEscalations(t, s, policies)
+	stopB := watchEscalations(t, s, policies)
+	defer stopB()
+
+	nc := embeddedtest.Connect(t, s)
+	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	agentInfo(t, orch, "worker", bus.Online)
+	nc.Close() // crash
+	crashed := time.Now()
+	agentInfo(t, orch, "worker", bus.Offline)
+	stopA() // a watcher goes away mid-outage
+	stopC := watchEscalations(t, s, policies)
+	defer stopC()
+
+	human := newBus(t, s, "human")
+	r := newRecorder()
+	subscribe(t, human, r.handle)
+	d := r.waitCount(t, 1)[0]
+	if d.Type != "needs_human" || d.From != "pipeline" || d.Priority != 2 {
+		t.Errorf("escalation %s from %s at p%d, want the pipeline's needs_human at p2", d.Type, d.From, d.Priority)
+	}
+	if took := time.Since(crashed); took < 4*time.Second {
+		t.Errorf("escalated %v after the crash, want after ~3s to find it and the 2s limit", took)
+	}
+	var native struct {
+		Body struct{ Type string } `json:"body"`
+	}
+	if err := json.Unmarshal(d.Data, &native); err != nil || native.Body.Type != "agent_offline" {
+		t.Errorf("needs_human %s (%v)", d.Data, err)
+	}
+
+	back := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
+	if err := back.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.waitCount(t, 2)[1]; got.Type != "info" {
+		t.Errorf("recovery %s, want the pipeline's info", got.Type)
+	}
+	// Exactly one of each, whatever the watchers did: both are recorded,
+	// so none will send another.
+	waitFor(t, "two messages to human", func() (bool, string) {
+		n := inboxCount(t, s, "human")
+		return n == 2, fmt.Sprint(n, " messages")
+	})
+	if n := len(r.deliveries()); n != 2 {
+		t.Errorf("human got %d messages, want an escalation and a recovery", n)
+	}
+}
+
+// TestEscalationIgnoresFlapping: an agent that goes away and comes back
+// within the limit, again and again, is not escalated; the outage that
+// lasts is, once.
+func TestEscalationIgnoresFlapping(t *testing.T) {
+	s := newServer(t)
+	stop := watchEscalations(t, s, []bus.EscalationPolicy{{Tag: "build", After: 2 * time.Second, To: "lead"}})
+	defer stop()
+	card := bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"build"}}}}
+	for range 3 {
+		b := newBus(t, s, "builder")
+		if err := b.Register(testContext(t), card); err != nil {
+			t.Fatal(err)
+		}
+		b.Close() // offline for a moment, then back
+	}
+	orch := newBus(t, s, "orchestrator")
+	final := agentInfo(t, orch, "builder", bus.Offline)
+
+	lead := newBus(t, s, "lead")
+	r := newRecorder()
+	subscribe(t, lead, r.handle)
+	d := r.waitCount(t, 1)[0]
+	var e bus.Escalation
+	if err := json.Unmarshal(d.Data, &e); err != nil {
+		t.Fatal(err)
+	}
+	if d.Type != bus.EventEscalation || e.Agent != "builder" || !e.OfflineSince.Equal(final.Presence.Since) || e.Reason != bus.ReasonShutdown {
+		t.Errorf("escalation %s %+v, want the last outage (since %v)", d.Type, e, final.Presence.Since)
+	}
+	if n := inboxCount(t, s, "lead"); n != 1 {
+		t.Errorf("lead has %d messages, want one escalation", n)
+	}
+}
