@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -54,6 +55,7 @@ line each, until SIGINT or SIGTERM:
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of the agents")
 	cmd.Flags().BoolVar(&watch, "watch", false, "print each presence change until interrupted")
+	cmd.AddCommand(a.escalateCommand())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show NAME",
 		Short: "Print one agent's card and presence as JSON",
@@ -150,4 +152,44 @@ func readCard(path string) (*bus.AgentCard, error) {
 		return nil, usageError{fmt.Errorf("--card %s: %w", path, err)}
 	}
 	return &card, nil
+}
+
+func (a *app) escalateCommand() *cobra.Command {
+	var (
+		p        bus.EscalationPolicy
+		pipeline bool
+	)
+	cmd := &cobra.Command{
+		Use:   "escalate (--agent NAME | --tag TAG) --after D --to AGENT [--pipeline]",
+		Short: "Escalate agents that stay offline too long",
+		Long: `Escalate watches the presence of --agent (or of every agent with a skill
+tagged --tag) and, when it stays offline for --after, sends an escalation to
+--to; when the agent comes back, a recovery. Each outage is escalated once,
+however many escalate processes run or restart. With --pipeline the messages
+are the pipeline protocol's own needs_human and info, from "pipeline";
+otherwise agentbus.escalation and agentbus.recovery events from "agentbus".
+It runs until SIGINT or SIGTERM, with an operator's identity
+(docs/presence.md).`,
+		Example: `  agentbus agents escalate --agent dev --after 3m --to human --pipeline`,
+		Args:    cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command) error {
+			if pipeline {
+				p.Message = bus.PipelineEscalation
+			}
+			return a.withAdmin(func(admin *bus.Admin) error {
+				err := admin.WatchEscalations(cmd.Context(), []bus.EscalationPolicy{p})
+				if errors.Is(err, bus.ErrInvalidOption) {
+					return usageError{err}
+				}
+				return err
+			})
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.Agent, "agent", "", "the agent to watch")
+	f.StringVar(&p.Tag, "tag", "", "watch every agent with a skill tagged so (a role), instead of --agent")
+	f.DurationVar(&p.After, "after", 0, "how long an outage lasts before it is escalated, e.g. 3m")
+	f.StringVar(&p.To, "to", "", "the agent that gets the escalations and recoveries")
+	f.BoolVar(&pipeline, "pipeline", false, "send the pipeline protocol's needs_human and info")
+	return cmd
 }

@@ -135,3 +135,17 @@ func TestAgentsWatch(t *testing.T) {
 		t.Errorf("agents --watch printed\n%s", out.String())
 	}
 }
+
+func TestAgentsEscalateUsage(t *testing.T) {
+	url := newServer(t)
+	for _, args := range [][]string{
+		{"agents", "escalate", "--after", "1m", "--to", "human"},
+		{"agents", "escalate", "--agent", "dev", "--tag", "t", "--after", "1m", "--to", "human"},
+		{"agents", "escalate", "--agent", "dev", "--to", "human"},
+		{"agents", "escalate", "--agent", "dev", "--after", "1m", "--to", "*"},
+	} {
+		if r := runIn(t, "", append([]string{"--server", url}, args...)...); r.code != 2 {
+			t.Errorf("agentbus %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+}
