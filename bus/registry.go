@@ -689,3 +689,31 @@ func presenceOfMsg(m jetstream.Msg) (Presence, bool) {
 	}
 	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, true
 }
+
+// Backlog returns, for each priority 1..5 (index 0..4), how many messages
+// wait for agent in its direct consumer, not yet delivered: what it will
+// find when it comes back. An agent whose consumers do not exist yet has
+// none counted (its messages wait in the stream all the same).
+func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPriority]uint64, error) {
+	var out [subjects.LowestPriority]uint64
+	cs, err := a.opts.scheme.Consumers(agent)
+	if err != nil {
+		return out, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for _, c := range cs {
+		if c.Broadcast {
+			continue
+		}
+		cons, err := a.js.Consumer(ctx, a.opts.scheme.Stream(), c.Name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("backlog of %s: %w", agent, a.notProvisioned(err))
+		}
+		out[c.Priority-1] = cons.CachedInfo().NumPending
+	}
+	return out, nil
+}

@@ -20,8 +20,8 @@ func (a *app) agentsCommand() *cobra.Command {
 		Use:   "agents",
 		Short: "List the registered agents and their presence",
 		Long: `Agents lists the agents of the registry: each one's status (online, offline
-or unknown), when it was last seen, its skills and its description, one row
-each, by name. --json prints a JSON array of the agents' cards and presence.
+or unknown), when it was last seen, the messages waiting for it at each
+priority, its skills and its description, one row each, by name. --json prints a JSON array of the agents' cards and presence.
 
 An agent registers with 'agentbus subscribe --card FILE' or Bus.Register,
 and reports its presence while it runs; one that stops without closing is
@@ -46,10 +46,18 @@ line each, until SIGINT or SIGTERM:
 				if err != nil {
 					return err
 				}
+				backlogs := make([]string, len(all))
+				for i, ag := range all {
+					b, err := admin.Backlog(cmd.Context(), ag.Card.Name)
+					if err != nil {
+						return err
+					}
+					backlogs[i] = fmt.Sprintf("%d/%d/%d/%d/%d", b[0], b[1], b[2], b[3], b[4])
+				}
 				if asJSON {
 					return a.printJSON(agentsJSON(all))
 				}
-				return a.printAgents(all)
+				return a.printAgents(all, backlogs)
 			})
 		}),
 	}
@@ -98,11 +106,12 @@ func timeOrNil(t time.Time) *time.Time {
 	return &t
 }
 
-// printAgents prints one row per agent.
-func (a *app) printAgents(all []bus.AgentInfo) error {
+// printAgents prints one row per agent; backlogs are the agents' waiting
+// messages by priority, "p1/p2/p3/p4/p5".
+func (a *app) printAgents(all []bus.AgentInfo, backlogs []string) error {
 	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSTATUS\tLAST SEEN\tSKILLS\tDESCRIPTION")
-	for _, ag := range all {
+	fmt.Fprintln(w, "NAME\tSTATUS\tLAST SEEN\tBACKLOG P1/P2/P3/P4/P5\tSKILLS\tDESCRIPTION")
+	for i, ag := range all {
 		status := string(ag.Presence.Status)
 		if ag.Presence.Reason != "" {
 			status += " (" + ag.Presence.Reason + ")"
@@ -115,7 +124,7 @@ func (a *app) printAgents(all []bus.AgentInfo) error {
 		for _, s := range ag.Card.Skills {
 			skills = append(skills, s.ID)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", ag.Card.Name, status, seen, orDash(strings.Join(skills, ",")), orDash(oneLine(ag.Card.Description)))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", ag.Card.Name, status, seen, backlogs[i], orDash(strings.Join(skills, ",")), orDash(oneLine(ag.Card.Description)))
 	}
 	return w.Flush()
 }

@@ -26,13 +26,16 @@ func TestAgents(t *testing.T) {
 	}
 	mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "reviewer", "--type", "review_pr", "--data", "x")
 	mustRun(t, "--server", url, "subscribe", "--agent", "reviewer", "--card", card, "--count", "1")
+	// Two more wait for it, at priorities 1 and 4.
+	mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "reviewer", "--type", "review_pr", "--priority", "1", "--data", "y")
+	mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "reviewer", "--type", "review_pr", "--priority", "4", "--data", "z")
 
 	out := mustRun(t, "--server", url, "agents")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") {
 		t.Fatalf("agents printed\n%s", out)
 	}
-	if f := strings.Fields(lines[1]); f[0] != "reviewer" || f[1] != "offline" || f[2] != "(shutdown)" || f[4] != "code-review" {
+	if f := strings.Fields(lines[1]); f[0] != "reviewer" || f[1] != "offline" || f[2] != "(shutdown)" || f[4] != "1/0/0/1/0" || f[5] != "code-review" {
 		t.Errorf("row %q", lines[1])
 	}
 
