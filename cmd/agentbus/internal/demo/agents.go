@@ -18,11 +18,32 @@ const poisonIssue = "JOP-666"
 // settings; they share the agent's durable consumers, so they split the
 // work, and a message one of them abandons goes to the other.
 func (d *demo) startWorker(ctx context.Context, n int) (*agent, error) {
-	w, err := d.connect(worker, fmt.Sprintf("%s#%d", worker, n))
+	return d.launchWorker(ctx, n, false)
+}
+
+// startRegisteredWorker is startWorker for a process that first registers
+// the agent's card and reports its presence, every heartbeat.
+func (d *demo) startRegisteredWorker(ctx context.Context, n int) (*agent, error) {
+	return d.launchWorker(ctx, n, true)
+}
+
+func (d *demo) launchWorker(ctx context.Context, n int, register bool) (*agent, error) {
+	var opts []bus.Option
+	if register {
+		opts = append(opts, bus.WithHeartbeat(heartbeat))
+	}
+	w, err := d.connect(worker, fmt.Sprintf("%s#%d", worker, n), opts...)
 	if err != nil {
 		return nil, err
 	}
 	d.workers = append(d.workers, w)
+	if register {
+		card := bus.AgentCard{Description: "develops pipeline issues", Profiles: []string{"pipeline", "basemessage"},
+			Skills: []bus.Skill{{ID: "develop", Tags: []string{"go"}}}, Accepts: []string{"develop", "ESCALATION_REQUEST"}}
+		if err := w.bus.Register(ctx, card); err != nil {
+			return nil, err
+		}
+	}
 	w.sub, err = w.bus.Subscribe(ctx, d.workerHandler(w),
 		bus.WithAckWait(ackWait),
 		bus.WithMaxDeliver(maxDeliver),

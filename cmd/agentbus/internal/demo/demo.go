@@ -18,6 +18,9 @@ const (
 	orchestrator = "orchestrator"
 	worker       = "worker" // two processes: worker#1 and worker#2
 	reviewer     = "reviewer"
+	// human is the inbox of the person the operator's escalation policy
+	// calls when the worker stays offline.
+	human = "human"
 	// operator provisions the bus and watches for dead letters, as
 	// `agentbus serve` does, and reads what an agent's permissions would
 	// not let it: the dead-letter stream and whole conversations.
@@ -43,6 +46,13 @@ const (
 	maxDeliver = 3
 	// retryDelay is the backoff between those tries (default 1 s, 2 s, 4 s ...).
 	retryDelay = 200 * time.Millisecond
+	// heartbeat is how often a registered worker reports its presence; the
+	// registry finds it offline three heartbeats after its last (default
+	// 10 s).
+	heartbeat = time.Second
+	// escalateAfter is how long the worker may stay offline before the
+	// human is called (the pipeline protocol's 3 minutes).
+	escalateAfter = time.Second
 )
 
 // waitTimeout bounds every wait for something to happen: a delivery, a
@@ -73,6 +83,7 @@ var scenes = []scene{
 	{"ttl", "a message expires before its recipient comes online", (*demo).ttl},
 	{"request", "a request and its reply", (*demo).request},
 	{"poison", "a message that always fails is dead-lettered", (*demo).poison},
+	{"presence", "a worker dies: found offline, requests fail fast, a human is called, the worker drains its queue", (*demo).presence},
 	{"trace", "one conversation, one trace", (*demo).trace},
 }
 
@@ -135,8 +146,9 @@ type demo struct {
 	watching     sync.WaitGroup
 
 	orch     *agent
-	workers  []*agent // worker#1, then worker#2
+	workers  []*agent // worker#1, then worker#2 ...
 	reviewer *agent
+	human    *agent
 
 	// seen receives what the agents' handlers did, in the order they did
 	// it; the scenes wait on it.
@@ -242,7 +254,7 @@ func (d *demo) setup(ctx context.Context) error {
 // its store.
 func (d *demo) teardown() {
 	d.setScene("teardown")
-	agents := append([]*agent{d.reviewer, d.orch}, d.workers...)
+	agents := append([]*agent{d.reviewer, d.orch, d.human}, d.workers...)
 	for _, a := range agents {
 		if a != nil {
 			a.bus.Close()
@@ -287,9 +299,9 @@ type agent struct {
 }
 
 // connect connects a process of agent id, labelled label in the timeline.
-func (d *demo) connect(id, label string) (*agent, error) {
+func (d *demo) connect(id, label string, opts ...bus.Option) (*agent, error) {
 	a := &agent{label: label}
-	b, err := bus.Connect(d.url, id, bus.WithErrorHandler(d.onError(label, a)))
+	b, err := bus.Connect(d.url, id, append([]bus.Option{bus.WithErrorHandler(d.onError(label, a))}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

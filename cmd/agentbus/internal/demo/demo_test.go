@@ -59,7 +59,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("scene %s: ok %t, detail %q", s.Scene, s.OK, s.Detail)
 		}
 	}
-	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
+	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "presence", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
 		t.Errorf("scenes %v, Scenes() %v, want %v", ran, demo.Scenes(), want)
 	}
 
@@ -82,8 +82,10 @@ func TestRun(t *testing.T) {
 		"ttl":       {demo.EventScene, demo.EventQueued, demo.EventExpired, demo.EventOK},
 		"request":   {demo.EventScene, demo.EventOnline, demo.EventRequest, demo.EventHandled, demo.EventReply, demo.EventReplied, demo.EventOK},
 		"poison":    {demo.EventScene, demo.EventPublished, demo.EventFailed, demo.EventHandled, demo.EventDeadLettered, demo.EventOK},
-		"trace":     {demo.EventScene, demo.EventTrace, demo.EventRecord, demo.EventOK},
-		"teardown":  {demo.EventStop},
+		"presence": {demo.EventScene, demo.EventStart, demo.EventOnline, demo.EventCrashed, demo.EventOffline, demo.EventRequest,
+			demo.EventQueued, demo.EventEscalated, demo.EventHandled, demo.EventRecovered, demo.EventOK},
+		"trace":    {demo.EventScene, demo.EventTrace, demo.EventRecord, demo.EventOK},
+		"teardown": {demo.EventStop},
 	}
 	for scene, ks := range want {
 		for _, k := range ks {
@@ -102,6 +104,16 @@ func TestRun(t *testing.T) {
 	}
 	if want := []string{"esc-1", "dev-101", "dev-102", "dev-103"}; !slices.Equal(handled, want) {
 		t.Errorf("priority scene handled %v, want %v", handled, want)
+	}
+	// The worker back from its outage drains its queue by priority.
+	handled = nil
+	for _, e := range events {
+		if e.Scene == "presence" && e.Event == demo.EventHandled {
+			handled = append(handled, e.ID)
+		}
+	}
+	if want := []string{"dev-202", "dev-201"}; !slices.Equal(handled, want) {
+		t.Errorf("presence scene handled %v, want %v", handled, want)
 	}
 	// The messages of two protocols reach the trace, with their priorities.
 	records := map[string]demo.Event{}
@@ -183,7 +195,7 @@ func checkText(t *testing.T, out string, n int) {
 			t.Errorf("no heading for scene %s", s)
 		}
 	}
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "agentbus demo: all 7 scenes ok in ") {
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "agentbus demo: all 8 scenes ok in ") {
 		t.Errorf("last line %q", last)
 	}
 }

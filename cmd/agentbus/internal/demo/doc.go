@@ -29,10 +29,17 @@
 //     reviewer and expires; its lifecycle record ([bus.Bus.Status]) reads
 //     expired.
 //   - request: the orchestrator's [bus.Bus.Request] gets the reviewer's
-//     [bus.Bus.Reply]; the request's record reads replied.
+//     [bus.Delivery.Reply]; the request's record reads replied.
 //   - poison: a work item the worker always fails on is retried
 //     ([bus.WithMaxDeliver], [bus.WithBackoff]) and dead-lettered with the
 //     reason ([bus.Admin.DeadLetters]); the item behind it flows past.
+//   - presence: worker#3 registers ([bus.Bus.Register], a heartbeat a
+//     second) and is killed; the registry finds it offline three
+//     heartbeats later with no process watching; a request to it fails at
+//     once ([bus.ErrAgentOffline]); work queues; the operator's escalation
+//     policy ([bus.Admin.WatchEscalations]) calls the human with the
+//     pipeline's needs_human; worker#4 comes back and drains the queue by
+//     priority, and the human is told.
 //   - trace: every message shares the correlation ID [Conversation], so
 //     they form one trace ([bus.ConversationTraceID]);
 //     [bus.Admin.Conversation] lists them with where each ended.

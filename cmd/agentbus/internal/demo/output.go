@@ -55,6 +55,9 @@ const (
 	EventWarning      = "warning"       // a bus reported an error in the background
 	EventOK           = "ok"            // a scene showed what it was meant to
 	EventFail         = "fail"          // a scene did not; Detail says why
+	EventOffline      = "offline"       // the registry found an agent gone
+	EventEscalated    = "escalated"     // an outage reached the human inbox
+	EventRecovered    = "recovered"     // the agent is back; the human inbox is told
 	EventStop         = "stop"          // teardown
 )
 

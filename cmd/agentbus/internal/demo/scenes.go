@@ -423,3 +423,132 @@ func ordinal(n int) string {
 	}
 	return fmt.Sprintf("%dth", n)
 }
+
+// presence: the worker processes so far leave, and worker#3 comes online
+// registered: its card, and a heartbeat every second (10 s by default).
+// It is killed. Nobody watches for it, yet the registry finds the agent
+// offline three heartbeats later: the server removed its presence record.
+// A request to it fails at once. Work for it queues. The operator's
+// escalation policy calls the human once the outage has lasted a second
+// (the pipeline protocol's 3 minutes), with the protocol's needs_human.
+// worker#4 comes back, drains the queue by priority, and the human is told
+// it recovered.
+func (d *demo) presence(ctx context.Context) (string, error) {
+	for _, w := range d.workers {
+		if !w.crashed.Load() {
+			w.bus.Close() // stops its subscription
+		}
+	}
+	h, err := d.connect(human, human)
+	if err != nil {
+		return "", err
+	}
+	d.human = h
+	inbox := make(chan *bus.Delivery, 4)
+	if h.sub, err = h.bus.Subscribe(ctx, func(_ context.Context, dl *bus.Delivery) error {
+		inbox <- dl
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() {
+		err := d.operator.WatchEscalations(watchCtx, []bus.EscalationPolicy{
+			{Agent: worker, After: escalateAfter, To: human, Message: bus.PipelineEscalation},
+		})
+		if err != nil {
+			d.onError(operator, nil)(err)
+		}
+	})
+	defer func() { stopWatch(); watching.Wait() }()
+	d.emit(Event{From: operator, Event: EventStart,
+		Detail: fmt.Sprintf("operator's escalation policy: worker offline for %s calls %s with the pipeline's needs_human", escalateAfter, human)})
+
+	w3, err := d.startRegisteredWorker(ctx, 3)
+	if err != nil {
+		return "", err
+	}
+	w3.crash()
+	crashed := time.Now()
+	d.emit(Event{From: w3.label, Event: EventCrashed, Detail: fmt.Sprintf("%s is killed: its heartbeats (every %s) stop", w3.label, heartbeat)})
+
+	var gone bus.AgentInfo
+	if err := reread(ctx, "worker offline", func(ctx context.Context) (bool, string, error) {
+		a, err := d.operator.LookupAgent(ctx, worker)
+		gone = a
+		return err == nil && a.Presence.Status == bus.Offline, string(a.Presence.Status), err
+	}); err != nil {
+		return "", err
+	}
+	d.emit(Event{From: worker, Event: EventOffline, Detail: fmt.Sprintf("the registry finds %s offline (%s) %s after the kill, three missed heartbeats: the server removed its presence record, no process watched for it",
+		worker, gone.Presence.Reason, time.Since(crashed).Round(100*time.Millisecond))})
+
+	asked := time.Now()
+	_, err = d.orch.bus.Request(ctx, bus.Message{To: worker, Type: "STATUS_CHECK", CorrelationID: Conversation})
+	if !errors.Is(err, bus.ErrAgentOffline) {
+		return "", fmt.Errorf("request to the offline worker: %v, want ErrAgentOffline", err)
+	}
+	d.emit(Event{From: orchestrator, To: worker, Type: "STATUS_CHECK", Event: EventRequest,
+		Detail: fmt.Sprintf("a request to %s fails in %s: %v", worker, time.Since(asked).Round(time.Millisecond), err)})
+
+	for _, item := range []pipelineMessage{
+		develop("dev-201", worker, "JOP-201", 4, 1, 2),
+		develop("dev-202", worker, "JOP-202", 2, 2, 2),
+	} {
+		_, m, err := d.orch.sendInConversation(ctx, profiles.Pipeline{}, item, 0)
+		if err != nil {
+			return "", err
+		}
+		d.expect(m.ID, bus.StateCompleted, 1)
+		d.emit(messageEvent(m, EventQueued, "pipeline work item queued for the offline worker"))
+	}
+
+	call, err := receive(ctx, inbox, "the escalation")
+	if err != nil {
+		return "", err
+	}
+	if call.Type != "needs_human" || call.From != "pipeline" {
+		return "", fmt.Errorf("the human got %s from %s, want the pipeline's needs_human", call.Type, call.From)
+	}
+	d.emit(messageEvent(&call.Message, EventEscalated, fmt.Sprintf("%s's inbox gets the pipeline's needs_human %s after the kill, once", human, time.Since(crashed).Round(100*time.Millisecond))))
+
+	w4, err := d.startRegisteredWorker(ctx, 4)
+	if err != nil {
+		return "", err
+	}
+	want := []string{"dev-202", "dev-201"}
+	for i, id := range want {
+		o, err := d.next(ctx, "the queued work at "+w4.label)
+		if err != nil {
+			return "", err
+		}
+		if o.by != w4 || o.d.ID != id || o.err != nil {
+			return "", unexpected(o, id+" handled by "+w4.label)
+		}
+		d.emit(messageEvent(&o.d.Message, EventHandled, fmt.Sprintf("handled %s by %s", ordinal(i+1), w4.label)))
+	}
+	back, err := receive(ctx, inbox, "the recovery")
+	if err != nil {
+		return "", err
+	}
+	if back.Type != "info" {
+		return "", fmt.Errorf("the human got %s, want the pipeline's info", back.Type)
+	}
+	d.emit(messageEvent(&back.Message, EventRecovered, fmt.Sprintf("%s's inbox is told the worker is back", human)))
+	return "the killed worker was found offline with nobody watching, a request to it failed at once, the human was called once, and the worker drained p2 then p4 on return", nil
+}
+
+// receive waits for the next delivery of inbox.
+func receive(ctx context.Context, inbox <-chan *bus.Delivery, what string) (*bus.Delivery, error) {
+	t := time.NewTimer(waitTimeout)
+	defer t.Stop()
+	select {
+	case dl := <-inbox:
+		return dl, nil
+	case <-t.C:
+		return nil, fmt.Errorf("no %s within %s", what, waitTimeout)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
+}
