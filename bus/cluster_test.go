@@ -70,3 +70,51 @@ func TestClusterQuorumLossIsUnavailable(t *testing.T) {
 		t.Errorf("publish without quorum: %v, want ErrUnavailable or the deadline", err)
 	}
 }
+
+// TestClusterPresence: on a 3-node cluster with a replicated registry, an
+// agent on one node is seen online from another, offline at once after a
+// clean shutdown, and, after a crash, offline three heartbeats later; the
+// node that served the crashed agent is stopped too, so detection rests on
+// the replicated bucket, not on any one server or client.
+func TestClusterPresence(t *testing.T) {
+	c := embeddedtest.RunCluster(t, 3)
+	nodes := c.Servers()
+	info, err := newAdmin(t, embeddedtest.Connect(t, nodes[0])).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	for _, stream := range []string{info.Config.Name, "KV_AGENTBUS_AGENTS"} {
+		if _, err := c.WaitForStreamLeader(testContext(t), "", stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+	observer := newBus(t, nodes[0], "observer")
+
+	clean := newBus(t, nodes[1], "clean", bus.WithHeartbeat(time.Second))
+	if err := clean.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	agentInfo(t, observer, "clean", bus.Online)
+	clean.Close()
+	if a := agentInfo(t, observer, "clean", bus.Offline); a.Presence.Reason != bus.ReasonShutdown {
+		t.Errorf("clean shutdown: %+v", a.Presence)
+	}
+
+	nc := embeddedtest.Connect(t, nodes[2])
+	crashy, err := bus.New(nc, "crashy", bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crashy.Close()
+	if err := crashy.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	agentInfo(t, observer, "crashy", bus.Online)
+	nc.Close()
+	if err := c.StopServer(2); err != nil { // its node goes too
+		t.Fatal(err)
+	}
+	if a := agentInfo(t, observer, "crashy", bus.Offline); a.Presence.Reason != bus.ReasonSilent {
+		t.Errorf("crash: %+v", a.Presence)
+	}
+}
