@@ -658,13 +658,11 @@ func BenchmarkRequestReply(b *testing.B) {
 // BenchmarkIdleSubscriber reports the CPU time the whole process (client
 // and in-process server) spends in 10 s with no traffic: "server" with no
 // subscriber as the baseline, "subscribed" with one agent's subscription
-// waiting on empty queues. Run with -benchtime 1x.
+// waiting on empty queues, "registered" with its card and presence too
+// (a heartbeat every 10 s). Run with -benchtime 1x.
 func BenchmarkIdleSubscriber(b *testing.B) {
-	for _, subscribed := range []bool{false, true} {
-		name := "server"
-		if subscribed {
-			name = "subscribed"
-		}
+	for _, name := range []string{"server", "subscribed", "registered"} {
+		subscribed := name != "server"
 		b.Run(name, func(b *testing.B) {
 			s := embeddedtest.RunServer(b)
 			nc := embeddedtest.Connect(b, s)
@@ -678,6 +676,11 @@ func BenchmarkIdleSubscriber(b *testing.B) {
 			defer ab.Close()
 			if subscribed {
 				if _, err := ab.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error { return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if name == "registered" {
+				if err := ab.Register(context.Background(), bus.AgentCard{}); err != nil {
 					b.Fatal(err)
 				}
 			}
