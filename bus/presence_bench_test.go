@@ -80,6 +80,52 @@ func BenchmarkPresenceHeartbeats(b *testing.B) {
 	}
 }
 
+// BenchmarkPresenceServerMemory reports what the presence of 10,000
+// agents costs the server, in a process of its own: the growth of its heap
+// after a GC and of its resident memory per agent once each agent's
+// presence record (with its TTL) is stored.
+//
+//	go test -run '^$' -bench PresenceServerMemory -benchtime 1x ./bus
+func BenchmarkPresenceServerMemory(b *testing.B) {
+	const n = 10_000
+	srv := startServerProcess(b, buildNATSServer(b))
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	if _, err := newAdmin(b, nc).Provision(ctx, bus.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	scheme := subjects.Default()
+	for b.Loop() {
+		before := srv.stats(b)
+		for i := range n {
+			agent := fmt.Sprintf("agent-%05d", i)
+			key, _ := subjects.PresenceKey(agent)
+			data, _ := json.Marshal(map[string]any{
+				"specversion": "1.0", "id": "3f0c5e2a-8d1b-4a7e-9c55-2f1d8e0c9b7a", "source": "/agents/" + agent,
+				"type": bus.EventPresenceOnline, "time": time.Now().UTC(), "datacontenttype": "application/json",
+				"data": map[string]any{"agent": agent, "status": "online", "since": time.Now().UTC(), "interval": "10s"},
+			})
+			m := &nats.Msg{Subject: scheme.RegistrySubjectPrefix() + key, Data: data,
+				Header: nats.Header{jetstream.MsgTTLHeader: []string{"3600"}}}
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-js.PublishAsyncComplete()
+		after := srv.stats(b)
+		b.ReportMetric((after.heap-before.heap)/n, "server-heap-B/agent")
+		b.ReportMetric((after.rss-before.rss)/n, "server-rss-B/agent")
+	}
+}
+
 // BenchmarkPresenceDetection measures how long after a registered agent's
 // process dies a watcher learns it is offline, with a heartbeat of 1 s:
 // three missed heartbeats, then the server's expiry and the watcher.
