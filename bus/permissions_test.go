@@ -176,6 +176,10 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	if all, err := worker.Agents(ctx); err != nil || len(all) != 2 {
 		t.Errorf("worker lists %d agents, %v; want 2", len(all), err)
 	}
+	// Both answer NATS micro discovery under their permissions.
+	if got := discover(t, srv.admin.Conn(), 2); !slices.Equal(got, []string{"build worker", "lead"}) {
+		t.Errorf("discovered %v", got)
+	}
 
 	for agent, errs := range map[string]*errorTally{"lead": &leadErrs, "build worker": &workerErrs} {
 		if errs.total() != 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
@@ -356,14 +358,32 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
 	}
 	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
+	// NATS micro discovery: `nats micro ls agentbus` lists the agent.
+	version := card.Version
+	if !semver.MatchString(version) {
+		version = "0.0.0"
+	}
+	svc, err := micro.AddService(b.nc, micro.Config{
+		Name: subjects.MicroService, Version: version, Description: card.Description,
+		Metadata: map[string]string{"agent": b.agent, "root": b.opts.scheme.Root(), "card_version": card.Version},
+	})
+	if err != nil {
+		b.opts.onError(fmt.Errorf("announce %s to NATS micro discovery: %w", b.agent, err))
+	}
+	hb.micro = svc
 	b.heartbeat = hb
 	go b.heartbeats(hb, since)
 	return nil
 }
 
-// heartbeat is a registered bus's presence reporting.
+// semver is the version form NATS micro accepts.
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
+
+// heartbeat is a registered bus's presence reporting, and its answering
+// NATS micro discovery.
 type heartbeat struct {
 	stop, done chan struct{}
+	micro      micro.Service // nil if it could not be added
 }
 
 // heartbeats reports the agent online every interval until hb is stopped.
@@ -404,6 +424,11 @@ func (b *Bus) goOffline() {
 	}
 	close(hb.stop)
 	<-hb.done
+	if hb.micro != nil {
+		if err := hb.micro.Stop(); err != nil {
+			b.opts.onError(fmt.Errorf("leave NATS micro discovery: %w", err))
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 	defer cancel()
 	now := time.Now().UTC()

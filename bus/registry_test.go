@@ -2,13 +2,17 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // agentInfo waits until the registry, read by r, shows agent with status.
@@ -291,5 +295,52 @@ func TestWatchPresence(t *testing.T) {
 	case c := <-changes:
 		t.Errorf("unexpected change %+v", c)
 	default:
+	}
+}
+
+// discover asks NATS micro discovery for the agentbus service's info
+// and returns the agents that answered, waiting until want have.
+func discover(t *testing.T, nc *nats.Conn, want int) []string {
+	t.Helper()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest("$SRV.INFO.agentbus", inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	var agents []string
+	for len(agents) < want {
+		m, err := sub.NextMsg(testTimeout)
+		if err != nil {
+			t.Fatalf("%d of %d agents answered discovery: %v", len(agents), want, err)
+		}
+		var info micro.Info
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Name != "agentbus" || info.Metadata["root"] != "agentbus" {
+			t.Errorf("discovery info %+v", info)
+		}
+		agents = append(agents, info.Metadata["agent"])
+	}
+	slices.Sort(agents)
+	return agents
+}
+
+// TestMicroDiscovery: registered agents answer NATS micro discovery, so
+// "nats micro ls agentbus" lists them.
+func TestMicroDiscovery(t *testing.T) {
+	s := newServer(t)
+	for _, a := range []string{"planner", "reviewer"} {
+		if err := newBus(t, s, a).Register(testContext(t), bus.AgentCard{Version: "1.2.0", Description: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := embeddedtest.Connect(t, s)
+	if got := discover(t, nc, 2); !slices.Equal(got, []string{"planner", "reviewer"}) {
+		t.Errorf("discovered %v", got)
 	}
 }

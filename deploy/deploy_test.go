@@ -176,7 +176,8 @@ func TestAuthFragment(t *testing.T) {
 		}
 		u := users[agent]
 		if u == nil || u.Account == nil || u.Account.Name != "AGENTBUS" || u.Permissions == nil ||
-			!slices.Equal(u.Permissions.Publish.Allow, want.Publish) || !slices.Equal(u.Permissions.Subscribe.Allow, want.Subscribe) {
+			!slices.Equal(u.Permissions.Publish.Allow, want.Publish) || !slices.Equal(u.Permissions.Subscribe.Allow, want.Subscribe) ||
+			(u.Permissions.Response != nil) != want.Responses {
 			t.Errorf("agent %s: user %+v, want the permissions of subjects.AgentPermissions; regenerate auth.conf", agent, u)
 		}
 	}

@@ -4,8 +4,13 @@ package subjects
 // sends on, its six consumers, its dead letters, the status records naming
 // it and its reply inbox. This file spells out the NATS and JetStream API
 // subjects those take; docs/security.md explains each.
+// MicroService is the NATS micro service name a registered agent answers
+// discovery as (nats micro ls agentbus); its metadata names the agent.
+const MicroService = "agentbus"
+
 const (
-	inboxRoot = "_INBOX" // nats.go's reply inbox root
+	microPrefix = "$SRV."  // NATS micro discovery: $SRV.<verb>[.<name>[.<id>]]
+	inboxRoot   = "_INBOX" // nats.go's reply inbox root
 
 	jsAPI            = "$JS.API."
 	jsConsumerCreate = jsAPI + "CONSUMER.CREATE." // <stream>.<name>.<filter>
@@ -28,6 +33,10 @@ type Permissions struct {
 	Publish []string
 	// Subscribe lists the subjects the user may subscribe to.
 	Subscribe []string
+	// Responses lets the user answer the requests it receives, once each,
+	// on their reply subjects (nats-server's allow_responses), whatever
+	// Publish says.
+	Responses bool
 }
 
 // InboxPrefix returns the reply inbox prefix of agent, "_INBOX.<token>".
@@ -75,8 +84,12 @@ func InboxPrefix(agent string) (string, error) {
 //
 // No stream information: it would list every key of the bucket.
 //
-// It may subscribe to its reply inbox, [InboxPrefix] followed by ".>", and
-// to R.agent.t.>, where Request listens for replies while it waits.
+// It may subscribe to its reply inbox, [InboxPrefix] followed by ".>", to
+// R.agent.t.>, where Request listens for replies while it waits, and to
+// the NATS micro discovery subjects of the service [MicroService]
+// ($SRV.<verb>, $SRV.<verb>.agentbus and $SRV.<verb>.agentbus.<id>), which
+// it answers once registered, as it may answer any request it receives
+// (Responses).
 //
 // The error wraps [ErrInvalidAgentID].
 func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
@@ -131,7 +144,9 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 		jsConsumerDelete+regStream+"."+anyToken,
 	)
 	return Permissions{
-		Publish:   pub,
-		Subscribe: []string{inbox + "." + tail, root + "." + kindAgent + "." + tok + "." + tail},
+		Publish: pub,
+		Subscribe: []string{inbox + "." + tail, root + "." + kindAgent + "." + tok + "." + tail,
+			microPrefix + anyToken, microPrefix + anyToken + "." + MicroService, microPrefix + anyToken + "." + MicroService + "." + anyToken},
+		Responses: true,
 	}, nil
 }

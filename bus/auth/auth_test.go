@@ -265,7 +265,7 @@ func checkPermissions(t *testing.T, id Identity, p *server.Permissions) {
 		}
 		return
 	}
-	if p == nil || p.Publish == nil || p.Subscribe == nil || p.Response != nil ||
+	if p == nil || p.Publish == nil || p.Subscribe == nil || (p.Response != nil) != id.Permissions.Responses ||
 		!slices.Equal(p.Publish.Allow, id.Permissions.Publish) || len(p.Publish.Deny) != 0 ||
 		!slices.Equal(p.Subscribe.Allow, id.Permissions.Subscribe) || len(p.Subscribe.Deny) != 0 {
 		t.Errorf("%s: server permissions %+v, want %+v", id, p, id.Permissions)

@@ -73,6 +73,9 @@ func writeUser(b *strings.Builder, id Identity) {
 		fmt.Fprintf(b, "%s  permissions: {\n", in)
 		writeList(b, in+"    ", "publish", p.Publish)
 		writeList(b, in+"    ", "subscribe", p.Subscribe)
+		if p.Responses {
+			fmt.Fprintf(b, "%s    allow_responses: true\n", in)
+		}
 		fmt.Fprintf(b, "%s  }\n", in)
 	}
 	fmt.Fprintf(b, "%s}\n", in)
