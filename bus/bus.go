@@ -256,9 +256,10 @@ func (e *notProvisionedError) Error() string {
 
 func (e *notProvisionedError) Unwrap() []error { return []error{ErrNotProvisioned, e.cause} }
 
-// redactURLs hides the passwords and tokens in a comma-separated list of
-// server URLs, for error messages.
-func redactURLs(urls string) string {
+// RedactURLs returns a comma-separated list of server URLs with every
+// password or token masked as "xxxxx", for messages and logs: nats.go
+// takes credentials from the URL, and its errors quote it.
+func RedactURLs(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {

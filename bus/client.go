@@ -64,7 +64,7 @@ func dial(url, name, inbox string, o *options) (*nats.Conn, *refusals, error) {
 	}
 	nc, err := nats.Connect(url, append(natsOpts, o.natsOptions...)...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", redactURLs(url), err)
+		return nil, nil, fmt.Errorf("connect %s: %w", RedactURLs(url), err)
 	}
 	r.inbox = nc.Opts.InboxPrefix
 	o.ownsConn = true

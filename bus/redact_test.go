@@ -11,8 +11,8 @@ func TestRedactURLs(t *testing.T) {
 		"tls://host:4222,nats://host2:4222":     "tls://host:4222,nats://host2:4222",
 	}
 	for in, want := range tests {
-		if got := redactURLs(in); got != want {
-			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
+		if got := RedactURLs(in); got != want {
+			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

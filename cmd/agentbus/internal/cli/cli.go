@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -495,21 +494,14 @@ func isTerminal(f *os.File) bool {
 }
 
 // redactURLs replaces, in msg, every URL of the comma-separated servers
-// that carries a password or token with the URL with the secret masked,
-// as nats.go takes credentials from the URL and errors quote it.
+// that carries a password or token with the URL with the secret masked
+// (bus.RedactURLs).
 func redactURLs(msg, servers string) string {
 	for _, raw := range strings.Split(servers, ",") {
 		raw = strings.TrimSpace(raw)
-		u, err := url.Parse(raw)
-		if err != nil || u.User == nil {
-			continue
+		if masked := bus.RedactURLs(raw); masked != raw {
+			msg = strings.ReplaceAll(msg, raw, masked)
 		}
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		} else {
-			u.User = url.User("xxxxx") // a token
-		}
-		msg = strings.ReplaceAll(msg, raw, u.String())
 	}
 	return msg
 }
