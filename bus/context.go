@@ -83,6 +83,8 @@ func setExtension(m *Message, name, v string) {
 // Delivery being handled, and what the subscription and Reply share about
 // it.
 type handling struct {
-	d       *Delivery
-	replied atomic.Bool // Reply answered d
+	d        *Delivery
+	replied  atomic.Bool  // Reply answered d
+	progress atomic.Int64 // progress updates sent on d
+	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
 }

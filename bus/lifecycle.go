@@ -35,6 +35,11 @@ const (
 	// it. Nobody writes it: a lookup reads it from the recipient's consumer,
 	// which has delivered the message and not had it acknowledged.
 	StateDelivered State = "delivered"
+	// StateWorking: the recipient is handling it and reporting progress
+	// (Delivery.Progress); Status.Progress counts the updates,
+	// Status.LastProgress is the latest. A lookup reads completed once the
+	// recipient's consumer has it acknowledged without a reply.
+	StateWorking State = "working"
 	// StateReplied: the recipient answered it with Reply.
 	StateReplied State = "replied"
 	// StateCompleted: the recipient's handler succeeded without replying,
@@ -79,16 +84,18 @@ type Status struct {
 	CorrelationID string    `json:"correlationId"`
 	CausationID   string    `json:"causationId,omitempty"`
 	State         State     `json:"state"`
-	Time          time.Time `json:"time"`                 // the message's time
-	ExpiresAt     time.Time `json:"expiresAt,omitzero"`   // Time + TTL
-	Updated       time.Time `json:"updated"`              // when State was written
-	By            string    `json:"by"`                   // the agent that wrote State
-	Stream        string    `json:"stream,omitempty"`     // where the recipient got it
-	Sequence      uint64    `json:"sequence,omitempty"`   // its stream sequence
-	Deliveries    int       `json:"deliveries,omitempty"` // deliveries so far
-	Reason        string    `json:"reason,omitempty"`     // why it failed or was dead-lettered
-	ReplyID       string    `json:"replyId,omitempty"`    // the reply, for StateReplied
-	ReplyBy       time.Time `json:"replyBy,omitzero"`     // a Request's deadline (ExtReplyBy)
+	Time          time.Time `json:"time"`                  // the message's time
+	ExpiresAt     time.Time `json:"expiresAt,omitzero"`    // Time + TTL
+	Updated       time.Time `json:"updated"`               // when State was written
+	By            string    `json:"by"`                    // the agent that wrote State
+	Stream        string    `json:"stream,omitempty"`      // where the recipient got it
+	Sequence      uint64    `json:"sequence,omitempty"`    // its stream sequence
+	Deliveries    int       `json:"deliveries,omitempty"`  // deliveries so far
+	Progress      int       `json:"progress,omitempty"`    // progress updates sent (StateWorking)
+	LastProgress  time.Time `json:"lastProgress,omitzero"` // the latest of them
+	Reason        string    `json:"reason,omitempty"`      // why it failed or was dead-lettered
+	ReplyID       string    `json:"replyId,omitempty"`     // the reply, for StateReplied
+	ReplyBy       time.Time `json:"replyBy,omitzero"`      // a Request's deadline (ExtReplyBy)
 
 	revision uint64 // the record's sequence in the bucket when it was read
 }
@@ -467,7 +474,7 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
 	for i, s := range out {
 		switch s.State {
-		case StatePending, StateDelivered, StateFailed:
+		case StatePending, StateDelivered, StateFailed, StateWorking:
 		default:
 			continue
 		}

@@ -78,7 +78,7 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		}
 	}
 
-	reply, err := b.req.wait(b, m.ID)
+	w, err := b.req.wait(b, m.ID, ro.onProgress != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +90,10 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 wait:
 	for {
 		select {
-		case d := <-reply:
+		case d := <-w.reply:
 			return d, nil
+		case d := <-w.progress: // nil unless following progress
+			ro.onProgress(d)
 		case <-recheck:
 			if p, _, err := b.presenceOf(ctx, m.To); err == nil && p.Status == Offline {
 				gone = &AgentOfflineError{Agent: m.To, Presence: p}
@@ -103,7 +105,7 @@ wait:
 	}
 	b.req.forget(m.ID) // after this no reply can be handed over
 	select {
-	case d := <-reply:
+	case d := <-w.reply:
 		return d, nil
 	default:
 	}
@@ -118,6 +120,16 @@ type RequestOption func(*requestOptions)
 
 type requestOptions struct {
 	queueIfOffline bool
+	onProgress     func(*Delivery)
+}
+
+// OnProgress calls f with each progress update the recipient sends
+// (Delivery.Progress) while Request waits for the reply, in the order
+// they arrive, on Request's goroutine. Progress never completes a request:
+// only the reply does. Without OnProgress the updates reach the agent's
+// handler like any message (Delivery.IsProgress).
+func OnProgress(f func(*Delivery)) RequestOption {
+	return func(o *requestOptions) { o.onProgress = f }
 }
 
 // QueueIfOffline sends a request to an agent the registry says is offline
@@ -165,6 +177,9 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	s.ReplyID = ack.ID
 	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
 		h.replied.Store(true)
+		if n := h.progress.Load(); n > 0 {
+			s.Progress, s.LastProgress = int(n), time.Unix(0, h.lastAt.Load()).UTC()
+		}
 		// Stored before the handler returns and the request is acked (the
 		// requester already has the reply).
 		b.status.recordStored(ctx, s.withDelivery(h.d))
@@ -177,18 +192,29 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 // requests are a bus's Requests waiting for replies.
 type requests struct {
 	mu       sync.Mutex
-	waiting  map[string]chan *Delivery // by request ID
-	listener *nats.Subscription        // while any request waits
-	taken    recentSet                 // IDs of replies handed to a Request
+	waiting  map[string]*waiter // by request ID
+	listener *nats.Subscription // while any request waits
+	taken    recentSet          // IDs of replies and progress updates handed to a Request
 }
+
+// waiter is one Request waiting: for its reply, and for the progress
+// updates before it.
+type waiter struct {
+	reply    chan *Delivery // capacity 1
+	progress chan *Delivery // nil unless the Request follows progress
+}
+
+// progressBuffer is how many progress updates a Request holds for its
+// OnProgress function; more are left to the stored copies.
+const progressBuffer = 256
 
 // wait registers a Request for the reply to id and makes sure the process
 // listens on the agent's subjects.
-func (r *requests) wait(b *Bus, id string) (<-chan *Delivery, error) {
+func (r *requests) wait(b *Bus, id string, followProgress bool) (*waiter, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
-		r.waiting = make(map[string]chan *Delivery)
+		r.waiting = make(map[string]*waiter)
 	}
 	if _, dup := r.waiting[id]; dup {
 		return nil, &codec.FieldError{Field: "ID", Value: id, Err: fmt.Errorf("%w: a request with this ID is already waiting", ErrInvalidMessage)}
@@ -202,9 +228,12 @@ func (r *requests) wait(b *Bus, id string) (<-chan *Delivery, error) {
 			return nil, fmt.Errorf("listen for replies on %s: %w", filter, err)
 		}
 	}
-	ch := make(chan *Delivery, 1)
-	r.waiting[id] = ch
-	return ch, nil
+	w := &waiter{reply: make(chan *Delivery, 1)}
+	if followProgress {
+		w.progress = make(chan *Delivery, progressBuffer)
+	}
+	r.waiting[id] = w
+	return w, nil
 }
 
 // forget removes the Request for id, and the listener with the last one.
@@ -220,21 +249,34 @@ func (r *requests) forget(id string) {
 }
 
 // take hands d to the Request waiting for it, if any, and reports whether
-// one was. A reply already taken also reports true, so that its other copy
-// is dropped.
+// one was. A reply or progress update already taken also reports true, so
+// that its other copy is dropped. A progress update goes to a Request that
+// follows progress (and is otherwise not taken); it never completes one.
 func (r *requests) take(d *Delivery) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken.has(d.ID) {
 		return true
 	}
-	ch, ok := r.waiting[d.CausationID]
+	w, ok := r.waiting[d.CausationID]
 	if !ok {
 		return false
 	}
+	if d.IsProgress() {
+		if w.progress == nil {
+			return false
+		}
+		select {
+		case w.progress <- d:
+			r.taken.add(d.ID)
+			return true
+		default:
+			return false // full: the stored copy is left to the handler
+		}
+	}
 	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
-	ch <- d
+	w.reply <- d
 	return true
 }
 

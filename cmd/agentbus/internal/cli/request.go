@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ func (a *app) requestCommand() *cobra.Command {
 	var (
 		timeout time.Duration
 		asJSON  bool
+		follow  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "request --from AGENT --to AGENT --type TYPE [flags]",
@@ -33,6 +35,11 @@ It prints the reply the way subscribe prints a message, on one line:
   default    <time> p<priority> <from> -> <to> <type> id=<id> data=<preview>
   --json     the reply as one line of CloudEvents JSON
   --profile  the native reply, as subscribe --profile prints it
+
+With --follow it first prints each progress update the recipient sends
+(Delivery.Progress) as it arrives, one line each, then the reply:
+
+  progress <n> [<percent>%] <message>    (--json: the update as CloudEvents JSON)
 
 Without a reply within --timeout it exits 1 with an error that names the
 request. The request is not withdrawn: it stays queued for --to, a reply
@@ -55,7 +62,7 @@ that comes later goes to the inbox of --from (marked late), and
 			if m.To == bus.Broadcast {
 				return usagef("--to '*': a request needs one recipient, not every agent")
 			}
-			return a.request(cmd.Context(), m, timeout, in.profile, asJSON)
+			return a.request(cmd.Context(), m, requestFlags{timeout: timeout, profile: in.profile, asJSON: asJSON, follow: follow})
 		}),
 	}
 	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "content-type")
@@ -64,11 +71,22 @@ that comes later goes to the inbox of --from (marked late), and
 	f.Lookup("to").Usage = "agent to ask (required)"
 	f.DurationVar(&timeout, "timeout", bus.DefaultRequestTimeout, "how long to wait for the reply, e.g. 30s or 10m")
 	f.BoolVar(&asJSON, "json", false, "print the reply as one line of CloudEvents JSON")
+	f.BoolVar(&follow, "follow", false, "print the recipient's progress updates as they arrive, before the reply")
 	return cmd
 }
 
-// request sends m, waits up to timeout for its reply and prints it.
-func (a *app) request(ctx context.Context, m bus.Message, timeout time.Duration, profile string, asJSON bool) error {
+// requestFlags are how request waits and prints.
+type requestFlags struct {
+	timeout time.Duration
+	profile string
+	asJSON  bool
+	follow  bool
+}
+
+// request sends m, waits up to rf.timeout for its reply and prints it,
+// after its progress updates with rf.follow.
+func (a *app) request(ctx context.Context, m bus.Message, rf requestFlags) error {
+	timeout, profile, asJSON := rf.timeout, rf.profile, rf.asJSON
 	// The ID is set here so that a timeout can name the request.
 	m.SetDefaults(time.Now())
 	b, err := a.connectAs("from", m.From)
@@ -78,7 +96,11 @@ func (a *app) request(ctx context.Context, m bus.Message, timeout time.Duration,
 	defer b.Close()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	d, err := b.Request(rctx, m)
+	var opts []bus.RequestOption
+	if rf.follow {
+		opts = append(opts, bus.OnProgress(func(u *bus.Delivery) { a.printProgress(u, asJSON) }))
+	}
+	d, err := b.Request(rctx, m, opts...)
 	if err != nil {
 		return requestError(err, m, timeout)
 	}
@@ -90,6 +112,28 @@ func (a *app) request(ctx context.Context, m bus.Message, timeout time.Duration,
 		return fmt.Errorf("write stdout: %w", err)
 	}
 	return nil
+}
+
+// printProgress prints one progress update of request --follow.
+func (a *app) printProgress(u *bus.Delivery, asJSON bool) {
+	if asJSON {
+		if out, err := deliveryOutput(u, "", true); err == nil {
+			_, _ = a.stdout.Write(out)
+		}
+		return
+	}
+	p, n, ok := u.ProgressUpdate()
+	if !ok {
+		return
+	}
+	line := "progress " + strconv.Itoa(n)
+	if p.Percent != nil {
+		line += " " + strconv.Itoa(*p.Percent) + "%"
+	}
+	if p.Message != "" {
+		line += " " + oneLine(p.Message)
+	}
+	fmt.Fprintln(a.stdout, line)
 }
 
 // requestError explains a failed Request of m: for a timeout or an

@@ -214,3 +214,27 @@ func TestRequestReplyUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestFollow: request --follow prints the recipient's progress
+// updates as they arrive, then the reply.
+func TestRequestFollow(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	b := agentBus(t, url, "worker")
+	handle(t, b, func(ctx context.Context, d *bus.Delivery) error {
+		for i, step := range []string{"cloning", "testing", "writing the review"} {
+			pct := (i + 1) * 30
+			if err := d.Progress(ctx, bus.Progress{Message: step, Percent: &pct}); err != nil {
+				return err
+			}
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "RESULT", ContentType: "text/plain", Data: []byte("approved")})
+		return err
+	})
+	out := mustRun(t, "--server", url, "request", "--from", "lead", "--to", "worker", "--type", "REVIEW", "--timeout", "1m", "--follow")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{"progress 1 30% cloning", "progress 2 60% testing", "progress 3 90% writing the review"}
+	if len(lines) != 4 || strings.Join(lines[:3], "\n") != strings.Join(want, "\n") || !strings.Contains(lines[3], `RESULT`) || !strings.Contains(lines[3], `data="approved"`) {
+		t.Errorf("request --follow printed\n%s", out)
+	}
+}

@@ -23,12 +23,13 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "Show where a message is in its lifecycle",
 		Long: `Status prints the lifecycle records of message ID, one line each:
 
-  <id> <from> -> <to> <state> [deliveries=<n>] [seq=<n>] [reason="..."] [reply=<id>] updated=<time>
+  <id> <from> -> <to> <state> [deliveries=<n>] [seq=<n>] [progress=<n>] [reason="..."] [reply=<id>] updated=<time>
 
 A direct message has one record. A broadcast has its sender's, which stays
 pending, and one for each agent that received it. The states are pending
 (sent, not yet received), delivered (the recipient has received it and not
-finished with it), failed (it will be delivered again), and the final replied,
+finished with it), working (the recipient reports progress; progress counts
+the updates), failed (it will be delivered again), and the final replied,
 completed, expired and dead_lettered; delivered and completed are read from
 the recipient's consumer. seq is the message's stream sequence, reply the ID of the
 reply that answered it. --json prints a JSON array of the records.
@@ -97,6 +98,9 @@ func statusLine(st bus.Status) string {
 	}
 	if st.Sequence > 0 {
 		parts = append(parts, "seq="+strconv.FormatUint(st.Sequence, 10))
+	}
+	if st.Progress > 0 {
+		parts = append(parts, "progress="+strconv.Itoa(st.Progress))
 	}
 	if st.Reason != "" {
 		parts = append(parts, "reason="+strconv.Quote(st.Reason))

@@ -1,0 +1,99 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+// TestRequestProgress: a handler reports progress on the request it holds;
+// the requester gets every update, in order, then the one reply: progress
+// never completes the request. While the handler works, the request's
+// record reads working with the count; at the end, replied.
+func TestRequestProgress(t *testing.T) {
+	s := newServer(t)
+	worker := newBus(t, s, "worker")
+	orch := newBus(t, s, "orchestrator")
+	const updates = 50
+	release := make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		for i := 1; i <= updates; i++ {
+			pct := i * 100 / updates
+			if err := d.Progress(ctx, bus.Progress{Message: fmt.Sprintf("step %d", i), Percent: &pct}); err != nil {
+				return err
+			}
+		}
+		<-release
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	var got []int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d, err := orch.Request(testContext(t), bus.Message{ID: "long-1", To: "worker", Type: "REVIEW"}, bus.OnProgress(func(u *bus.Delivery) {
+			p, n, ok := u.ProgressUpdate()
+			if !ok || u.Type != bus.TypeProgress || u.CausationID != "long-1" || p.Message != fmt.Sprintf("step %d", n) {
+				t.Errorf("update %+v %+v", u.Message, p)
+			}
+			got = append(got, n)
+			if n == updates {
+				if st := waitState(t, orch, "long-1", bus.StateWorking); st.Progress != updates || st.LastProgress.IsZero() {
+					t.Errorf("record while working: %+v", st)
+				}
+				close(release)
+			}
+		}))
+		if err != nil || d.Type != "DONE" {
+			t.Errorf("Request = %+v, %v; want the DONE reply", d, err)
+		}
+	}()
+	<-done
+	if len(got) != updates {
+		t.Fatalf("got %d updates, want %d", len(got), updates)
+	}
+	for i, n := range got {
+		if n != i+1 {
+			t.Fatalf("updates out of order: %v", got)
+		}
+	}
+	if st := waitState(t, orch, "long-1", bus.StateReplied); st.Progress != updates {
+		t.Errorf("final record %+v, want replied after %d updates", st, updates)
+	}
+}
+
+// TestProgressWithoutFollower: a Request that does not follow progress is
+// completed by the reply only; the updates reach the requester's handler,
+// marked as progress.
+func TestProgressWithoutFollower(t *testing.T) {
+	s := newServer(t)
+	worker := newBus(t, s, "worker")
+	orch := newBus(t, s, "orchestrator")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if err := d.Progress(ctx, bus.Progress{Message: "half way"}); err != nil {
+			return err
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	r := newRecorder()
+	subscribe(t, orch, r.handle)
+	d, err := orch.Request(testContext(t), bus.Message{To: "worker", Type: "REVIEW"})
+	if err != nil || d.Type != "DONE" {
+		t.Fatalf("Request = %+v, %v; want the DONE reply, not the progress", d, err)
+	}
+	u := r.waitCount(t, 1)[0]
+	if p, n, ok := u.ProgressUpdate(); !ok || n != 1 || p.Message != "half way" || !u.IsProgress() {
+		t.Errorf("handler got %+v, want the progress update", u.Message)
+	}
+}
+
+func TestProgressOutsideHandler(t *testing.T) {
+	d := &bus.Delivery{Message: bus.Message{ID: "x", From: "a"}}
+	if err := d.Progress(context.Background(), bus.Progress{}); !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("Progress on a Delivery the bus did not make: %v, want ErrInvalidMessage", err)
+	}
+}
