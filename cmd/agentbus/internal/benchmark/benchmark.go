@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Defaults of Config.
@@ -215,6 +216,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			RunID:          id,
 		}},
 	}
+	stopKeeping, err := keepAccountStore(ctx, cfg.Dial, id)
+	if err != nil {
+		return nil, err
+	}
+	defer stopKeeping()
 	for _, s := range scenarios {
 		if !cfg.runs(s.Name) {
 			continue
@@ -227,6 +233,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	return r.report, nil
+}
+
+// keepAccountStore creates a small stream of the run that lives until the
+// returned function deletes it. nats-server removes an account's store
+// directory in the background when the account's last stream is deleted,
+// and a stream created meanwhile fails ("could not create storage
+// directory": nats-server 2.15 deletes the directories after a stream
+// delete in a goroutine of its own, stream.go); one scenario deletes its
+// streams right before the next creates its own, so the account must never
+// be left without one.
+func keepAccountStore(ctx context.Context, dial func() (*nats.Conn, error), id string) (func(), error) {
+	nc, err := dial()
+	if err != nil {
+		return nil, fmt.Errorf("keep the account's store: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	name := "AGENTBUS-BENCH-" + strings.ToUpper(id) + "-KEEP"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"agentbus-bench-" + id + "-keep"},
+		Storage: jetstream.FileStorage, MaxMsgs: 1}); err != nil { // a directory of its own keeps the account's
+		nc.Close()
+		return nil, fmt.Errorf("keep the account's store: %w", err)
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = js.DeleteStream(dctx, name)
+		nc.Close()
+	}, nil
 }
 
 // newRunID returns 8 random hex digits that keep the names of one run
