@@ -255,7 +255,7 @@ func keepAccountStore(ctx context.Context, dial func() (*nats.Conn, error), id s
 	}
 	name := "AGENTBUS-BENCH-" + strings.ToUpper(id) + "-KEEP"
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"agentbus-bench-" + id + "-keep"},
-		Storage: jetstream.FileStorage, MaxMsgs: 1}); err != nil { // a directory of its own keeps the account's
+		Storage: jetstream.FileStorage, MaxMsgs: 1}); err != nil { // file storage: a directory of its own
 		nc.Close()
 		return nil, fmt.Errorf("keep the account's store: %w", err)
 	}
