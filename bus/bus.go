@@ -42,8 +42,9 @@ const (
 // handle dead letters and anyone's messages with an Admin.
 type Bus struct {
 	*client
-	agent string
-	req   requests
+	agent   string
+	req     requests
+	cancels cancels
 
 	backlogReg metric.Registration
 	subs       map[*Subscription]struct{} // under client.mu
@@ -141,7 +142,8 @@ func InboxPrefix(agent string) string {
 func (b *Bus) Agent() string { return b.agent }
 
 // Close stops every subscription, cancelling running handlers' contexts and
-// waiting for them to return, reports a registered agent offline, and
+// waiting for them to return, reports a registered agent offline, waits up
+// to 5 s for the publishes and lifecycle records still in flight, and
 // closes the connection if Connect opened it. Close is idempotent; other methods return ErrClosed after it.
 func (b *Bus) Close() error {
 	b.mu.Lock()
@@ -163,9 +165,22 @@ func (b *Bus) Close() error {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}
 	b.goOffline()
+	// The lifecycle records and asynchronous publishes still in flight are
+	// given a moment to be stored: a process that publishes and exits
+	// leaves the record that 'agentbus status' then reads.
+	if !b.nc.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+		if err := b.Flush(ctx); err != nil {
+			b.opts.onError(fmt.Errorf("close: writes still in flight: %w", err))
+		}
+		cancel()
+	}
 	b.closeConn()
 	return nil
 }
+
+// closeFlushTimeout bounds how long Close waits for writes in flight.
+const closeFlushTimeout = 5 * time.Second
 
 // minServer is the oldest nats-server with per-message TTL (Nats-TTL).
 var minServer = [3]int{2, 11, 0}

@@ -86,5 +86,8 @@ type handling struct {
 	d        *Delivery
 	replied  atomic.Bool  // Reply answered d
 	progress atomic.Int64 // progress updates sent on d
+	// cancel cancels the handler's context, canceled says Cancel did.
+	cancel   context.CancelCauseFunc
+	canceled atomic.Bool
 	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
 }

@@ -223,10 +223,10 @@ func oneLine(s string, n int) string {
 
 // deadLetterReasonOf returns the dead-letter reason of a message terminated
 // for reason, and false if it was not dead-lettered because it only
-// expired.
+// expired or was canceled.
 func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
 	switch {
-	case reason == nil, errors.Is(reason, ErrExpired):
+	case reason == nil, errors.Is(reason, ErrExpired), errors.Is(reason, ErrCanceled):
 		return "", false
 	case errors.Is(reason, codec.ErrMalformed), errors.Is(reason, ErrMalformedSubject):
 		return ReasonMalformed, true

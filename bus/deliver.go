@@ -92,7 +92,7 @@ func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 				} else {
 					b.tel.countDeadLetter(ctx, op.dest, r)
 				}
-			} else {
+			} else if errors.Is(s.reason, ErrExpired) {
 				b.tel.countExpired(ctx, op.dest)
 			}
 		}
@@ -148,23 +148,36 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		Deliveries: int(md.Deliveries),
 		Replayed:   len(cm.Header[HeaderReplayOf]) > 0,
 	}
+	if m.Type == TypeCancel && m.CausationID != "" {
+		b.takeNotice(ctx, m)
+		return nil
+	}
 	if b.settledElsewhere(ctx, d) {
 		return nil
 	}
-	hs := &handling{d: d}
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hs := &handling{d: d, cancel: cancel}
+	if b.cancels.start(hs) {
+		return Permanent(fmt.Errorf("%w before it was handled", ErrCanceled))
+	}
+	defer b.cancels.done(hs)
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
 			b.opts.onError(fmt.Errorf("message %s: %w", cm.Subject, err))
 		}
 		switch {
+		case hs.canceled.Load():
+			err = Permanent(canceledReason(err))
+			b.record(m, StateCanceled, md, err)
 		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
 			b.record(m, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
 			b.record(m, StateFailed, md, err) // the last failure records dead_lettered
 		}
 	}()
-	return h(context.WithValue(ctx, deliveryKey{}, hs), d)
+	return h(context.WithValue(hctx, deliveryKey{}, hs), d)
 }
 
 // decide says how to settle a message whose handling ended with err:

@@ -271,7 +271,7 @@ func escalationMessage(p EscalationPolicy, e Escalation, kind string) (Message, 
 		m.From = p.From
 	}
 	if m.From == "" {
-		m.From = "agentbus"
+		m.From = operatorSender
 	}
 	if m.Priority == 0 {
 		m.Priority = p.Priority

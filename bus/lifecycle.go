@@ -59,13 +59,16 @@ const (
 	// StateDeadLettered: it was moved to the dead-letter stream; Reason says
 	// why.
 	StateDeadLettered State = "dead_lettered"
+	// StateCanceled: its sender, its recipient or an operator canceled it
+	// (Bus.Cancel); Reason says who, and what a running handler returned.
+	StateCanceled State = "canceled"
 )
 
 // Final reports whether s is an end state: nothing moves a message out of
 // it except a replay from the dead-letter stream or a later Reply.
 func (s State) Final() bool {
 	switch s {
-	case StateReplied, StateCompleted, StateExpired, StateDeadLettered:
+	case StateReplied, StateCompleted, StateExpired, StateDeadLettered, StateCanceled:
 		return true
 	}
 	return false
@@ -334,6 +337,26 @@ func (t *tracker) record(s Status, create bool) {
 		expect = "0"
 	}
 	t.write(s, expect)
+}
+
+// updateStored writes s only if the record is still at revision rev and
+// waits until the bucket stored it: the error says when it was not.
+func (t *tracker) updateStored(ctx context.Context, s Status, rev uint64) error {
+	if t == nil {
+		return fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
+	}
+	f := t.write(s, strconv.FormatUint(rev, 10))
+	if f == nil {
+		return fmt.Errorf("record %s could not be written", s.ID)
+	}
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // recordStored writes s like record(s, false) and waits until the bucket

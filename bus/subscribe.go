@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
+	"github.com/nats-io/nats.go"
 )
 
 // Delivery is one message handed to a Handler, with where it came from.
@@ -50,6 +52,10 @@ type Handler func(ctx context.Context, d *Delivery) error
 type Subscription struct {
 	b *Bus
 	d *consumers.Dispatcher
+	// notices takes cancel notices as they are published, so that a
+	// running handler is cancelled even while every handler slot is busy;
+	// the stored copy comes through the dispatcher later.
+	notices *nats.Subscription
 }
 
 // Stop stops consuming at once: messages held in memory are given back for
@@ -75,9 +81,33 @@ func (s *Subscription) Done() <-chan struct{} { return s.d.Done() }
 func (s *Subscription) Buffered() []int { return s.d.Buffered() }
 
 func (s *Subscription) forget() {
+	if s.notices != nil {
+		_ = s.notices.Unsubscribe()
+	}
 	s.b.mu.Lock()
 	delete(s.b.subs, s)
 	s.b.mu.Unlock()
+}
+
+// listenForCancels subscribes to the cancel notices to the agent as they
+// are published.
+func (b *Bus) listenForCancels() (*nats.Subscription, error) {
+	filter, err := b.opts.scheme.TypeFilter(b.agent, TypeCancel, 1)
+	if err != nil {
+		return nil, err
+	}
+	return b.nc.Subscribe(filter, func(nm *nats.Msg) {
+		m, err := codec.Decode(nm.Header, nm.Data)
+		if err != nil {
+			return // the stored copy is dead-lettered through the dispatcher
+		}
+		if _, err := b.checkSender(nm.Subject, m); err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+		defer cancel()
+		b.takeNotice(ctx, m)
+	})
 }
 
 // Subscribe starts consuming the agent's inbox. It makes sure the agent's
@@ -127,9 +157,15 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	s := &Subscription{b: b, d: d}
+	if s.notices, err = b.listenForCancels(); err != nil {
+		d.Stop()
+		<-d.Done()
+		return nil, fmt.Errorf("listen for cancel notices: %w", err)
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
+		_ = s.notices.Unsubscribe()
 		d.Stop()
 		<-d.Done()
 		return nil, ErrClosed

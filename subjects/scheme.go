@@ -381,6 +381,23 @@ func (s Scheme) MaxDeliveriesAdvisories() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.Stream() + "." + anyToken
 }
 
+// TypeFilter returns the filter subject of the direct messages to agent of
+// type typ at priority, from any sender: <root>.agent.<to>.p<N>.*.<type>.
+// The errors wrap [ErrInvalidAgentID], [ErrInvalidToken] or
+// [ErrInvalidPriority].
+func (s Scheme) TypeFilter(to, typ string, priority int) (string, error) {
+	if err := ValidateID(to); err != nil {
+		return "", err
+	}
+	if err := ValidateType(typ); err != nil {
+		return "", err
+	}
+	if err := ValidatePriority(priority); err != nil {
+		return "", err
+	}
+	return s.Root() + "." + kindAgent + "." + EncodeToken(to) + "." + priorityPrefix + strconv.Itoa(priority) + "." + anyToken + "." + EncodeToken(typ), nil
+}
+
 // AgentFilter returns the filter subject of every direct message to agent,
 // whatever its priority: <root>.agent.<token>.>. It is meant for tools that
 // inspect an agent's backlog. The error wraps [ErrInvalidAgentID].

@@ -547,6 +547,12 @@ func TestRouteTemplateAndFilters(t *testing.T) {
 			t.Errorf("Route(%q) = %v, %d; want %v, %d", c.subject, kind, p, c.kind, c.priority)
 		}
 	}
+	if got, err := s.TypeFilter("a b", "x.y", 1); err != nil || got != "prod.bus-1.agent.a%20b.p1.*.x%2Ey" {
+		t.Errorf("TypeFilter = %q, %v", got, err)
+	}
+	if _, err := s.TypeFilter("a", "x", 0); !errors.Is(err, ErrInvalidPriority) {
+		t.Errorf("TypeFilter at priority 0: %v", err)
+	}
 	if got := s.Template(KindDirect, 2); got != "prod.bus-1.agent.{to}.p2.{from}.{type}" {
 		t.Errorf("direct template %q", got)
 	}

@@ -238,3 +238,22 @@ func TestRequestFollow(t *testing.T) {
 		t.Errorf("request --follow printed\n%s", out)
 	}
 }
+
+// TestCancel: agentbus cancel cancels a queued message as its sender, and
+// says how a message that already ended ended.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	id := strings.TrimPrefix(strings.Fields(mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "worker", "--type", "T", "--data", "x"))[0], "id=")
+	out := mustRun(t, "--server", url, "cancel", id, "--agent", "lead")
+	if !strings.HasPrefix(out, id+" lead -> worker canceled ") {
+		t.Errorf("cancel printed %q", out)
+	}
+	r := runIn(t, "", "--server", url, "cancel", id)
+	if r.code != exitError || !strings.Contains(r.stderr, "already ended: "+id+" lead -> worker canceled") {
+		t.Errorf("cancel again: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := runIn(t, "", "--server", url, "cancel", id, "--agent", "bystander"); r.code != exitError || !strings.Contains(r.stderr, "no status recorded") {
+		t.Errorf("cancel as a bystander: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

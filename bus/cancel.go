@@ -1,0 +1,171 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// TypeCancel is the type of the notice Cancel sends the recipient of a
+// canceled message, at priority 1, so that it overtakes the queued work.
+const TypeCancel = "agentbus.cancel"
+
+// ErrCanceled is the cause of a handler's context cancelled by Cancel, and
+// wrapped by the reason its record gives.
+var ErrCanceled = errors.New("bus: message canceled")
+
+// ErrFinal is wrapped by the error of a Cancel that came after the message
+// ended (replied, completed, expired, dead-lettered or canceled already):
+// nothing is changed, and the returned Status says how it ended.
+var ErrFinal = errors.New("bus: message already finished")
+
+// Cancel cancels the direct message id, sent by this agent or to it. A
+// message still queued is never handed to a handler; a handler running it
+// has its context cancelled (context.Cause is ErrCanceled), and what it
+// returns is recorded; either way the message's record ends canceled and
+// it is not delivered again. After the message ended, Cancel changes
+// nothing and returns its Status with an error wrapping ErrFinal.
+//
+// The recipient learns of the cancel from its record, which only the
+// sender, the recipient and an operator may write, and from a notice
+// (TypeCancel, priority 1) that overtakes its queued work: a request is
+// checked against its record when it is delivered anyway, but a plain
+// message queued at priority 1 ahead of the notice can start before the
+// notice arrives, and is then cancelled while it runs.
+//
+// Errors: ErrFinal, ErrNoStatus (no record of the message that names this
+// agent), ErrInvalidOption with lifecycle tracking off, or the server's.
+func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
+	sts, err := b.Status(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	for _, st := range sts {
+		if st.To != Broadcast && (st.From == b.agent || st.To == b.agent) {
+			return b.cancel(ctx, st, b.agent, b.Publish)
+		}
+	}
+	return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
+}
+
+// Cancel cancels the direct message id as an operator, as Bus.Cancel does
+// for its sender or recipient; the notice comes from "agentbus".
+func (a *Admin) Cancel(ctx context.Context, id string) (Status, error) {
+	sts, err := a.Status(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	for _, st := range sts {
+		if st.To != Broadcast {
+			return a.cancel(ctx, st, operatorSender, func(ctx context.Context, m Message) (PubAck, error) {
+				m.From = operatorSender
+				return PubAck{}, a.publishAs(ctx, m)
+			})
+		}
+	}
+	return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
+}
+
+// operatorSender is the sender of what an Admin publishes.
+const operatorSender = "agentbus"
+
+// cancelNotice is the data of a TypeCancel notice: the canceled message,
+// whose record the recipient reads to trust the notice.
+type cancelNotice struct {
+	ID   string `json:"id"`
+	From string `json:"from"`
+	By   string `json:"by"`
+}
+
+// cancel writes st canceled, unless a state was written since it was read
+// or it ended, and sends the recipient the notice with publish.
+func (c *client) cancel(ctx context.Context, st Status, by string, publish func(context.Context, Message) (PubAck, error)) (Status, error) {
+	if st.State.Final() {
+		return st, fmt.Errorf("%w: %s is %s", ErrFinal, st.ID, st.State)
+	}
+	canceled := st
+	canceled.State, canceled.Updated, canceled.By, canceled.Reason = StateCanceled, time.Now().UTC(), by, "canceled by "+by
+	if err := c.status.updateStored(ctx, canceled, st.revision); err != nil {
+		return st, fmt.Errorf("cancel %s: %w (its record changed meanwhile; look it up again)", st.ID, err)
+	}
+	data, err := json.Marshal(cancelNotice{ID: st.ID, From: st.From, By: by})
+	if err != nil {
+		return canceled, err
+	}
+	notice := Message{To: st.To, Type: TypeCancel, Priority: 1, CorrelationID: st.CorrelationID, CausationID: st.ID,
+		ContentType: "application/json", Data: data}
+	if _, err := publish(context.WithoutCancel(ctx), notice); err != nil {
+		return canceled, fmt.Errorf("cancel %s: recorded, but the notice to %s failed: %w", st.ID, st.To, err)
+	}
+	return canceled, nil
+}
+
+// cancels are what a Bus knows of canceled messages to its agent: the
+// handlings running, by message ID, and the IDs canceled lately.
+type cancels struct {
+	mu       sync.Mutex
+	running  map[string]*handling
+	canceled recentSet
+}
+
+// start registers h as running, and reports whether its message was
+// canceled already.
+func (c *cancels) start(h *handling) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.canceled.has(h.d.ID) {
+		return true
+	}
+	if c.running == nil {
+		c.running = make(map[string]*handling)
+	}
+	c.running[h.d.ID] = h
+	return false
+}
+
+// done unregisters h.
+func (c *cancels) done(h *handling) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running[h.d.ID] == h {
+		delete(c.running, h.d.ID)
+	}
+}
+
+// apply marks id canceled and cancels its handler if one runs.
+func (c *cancels) apply(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.canceled.add(id)
+	if h := c.running[id]; h != nil {
+		h.canceled.Store(true)
+		h.cancel(ErrCanceled)
+	}
+}
+
+// takeNotice applies a cancel notice m, once the record of the message it
+// names says canceled (so nobody but its sender, its recipient or an
+// operator can cancel it).
+func (b *Bus) takeNotice(ctx context.Context, m *Message) {
+	var n cancelNotice
+	if err := json.Unmarshal(m.Data, &n); err != nil || n.ID == "" || b.status == nil {
+		return
+	}
+	st, err := b.status.get(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, b.agent)
+	if err != nil || st.State != StateCanceled {
+		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record is not canceled (%v)", n.ID, m.From, err))
+		return
+	}
+	b.cancels.apply(n.ID)
+}
+
+// canceledReason is what a canceled handler's record says it returned.
+func canceledReason(err error) error {
+	if err == nil || errors.Is(err, ErrCanceled) {
+		return fmt.Errorf("%w while its handler ran; it returned %v", ErrCanceled, err)
+	}
+	return fmt.Errorf("%w while its handler ran; it returned: %w", ErrCanceled, err)
+}

@@ -1,0 +1,100 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+// TestCancelQueued: a message canceled while it waits for its recipient is
+// never handed to a handler, and its record ends canceled; the work behind
+// it flows.
+func TestCancelQueued(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	doomed := publish(t, orch, bus.Message{To: "worker", Type: "DOOMED", Priority: 3})
+	publish(t, orch, bus.Message{To: "worker", Type: "KEPT", Priority: 4})
+	st, err := orch.Cancel(testContext(t), doomed.ID)
+	if err != nil || st.State != bus.StateCanceled || st.By != "orchestrator" {
+		t.Fatalf("Cancel = %+v, %v", st, err)
+	}
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "worker"), r.handle)
+	r.waitCount(t, 1)
+	if got := r.types(); len(got) != 1 || got[0] != "KEPT" {
+		t.Errorf("handled %v, want only KEPT", got)
+	}
+	if st := waitState(t, orch, doomed.ID, bus.StateCanceled); !strings.Contains(st.Reason, "orchestrator") {
+		t.Errorf("record %+v", st)
+	}
+}
+
+// TestCancelRunning: canceling a message whose handler runs cancels the
+// handler's context with ErrCanceled; what the handler returns is
+// recorded, and the message is not delivered again.
+func TestCancelRunning(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	started := make(chan struct{})
+	returned := make(chan error, 4)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type != "LONG" {
+			return nil
+		}
+		close(started)
+		<-ctx.Done()
+		err := context.Cause(ctx)
+		returned <- err
+		return errors.New("stopped half way")
+	})
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "LONG"})
+	<-started
+	if _, err := orch.Cancel(testContext(t), ack.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-returned; !errors.Is(err, bus.ErrCanceled) {
+		t.Errorf("the handler's context cause %v, want ErrCanceled", err)
+	}
+	st := waitState(t, orch, ack.ID, bus.StateCanceled)
+	if !strings.Contains(st.Reason, "stopped half way") || st.By != "worker" {
+		t.Errorf("record %+v, want canceled with what the handler returned", st)
+	}
+	// Not delivered again: the next message is the next handled.
+	publish(t, orch, bus.Message{To: "worker", Type: "NEXT"})
+	waitState(t, worker, ack.ID, bus.StateCanceled)
+	select {
+	case err := <-returned:
+		t.Errorf("the canceled message ran again (%v)", err)
+	default:
+	}
+}
+
+// TestCancelAfterCompletion: a cancel after the message ended changes
+// nothing and says how it ended; another agent cannot cancel it at all;
+// an operator can cancel a queued one.
+func TestCancelAfterCompletion(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "QUICK"})
+	r.waitCount(t, 1)
+	waitState(t, orch, ack.ID, bus.StateCompleted)
+	st, err := orch.Cancel(testContext(t), ack.ID)
+	if !errors.Is(err, bus.ErrFinal) || st.State != bus.StateCompleted {
+		t.Errorf("Cancel after completion = %+v, %v; want ErrFinal and completed", st, err)
+	}
+
+	queued := publish(t, orch, bus.Message{To: "away", Type: "LATER"})
+	if _, err := newBus(t, s, "bystander").Cancel(testContext(t), queued.ID); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("a bystander's Cancel: %v, want ErrNoStatus (it sees no record naming it)", err)
+	}
+	if st, err := adminOf(t, s).Cancel(testContext(t), queued.ID); err != nil || st.State != bus.StateCanceled || st.By != "agentbus" {
+		t.Errorf("Admin.Cancel = %+v, %v", st, err)
+	}
+}
