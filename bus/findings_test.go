@@ -1,12 +1,10 @@
 package bus_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,25 +14,8 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec/profiles"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the logger's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLenientFindingsAreShown: a coordination message that breaks one of
 // the protocol's rules is handled, as the protocol asks, and its finding is
@@ -50,7 +31,7 @@ func TestLenientFindingsAreShown(t *testing.T) {
 		tp.Shutdown(context.Background())
 		mp.Shutdown(context.Background())
 	})
-	logs := &lockedBuffer{}
+	logs := &embeddedtest.SyncBuffer{}
 	orch := newBus(t, s, "orchestrator", bus.WithTracerProvider(tp), bus.WithMeterProvider(mp),
 		bus.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	r := newRecorder()

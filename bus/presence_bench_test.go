@@ -39,18 +39,7 @@ func BenchmarkPresenceHeartbeats(b *testing.B) {
 				b.Fatal(err)
 			}
 			scheme := subjects.Default()
-			msgs := make([]*nats.Msg, n)
-			for i := range msgs {
-				agent := fmt.Sprintf("agent-%05d", i)
-				key, _ := subjects.PresenceKey(agent)
-				data, _ := json.Marshal(map[string]any{
-					"specversion": "1.0", "id": "3f0c5e2a-8d1b-4a7e-9c55-2f1d8e0c9b7a", "source": "/agents/" + agent,
-					"type": bus.EventPresenceOnline, "time": time.Now().UTC(), "datacontenttype": "application/json",
-					"data": map[string]any{"agent": agent, "status": "online", "since": time.Now().UTC(), "interval": "10s"},
-				})
-				msgs[i] = &nats.Msg{Subject: scheme.RegistrySubjectPrefix() + key, Data: data,
-					Header: nats.Header{jetstream.MsgTTLHeader: []string{"30"}}}
-			}
+			msgs := heartbeats(n, "30")
 			round := func() {
 				for _, m := range msgs {
 					if _, err := js.PublishMsgAsync(m); err != nil {
@@ -102,19 +91,9 @@ func BenchmarkPresenceServerMemory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	scheme := subjects.Default()
 	for b.Loop() {
 		before := srv.stats(b)
-		for i := range n {
-			agent := fmt.Sprintf("agent-%05d", i)
-			key, _ := subjects.PresenceKey(agent)
-			data, _ := json.Marshal(map[string]any{
-				"specversion": "1.0", "id": "3f0c5e2a-8d1b-4a7e-9c55-2f1d8e0c9b7a", "source": "/agents/" + agent,
-				"type": bus.EventPresenceOnline, "time": time.Now().UTC(), "datacontenttype": "application/json",
-				"data": map[string]any{"agent": agent, "status": "online", "since": time.Now().UTC(), "interval": "10s"},
-			})
-			m := &nats.Msg{Subject: scheme.RegistrySubjectPrefix() + key, Data: data,
-				Header: nats.Header{jetstream.MsgTTLHeader: []string{"3600"}}}
+		for _, m := range heartbeats(n, "3600") {
 			if _, err := js.PublishMsgAsync(m); err != nil {
 				b.Fatal(err)
 			}
@@ -124,6 +103,24 @@ func BenchmarkPresenceServerMemory(b *testing.B) {
 		b.ReportMetric((after.heap-before.heap)/n, "server-heap-B/agent")
 		b.ReportMetric((after.rss-before.rss)/n, "server-rss-B/agent")
 	}
+}
+
+// heartbeats returns one presence record of each of n agents, as
+// Bus.Register writes them, with a TTL of ttl seconds.
+func heartbeats(n int, ttl string) []*nats.Msg {
+	prefix := subjects.Default().RegistrySubjectPrefix()
+	msgs := make([]*nats.Msg, n)
+	for i := range msgs {
+		agent := fmt.Sprintf("agent-%05d", i)
+		key, _ := subjects.PresenceKey(agent)
+		data, _ := json.Marshal(map[string]any{
+			"specversion": "1.0", "id": "3f0c5e2a-8d1b-4a7e-9c55-2f1d8e0c9b7a", "source": "/agents/" + agent,
+			"type": bus.EventPresenceOnline, "time": time.Now().UTC(), "datacontenttype": "application/json",
+			"data": map[string]any{"agent": agent, "status": "online", "since": time.Now().UTC(), "interval": "10s"},
+		})
+		msgs[i] = &nats.Msg{Subject: prefix + key, Data: data, Header: nats.Header{jetstream.MsgTTLHeader: []string{ttl}}}
+	}
+	return msgs
 }
 
 // BenchmarkPresenceDetection measures how long after a registered agent's

@@ -1,17 +1,16 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // TestAgents: subscribe --card registers the agent; agents lists it with
@@ -71,24 +70,6 @@ func TestAgents(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer a test may read while a command writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestAgentsWatch: agents --watch prints an agent coming online and going
 // offline, and exits 0 when interrupted.
 func TestAgentsWatch(t *testing.T) {
@@ -99,7 +80,7 @@ func TestAgentsWatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
-	var out, errOut lockedBuffer
+	var out, errOut embeddedtest.SyncBuffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- Main(ctx, []string{"--server", url, "agents", "--watch"}, strings.NewReader(""), &out, &errOut)
