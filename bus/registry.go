@@ -367,6 +367,11 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 		Name: subjects.MicroService, Version: version, Description: card.Description,
 		Metadata: map[string]string{"agent": b.agent, "root": b.opts.scheme.Root(), "card_version": card.Version},
 	})
+	if err == nil {
+		// Answering once Register returns: its subscriptions reach the
+		// server first.
+		err = b.nc.FlushWithContext(ctx)
+	}
 	if err != nil {
 		b.opts.onError(fmt.Errorf("announce %s to NATS micro discovery: %w", b.agent, err))
 	}
