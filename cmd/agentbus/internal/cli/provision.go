@@ -23,8 +23,10 @@ func (a *app) provisionCommand() *cobra.Command {
 		Use:   "provision",
 		Short: "Create or update the bus's JetStream stream",
 		Long: `Provision creates the JetStream stream that carries the bus's messages on
---server, or updates it in place to match the flags. It is idempotent and safe
-to run from several processes; flags left out take the defaults shown.
+--server, with its dead-letter stream, the lifecycle status bucket and the
+agent registry, or updates them in place to match the flags. It is
+idempotent and safe to run from several processes; flags left out take the
+defaults shown.
 
 On success it prints one line describing the stream, for example:
 
