@@ -956,8 +956,10 @@ func TestProtocolPipelineReplyThreads(t *testing.T) {
 		}
 	}
 
-	// Queued: dev has not subscribed; the record finds the request.
+	// Queued: dev has not subscribed; the record finds the request, once
+	// the sender's pending record is stored (just after the publish).
 	develop("dev-queued")
+	waitState(t, pm, "dev-queued", bus.StatePending)
 	if _, err := dev.PublishNative(testContext(t), p, complete("done-queued", "dev-queued"), profiles.Addressing{}); err != nil {
 		t.Fatal(err)
 	}
