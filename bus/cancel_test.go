@@ -91,6 +91,7 @@ func TestCancelAfterCompletion(t *testing.T) {
 	}
 
 	queued := publish(t, orch, bus.Message{To: "away", Type: "LATER"})
+	waitState(t, orch, queued.ID, bus.StatePending) // its record is stored
 	if _, err := newBus(t, s, "bystander").Cancel(testContext(t), queued.ID); !errors.Is(err, bus.ErrNoStatus) {
 		t.Errorf("a bystander's Cancel: %v, want ErrNoStatus (it sees no record naming it)", err)
 	}

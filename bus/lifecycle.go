@@ -598,12 +598,21 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 // agent, as sender or recipient: for a direct message its one record, for a
 // broadcast the sender's and every recipient's (to the sender) or the
 // agent's own (to a recipient). These are the records an agent's server
-// permissions let it read (docs/security.md). It returns ErrNoStatus when
-// there are none.
+// permissions let it read (docs/security.md). The records this bus wrote
+// before the call are among them (it waits for their writes). It returns
+// ErrNoStatus when there are none.
 func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	filters, err := subjects.StatusKeysOfAgent(id, b.agent)
 	if err != nil {
 		return nil, err
+	}
+	// Read this bus's own writes: the records it wrote just now are stored
+	// before the lookup.
+	fctx, cancel := withDefaultTimeout(ctx)
+	err = b.status.flush(fctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: records still being written: %w", id, err)
 	}
 	return b.lookup(ctx, id, filters...)
 }
