@@ -65,34 +65,13 @@ func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLett
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", b.notProvisioned(err))
 	}
-	info, err := cons.Info(ctx)
+	var out []DeadLetter
+	err = readPending(ctx, cons, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+		out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
+		return f.Limit > 0 && len(out) >= f.Limit, nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	var out []DeadLetter
-	for pending := info.NumPending; pending > 0 && (f.Limit == 0 || len(out) < f.Limit); {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("list dead letters: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			pending = md.NumPending
-			if f.Limit == 0 || len(out) < f.Limit {
-				out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("list dead letters: %w", err)
-		}
-		if n == 0 {
-			break
-		}
 	}
 	return out, nil
 }

@@ -139,3 +139,36 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 	}
 	return c.refusals.watchPrefix(ctx, prefix)
 }
+
+// readPending reads what consumer c has pending when it was created (an
+// ordered consumer that looks something up), in batches, calling each
+// with every message and its metadata until each says stop or nothing is
+// left. A batch that brings nothing while messages are pending ends it with
+// an error wrapping context.DeadlineExceeded.
+func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	for pending := c.CachedInfo().NumPending; pending > 0; {
+		batch, err := c.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			pending = md.NumPending
+			if stop, err := each(m, md); err != nil || stop {
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%d pending, none delivered: %w", pending, context.DeadlineExceeded)
+		}
+	}
+	return nil
+}

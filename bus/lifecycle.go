@@ -560,38 +560,18 @@ func (t *tracker) consumerOf(ctx context.Context, floors map[string]*jetstream.C
 // readAll fetches what an ordered consumer has pending now and passes each
 // record to add with its subject.
 func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string, s Status)) error {
-	pending := c.CachedInfo().NumPending
-	for pending > 0 {
-		batch, err := c.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
-		if err != nil {
-			return err
+	return readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+		if op := m.Headers().Get("KV-Operation"); op != "" {
+			return false, nil // a delete or purge marker
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			pending = md.NumPending
-			if op := m.Headers().Get("KV-Operation"); op != "" {
-				continue // a delete or purge marker
-			}
-			var s Status
-			if err := json.Unmarshal(m.Data(), &s); err != nil {
-				return fmt.Errorf("record %s: %w", m.Subject(), err)
-			}
-			s.revision = md.Sequence.Stream
-			add(m.Subject(), s)
+		var s Status
+		if err := json.Unmarshal(m.Data(), &s); err != nil {
+			return false, fmt.Errorf("record %s: %w", m.Subject(), err)
 		}
-		if err := batch.Error(); err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("%d records pending, none delivered: %w", pending, context.DeadlineExceeded)
-		}
-	}
-	return nil
+		s.revision = md.Sequence.Stream
+		add(m.Subject(), s)
+		return false, nil
+	})
 }
 
 // Status returns the lifecycle records of message id that name this bus's

@@ -580,44 +580,29 @@ func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentI
 		return a
 	}
 	silentAt := map[string]time.Time{}
-	for pending := cons.CachedInfo().NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
+	err = readPending(ctx, cons, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+		kind, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
 		if err != nil {
-			return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", err))
+			return false, nil // not a key the bus writes
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
+		a := get(name)
+		switch kind {
+		case subjects.RegistryCard:
+			if json.Unmarshal(m.Data(), &a.Card) == nil {
+				a.Card.Name = name
 			}
-			pending = md.NumPending
-			kind, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
-			if err != nil {
-				continue // not a key the bus writes
-			}
-			a := get(name)
-			switch kind {
-			case subjects.RegistryCard:
-				if json.Unmarshal(m.Data(), &a.Card) == nil {
-					a.Card.Name = name
-				}
-			case subjects.RegistryPresence:
-				if p, ok := presenceOfMsg(m); ok {
-					a.Presence = p
-					if p.Reason == ReasonSilent {
-						silentAt[name] = p.Since
-					}
+		case subjects.RegistryPresence:
+			if p, ok := presenceOfMsg(m); ok {
+				a.Presence = p
+				if p.Reason == ReasonSilent {
+					silentAt[name] = p.Since
 				}
 			}
 		}
-		if err := batch.Error(); err != nil {
-			return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", err))
-		}
-		if n == 0 {
-			break
-		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", err))
 	}
 	// A silent agent was last seen three of its intervals before the
 	// server removed its presence, at most one interval after the last
