@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -143,11 +144,21 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 // readPending reads what consumer c has pending when it was created (an
 // ordered consumer that looks something up), in batches, calling each
 // with every message and its metadata until each says stop or nothing is
-// left. A batch that brings nothing while messages are pending ends it with
-// an error wrapping context.DeadlineExceeded.
+// left. A batch waits at most 5 s, and never past ctx's deadline: one that
+// brings nothing while messages are pending (a stream that changes
+// leaders, say) ends the read with an error wrapping
+// context.DeadlineExceeded, and the caller may try again with a new
+// consumer.
 func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
 	for pending := c.CachedInfo().NumPending; pending > 0; {
-		batch, err := c.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
+		wait := batchWait
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d))
+		}
+		if wait <= 0 {
+			return fmt.Errorf("%d pending: %w", pending, context.DeadlineExceeded)
+		}
+		batch, err := c.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(wait))
 		if err != nil {
 			return err
 		}
@@ -172,3 +183,6 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 	}
 	return nil
 }
+
+// batchWait bounds how long readPending waits for one batch.
+const batchWait = 5 * time.Second

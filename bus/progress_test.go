@@ -41,9 +41,16 @@ func TestRequestProgress(t *testing.T) {
 			}
 			got = append(got, n)
 			if n == updates {
-				if st := waitState(t, orch, "long-1", bus.StateWorking); st.Progress != updates || st.LastProgress.IsZero() {
-					t.Errorf("record while working: %+v", st)
-				}
+				// The worker writes its record after each update, a moment
+				// after the update itself.
+				waitFor(t, "the record of every update", func() (bool, string) {
+					sts, err := orch.Status(testContext(t), "long-1")
+					if err != nil {
+						return false, err.Error()
+					}
+					st := sts[0]
+					return st.State == bus.StateWorking && st.Progress == updates && !st.LastProgress.IsZero(), fmt.Sprintf("%+v", st)
+				})
 				close(release)
 			}
 		}))
