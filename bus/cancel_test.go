@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -59,10 +60,16 @@ func TestCancelRunning(t *testing.T) {
 	if err := <-returned; !errors.Is(err, bus.ErrCanceled) {
 		t.Errorf("the handler's context cause %v, want ErrCanceled", err)
 	}
-	st := waitState(t, orch, ack.ID, bus.StateCanceled)
-	if !strings.Contains(st.Reason, "stopped half way") || st.By != "worker" {
-		t.Errorf("record %+v, want canceled with what the handler returned", st)
-	}
+	// The canceller's record comes first; the worker's, with what its
+	// handler returned, a moment after the handler ends.
+	waitFor(t, "the worker's canceled record", func() (bool, string) {
+		sts, err := orch.Status(testContext(t), ack.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		st := sts[0]
+		return st.State == bus.StateCanceled && st.By == "worker" && strings.Contains(st.Reason, "stopped half way"), fmt.Sprintf("%+v", st)
+	})
 	// Not delivered again: the next message is the next handled.
 	publish(t, orch, bus.Message{To: "worker", Type: "NEXT"})
 	waitState(t, worker, ack.ID, bus.StateCanceled)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 func TestClusterFailover(t *testing.T) {
@@ -117,9 +118,13 @@ func TestClusterFailover(t *testing.T) {
 
 	// The data survived and the stream still takes writes.
 	waitForMessages(ctx, t, js, "ORDERS", 10)
-	if _, err := js.Publish(ctx, "orders.new", []byte("msg-11")); err != nil {
-		t.Fatalf("publish after failover: %v", err)
-	}
+	// The new leader may not answer the very first publish (no response
+	// from stream): retried with the same message ID, it is stored once.
+	var perr error
+	embeddedtest.WaitFor(t, 10*time.Second, "a publish after failover", func() (bool, string) {
+		_, perr = js.Publish(ctx, "orders.new", []byte("msg-11"), jetstream.WithMsgID("msg-11"))
+		return perr == nil, fmt.Sprint(perr)
+	})
 	checkMessages(ctx, t, js, "ORDERS", 11)
 
 	// The stopped node comes back on the same ports and store and catches
