@@ -94,6 +94,5 @@ func headerValue(h nats.Header, key string) string {
 
 // The distributed tracing extension's attributes.
 const (
-	extTraceParent = "traceparent"
 	extTraceState  = "tracestate"
 )
