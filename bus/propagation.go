@@ -92,7 +92,6 @@ func headerValue(h nats.Header, key string) string {
 	return ""
 }
 
-// The distributed tracing extension's attributes.
-const (
-	extTraceState  = "tracestate"
-)
+// extTraceState is the distributed tracing extension's tracestate
+// attribute; the bus replaces a caller's with its own span's.
+const extTraceState = "tracestate"
