@@ -7,6 +7,7 @@ import (
 	neturl "net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,6 +46,7 @@ type Bus struct {
 	agent   string
 	req     requests
 	cancels cancels
+	history sync.Mutex // one Attach reads the agent's past messages at a time
 
 	backlogReg metric.Registration
 	subs       map[*Subscription]struct{} // under client.mu

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // TypeCancel is the type of the notice Cancel sends the recipient of a
@@ -45,7 +47,11 @@ func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
 	}
 	for _, st := range sts {
 		if st.To != Broadcast && (st.From == b.agent || st.To == b.agent) {
-			return b.cancel(ctx, st, b.agent, b.Publish)
+			canceled, err := b.cancel(ctx, st, b.agent, b.Publish)
+			if err == nil || !errors.Is(err, ErrFinal) {
+				b.req.cancel(id, b.agent) // a Request of this process waiting for it
+			}
+			return canceled, err
 		}
 	}
 	return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
@@ -95,10 +101,18 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	if err != nil {
 		return canceled, err
 	}
-	notice := Message{To: st.To, Type: TypeCancel, Priority: 1, CorrelationID: st.CorrelationID, CausationID: st.ID,
-		ContentType: "application/json", Data: data}
-	if _, err := publish(context.WithoutCancel(ctx), notice); err != nil {
-		return canceled, fmt.Errorf("cancel %s: recorded, but the notice to %s failed: %w", st.ID, st.To, err)
+	// The recipient, to stop the work; the sender, unless it cancels, to
+	// end a Request waiting for the reply.
+	to := []string{st.To}
+	if st.From != by && st.From != st.To && subjects.ValidateID(st.From) == nil {
+		to = append(to, st.From)
+	}
+	for _, agent := range to {
+		notice := Message{To: agent, Type: TypeCancel, Priority: 1, CorrelationID: st.CorrelationID, CausationID: st.ID,
+			ContentType: "application/json", Data: data}
+		if _, err := publish(context.WithoutCancel(ctx), notice); err != nil {
+			return canceled, fmt.Errorf("cancel %s: recorded, but the notice to %s failed: %w", st.ID, agent, err)
+		}
 	}
 	return canceled, nil
 }
@@ -160,7 +174,22 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 		return
 	}
 	b.cancels.apply(n.ID)
+	b.req.cancel(n.ID, n.By)
 }
+
+// CanceledError is returned by a Request whose request was canceled
+// (Bus.Cancel, Admin.Cancel) while it waited; it wraps ErrCanceled.
+type CanceledError struct {
+	ID string // the request's ID
+	By string // who canceled it: an agent, or "agentbus" for an operator
+}
+
+func (e *CanceledError) Error() string {
+	return fmt.Sprintf("request %s canceled by %s", e.ID, e.By)
+}
+
+// Unwrap returns ErrCanceled.
+func (e *CanceledError) Unwrap() error { return ErrCanceled }
 
 // canceledReason is what a canceled handler's record says it returned.
 func canceledReason(err error) error {

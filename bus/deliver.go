@@ -157,6 +157,12 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	doBy, hasDoBy := doByOf(m)
+	if hasDoBy {
+		var stop context.CancelFunc
+		hctx, stop = context.WithDeadline(hctx, doBy)
+		defer stop()
+	}
 	hs := &handling{d: d, cancel: cancel}
 	if b.cancels.start(hs) {
 		return Permanent(fmt.Errorf("%w before it was handled", ErrCanceled))
@@ -168,9 +174,13 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 			b.opts.onError(fmt.Errorf("message %s: %w", cm.Subject, err))
 		}
 		switch {
-		case hs.canceled.Load():
+		case hs.canceled.Load() && !hs.replied.Load(): // replied, the work was done
 			err = Permanent(canceledReason(err))
 			b.record(m, StateCanceled, md, err)
+		case err != nil && hasDoBy && !time.Now().Before(doBy):
+			// Its work is void now: not retried.
+			err = Permanent(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
+			b.record(m, StateExpired, md, err)
 		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
 			b.record(m, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
@@ -178,6 +188,16 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		}
 	}()
 	return h(context.WithValue(hctx, deliveryKey{}, hs), d)
+}
+
+// doByOf returns the do-by deadline m carries (ExtDoBy), if any.
+func doByOf(m *Message) (time.Time, bool) {
+	v, ok := m.Extensions[ExtDoBy]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
 }
 
 // decide says how to settle a message whose handling ended with err:

@@ -72,7 +72,6 @@ func defaultOptions() options {
 		meterProvider:   otel.GetMeterProvider(),
 		lifecycle:       true,
 		publishAttempts: DefaultPublishAttempts,
-		requestTimeout:  DefaultRequestTimeout,
 		heartbeat:       DefaultHeartbeat,
 	}
 }
@@ -244,7 +243,9 @@ func WithPublishAttempts(n int) Option {
 }
 
 // WithRequestTimeout sets how long Request waits for a reply when its
-// context has no deadline (default 5 minutes).
+// context has no deadline. By default a request in one of the agent
+// protocols waits as long as its document says (profiles.Defaults: 5
+// minutes for basemessage), any other DefaultRequestTimeout (5 minutes).
 func WithRequestTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

@@ -100,6 +100,9 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 		case "question":
 			_, err := d.Reply(ctx, bus.Message{Type: "answer", Data: []byte("42")})
 			return err
+		case "long":
+			<-ctx.Done()
+			return context.Cause(ctx)
 		}
 		return r.handle(ctx, d)
 	})
@@ -126,6 +129,20 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	if reply.Type != "answer" || string(reply.Data) != "42" {
 		t.Fatalf("reply %s %q, want answer 42", reply.Type, reply.Data)
 	}
+	// The requester attaches to its request again (its history consumer),
+	// and cancels running work (the record, the notice).
+	if again, err := lead.Attach(ctx, reply.CausationID); err != nil || again.ID != reply.ID {
+		t.Fatalf("Attach = %+v, %v; want the reply %s again", again, err, reply.ID)
+	}
+	long := publish(t, lead, bus.Message{To: worker.Agent(), Type: "long"})
+	waitState(t, lead, long.ID, bus.StateDelivered)
+	if _, err := lead.Cancel(ctx, long.ID); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	waitFor(t, "the worker's canceled record", func() (bool, string) {
+		sts, err := lead.Status(ctx, long.ID)
+		return err == nil && sts[0].State == bus.StateCanceled && sts[0].By == worker.Agent(), fmt.Sprintf("%+v, %v", sts, err)
+	})
 
 	// Sender and recipient read the record that names them.
 	waitFor(t, "the task recorded completed", func() (bool, string) {
@@ -607,5 +624,42 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		if errs.total() != 0 {
 			t.Errorf("%s: background errors %v", agent, errs)
 		}
+	}
+}
+
+// TestCancelDeniedToOthers: only a message's sender, its recipient and an
+// operator may cancel it. Another agent finds no record naming it, cannot
+// write the record under its own credentials, and a notice it forges is
+// ignored by the recipient, which handles the message as usual.
+func TestCancelDeniedToOthers(t *testing.T) {
+	srv := newAuthServer(t, "alice", "bob", "mallory")
+	ctx := testContext(t)
+	aliceErrs := make(chan error, 16)
+	alice := srv.agentBus(t, "alice", func(err error) { aliceErrs <- err })
+	bob := srv.agentBus(t, "bob", func(error) {})
+	mallory := srv.agentBus(t, "mallory", func(error) {})
+	sent := publish(t, bob, bus.Message{To: "alice", Type: "task"})
+	waitState(t, bob, sent.ID, bus.StatePending)
+
+	if _, err := mallory.Cancel(ctx, sent.ID); !errors.Is(err, bus.ErrPermissionDenied) && !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("mallory's Cancel: %v, want ErrPermissionDenied or ErrNoStatus", err)
+	}
+	forged, _ := json.Marshal(map[string]string{"id": sent.ID, "from": "bob", "by": "bob"})
+	publish(t, mallory, bus.Message{To: "alice", Type: bus.TypeCancel, Priority: 1, CausationID: sent.ID,
+		ContentType: "application/json", Data: forged})
+
+	r := newRecorder()
+	subscribe(t, alice, r.handle)
+	if got := r.waitCount(t, 1); got[0].ID != sent.ID {
+		t.Fatalf("alice handled %+v, want bob's task", got[0].Message)
+	}
+	waitState(t, bob, sent.ID, bus.StateCompleted)
+	select {
+	case err := <-aliceErrs:
+		if !strings.Contains(err.Error(), "cancel notice for "+sent.ID+" from mallory ignored") {
+			t.Errorf("alice's error %v, want the forged notice ignored", err)
+		}
+	case <-ctx.Done():
+		t.Error("the forged notice was not reported")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/agentbus/agentbus/bus"
@@ -102,5 +103,78 @@ func TestProgressOutsideHandler(t *testing.T) {
 	d := &bus.Delivery{Message: bus.Message{ID: "x", From: "a"}}
 	if err := d.Progress(context.Background(), bus.Progress{}); !errors.Is(err, bus.ErrInvalidMessage) {
 		t.Errorf("Progress on a Delivery the bus did not make: %v, want ErrInvalidMessage", err)
+	}
+}
+
+// TestAttachAfterRequesterRestart: a requester that went away mid-task
+// attaches to its request by ID from a new process, gets the updates it
+// missed from the stream, then the ones still to come and the one reply;
+// attaching after the reply hands over everything at once.
+func TestAttachAfterRequesterRestart(t *testing.T) {
+	s := newServer(t)
+	worker := newBus(t, s, "worker")
+	first := make(chan struct{})
+	release := make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		for i := 1; i <= 5; i++ {
+			if i == 4 {
+				close(first)
+				<-release
+			}
+			if err := d.Progress(ctx, bus.Progress{Message: fmt.Sprintf("step %d", i)}); err != nil {
+				return err
+			}
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+
+	// The first requester sends, sees some updates, and is gone.
+	gone := newBus(t, s, "orchestrator")
+	ctx, cancel := context.WithCancel(testContext(t))
+	returned := make(chan error, 1)
+	go func() {
+		_, err := gone.Request(ctx, bus.Message{ID: "task-1", To: "worker", Type: "REVIEW"})
+		returned <- err
+	}()
+	<-first
+	cancel()
+	<-returned
+	if err := gone.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	back := newBus(t, s, "orchestrator")
+	var got []string
+	follow := bus.OnProgress(func(u *bus.Delivery) {
+		p, _, ok := u.ProgressUpdate()
+		if !ok {
+			t.Errorf("not an update: %+v", u.Message)
+		}
+		got = append(got, p.Message)
+		if len(got) == 3 {
+			close(release) // the rest comes while attached
+		}
+	})
+	d, err := back.Attach(testContext(t), "task-1", follow)
+	if err != nil || d.Type != "DONE" || d.CausationID != "task-1" {
+		t.Fatalf("Attach = %+v, %v; want the DONE reply", d, err)
+	}
+	want := []string{"step 1", "step 2", "step 3", "step 4", "step 5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("updates %q, want %q", got, want)
+	}
+
+	// Once more, after the reply: all of it from the stream.
+	got = nil
+	d, err = back.Attach(testContext(t), "task-1", bus.OnProgress(func(u *bus.Delivery) {
+		p, _, _ := u.ProgressUpdate()
+		got = append(got, p.Message)
+	}))
+	if err != nil || d.Type != "DONE" || !slices.Equal(got, want) {
+		t.Errorf("second Attach = %+v, %v with %q", d, err, got)
+	}
+	if _, err := back.Attach(testContext(t), "no-such-request"); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("Attach to an unknown request: %v, want ErrNoStatus", err)
 	}
 }

@@ -35,8 +35,8 @@ type PubAck struct {
 // their defaults (see codec.Message.SetDefaults); From must be empty or the
 // bus's agent. The message ID becomes the JetStream Nats-Msg-Id, so
 // publishing the same ID again, for example on a retry, stores it once and
-// reports Duplicate. A TTL sets Nats-TTL, in whole seconds rounded up, and
-// the expirytime attribute.
+// reports Duplicate. A TTL sets the expirytime attribute (Time + TTL) and
+// Nats-TTL, the time left until then in whole seconds, rounded up.
 //
 // Transient failures (no answer in time, no responders during a leader
 // election, JetStream error 10158) are retried with the same message ID,
@@ -192,8 +192,8 @@ func (b *Bus) encode(m *Message) (*nats.Msg, error) {
 	}
 	// The keys are canonical already; assigning skips Set's canonicalizing.
 	h[jetstream.MsgIDHeader] = []string{m.ID}
-	if m.TTL > 0 {
-		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(m.TTL)}
+	if m.TTL > 0 { // the time left: Time may lie in the past
+		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(time.Until(m.ExpiresAt()))}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }

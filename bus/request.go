@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/codec/profiles"
 )
 
 // ExtReplyBy is the CloudEvents extension a Request sets on its request
@@ -21,8 +24,18 @@ const ExtReplyBy = "replyby"
 // bus's agent whose CausationID (causationid) is m's ID, as Reply sends it and
 // as any message published inside the handler of m is (see Publish). m
 // needs one recipient, not Broadcast. Without a deadline on ctx it waits
-// WithRequestTimeout (5 minutes by default); it then returns
-// ErrRequestTimeout.
+// WithRequestTimeout (by default the protocol's request timeout, or 5
+// minutes).
+//
+// Deadlines: the deadline of ctx is the request's reply-by (ExtReplyBy).
+// The request expires at it (its TTL is set from the time remaining, or
+// kept if shorter): still queued then, the server removes it unread and
+// its record ends expired. Request returns a *DeadlineError (errors.Is
+// ErrRequestTimeout) when a deadline passes: the reply-by, a do-by
+// (DoBy: the handler's context ends there too) or an idle timeout
+// (IdleTimeout, reset by each progress update). A request canceled while
+// Request waits (Cancel, by its recipient or an operator too) returns a
+// *CanceledError (errors.Is ErrCanceled).
 //
 // The reply travels through JetStream like any message, and is processed
 // once: Request takes it as it is published, from a subscription of the
@@ -54,13 +67,34 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.opts.requestTimeout)
+		ctx, cancel = context.WithTimeout(ctx, b.requestTimeout(&m))
 		defer cancel()
 	}
-	deadline, _ := ctx.Deadline()
+	replyBy, _ := ctx.Deadline()
 	inherit(ctx, &m)
 	m.SetDefaults(time.Now())
-	setExtension(&m, ExtReplyBy, deadline.UTC().Format(time.RFC3339Nano))
+	setExtension(&m, ExtReplyBy, replyBy.UTC().Format(time.RFC3339Nano))
+
+	// The request expires, unread, at the earlier of its deadlines: nobody
+	// waits for its reply after the one, its work is void after the other.
+	expiry, kind := replyBy, deadlineReplyBy
+	if !ro.doBy.IsZero() {
+		setExtension(&m, ExtDoBy, ro.doBy.UTC().Format(time.RFC3339Nano))
+		if ro.doBy.Before(expiry) {
+			expiry, kind = ro.doBy, deadlineDoBy
+		}
+	}
+	if exp := m.ExpiresAt(); exp.IsZero() || exp.After(expiry) {
+		m.TTL = expiry.Sub(m.Time)
+	}
+	if !time.Now().Before(expiry) {
+		return nil, &DeadlineError{ID: m.ID, To: m.To, Kind: kind, Deadline: expiry}
+	}
+	if kind == deadlineDoBy {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, expiry)
+		defer cancel()
+	}
 
 	// The recipient's presence, unless the caller queues for it anyway:
 	// offline fails now; online is checked again every heartbeat interval.
@@ -86,31 +120,74 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	if _, err := b.Publish(ctx, m); err != nil {
 		return nil, err
 	}
-	var gone error
+	return b.await(ctx, w, &m, replyBy, ro, recheck)
+}
+
+// await waits for the reply to request m, which w waits for, handing the
+// progress updates to ro.onProgress, until the reply comes, the request is
+// canceled, its recipient is found offline at a recheck, or a deadline
+// passes: ctx's (the reply-by, or the do-by when earlier) or the idle
+// timeout.
+func (b *Bus) await(ctx context.Context, w *waiter, m *Message, replyBy time.Time, ro requestOptions, recheck <-chan time.Time) (*Delivery, error) {
+	var idle <-chan time.Time
+	resetIdle := func() {}
+	if ro.idleTimeout > 0 {
+		t := time.NewTimer(ro.idleTimeout)
+		defer t.Stop()
+		idle, resetIdle = t.C, func() { t.Reset(ro.idleTimeout) }
+	}
+	follow := func() {
+		for _, u := range b.req.updates(w) {
+			ro.onProgress(u)
+		}
+	}
+	var failed error
 wait:
 	for {
 		select {
 		case d := <-w.reply:
+			follow() // the updates before the reply
 			return d, nil
-		case d := <-w.progress: // nil unless following progress
-			ro.onProgress(d)
-		case <-recheck:
-			if p, _, err := b.presenceOf(ctx, m.To); err == nil && p.Status == Offline {
-				gone = &AgentOfflineError{Agent: m.To, Presence: p}
+		case <-w.news:
+			resetIdle()
+			follow()
+		case c := <-w.cancel:
+			if c.verified || b.canceledRecord(ctx, m) {
+				failed = &CanceledError{ID: m.ID, By: c.by}
 				break wait
 			}
+		case <-recheck:
+			if p, _, err := b.presenceOf(ctx, m.To); err == nil && p.Status == Offline {
+				failed = fmt.Errorf("request %s: %w", m.ID, &AgentOfflineError{Agent: m.To, Presence: p})
+				break wait
+			}
+		case <-idle:
+			failed = &DeadlineError{ID: m.ID, To: m.To, Kind: deadlineIdle, Deadline: time.Now().UTC(), Idle: ro.idleTimeout}
+			break wait
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				de := &DeadlineError{ID: m.ID, To: m.To, Kind: deadlineReplyBy, Deadline: replyBy}
+				if !ro.doBy.IsZero() && !time.Now().Before(ro.doBy) {
+					de.Kind, de.Deadline = deadlineDoBy, ro.doBy
+				}
+				failed = de
+			}
 			break wait
 		}
 	}
 	b.req.forget(m.ID) // after this no reply can be handed over
 	select {
 	case d := <-w.reply:
+		follow()
 		return d, nil
 	default:
 	}
-	if gone != nil {
-		return nil, fmt.Errorf("request %s: %w", m.ID, gone)
+	if de, ok := failed.(*DeadlineError); ok && de.Kind == deadlineIdle {
+		// Nobody waits for the work any more: its worker is told to stop.
+		b.cancelAbandoned(m.ID)
+	}
+	if failed != nil {
+		return nil, failed
 	}
 	return nil, fmt.Errorf("%w: request %s to %s: %w", ErrRequestTimeout, m.ID, m.To, ctx.Err())
 }
@@ -121,6 +198,93 @@ type RequestOption func(*requestOptions)
 type requestOptions struct {
 	queueIfOffline bool
 	onProgress     func(*Delivery)
+	doBy           time.Time
+	idleTimeout    time.Duration
+}
+
+// DoBy gives the request a deadline for its work, t, carried as ExtDoBy:
+// the handler's context ends at t, a request still queued then expires
+// unread (its record ends expired), and Request returns a *DeadlineError
+// (Kind "do-by") at t. A handler that fails after t is not retried: its
+// record ends expired. Without DoBy a request has only its reply-by, the
+// deadline of Request's context: queued past it, it expires unread; a
+// handler that runs past it is left to finish, and its reply comes Late.
+func DoBy(t time.Time) RequestOption {
+	return func(o *requestOptions) { o.doBy = t }
+}
+
+// IdleTimeout ends a Request that hears nothing, neither a progress update
+// nor the reply, for d: it returns a *DeadlineError (Kind "idle") and
+// cancels the request (Cancel), so that its worker stops. Each progress
+// update starts d again; the deadline of Request's context stays the hard
+// cap. d <= 0 means no idle timeout.
+func IdleTimeout(d time.Duration) RequestOption {
+	return func(o *requestOptions) { o.idleTimeout = d }
+}
+
+// ExtDoBy is the CloudEvents extension DoBy sets on a request: the time,
+// RFC 3339, by which its work must be done. The handler's context has it
+// as its deadline.
+const ExtDoBy = "doby"
+
+// The kinds of DeadlineError.
+const (
+	deadlineReplyBy = "reply-by"
+	deadlineDoBy    = "do-by"
+	deadlineIdle    = "idle"
+)
+
+// DeadlineError is returned by a Request whose deadline passed before the
+// reply came: Kind "reply-by" (its context's deadline, or the request
+// timeout), "do-by" (DoBy) or "idle" (IdleTimeout, Idle long without
+// news). It matches ErrRequestTimeout and context.DeadlineExceeded with
+// errors.Is. A reply that comes later is not lost: it reaches the agent's
+// handler, marked Late.
+type DeadlineError struct {
+	ID       string        // the request's ID
+	To       string        // its recipient
+	Kind     string        // "reply-by", "do-by" or "idle"
+	Deadline time.Time     // the deadline that passed
+	Idle     time.Duration // for "idle": the idle timeout
+}
+
+func (e *DeadlineError) Error() string {
+	if e.Kind == deadlineIdle {
+		return fmt.Sprintf("request %s to %s: no progress or reply for %v", e.ID, e.To, e.Idle)
+	}
+	return fmt.Sprintf("request %s to %s: %s deadline %s passed", e.ID, e.To, e.Kind, e.Deadline.UTC().Format(time.RFC3339Nano))
+}
+
+// Is reports whether target is ErrRequestTimeout.
+func (e *DeadlineError) Is(target error) bool { return target == ErrRequestTimeout }
+
+// Unwrap returns context.DeadlineExceeded.
+func (e *DeadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// requestTimeout is how long a Request of m waits when its context has no
+// deadline: WithRequestTimeout, else the request timeout of the protocol
+// m is a message of (profiles.Defaults), else DefaultRequestTimeout.
+func (b *Bus) requestTimeout(m *Message) time.Duration {
+	if b.opts.requestTimeout > 0 {
+		return b.opts.requestTimeout
+	}
+	if p, ok := profiles.ForDataSchema(m.DataSchema); ok && p.Defaults().RequestTimeout > 0 {
+		return p.Defaults().RequestTimeout
+	}
+	return DefaultRequestTimeout
+}
+
+// cancelAbandoned cancels request id, which its requester gave up, so that
+// its worker stops; the cancel is best effort.
+func (b *Bus) cancelAbandoned(id string) {
+	if b.status == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), publishAttemptTimeout)
+	defer cancel()
+	if _, err := b.Cancel(ctx, id); err != nil && !errors.Is(err, ErrFinal) {
+		b.opts.onError(fmt.Errorf("cancel abandoned request %s: %w", id, err))
+	}
 }
 
 // OnProgress calls f with each progress update the recipient sends
@@ -200,13 +364,22 @@ type requests struct {
 // waiter is one Request waiting: for its reply, and for the progress
 // updates before it.
 type waiter struct {
-	reply    chan *Delivery // capacity 1
-	progress chan *Delivery // nil unless the Request follows progress
+	reply  chan *Delivery    // capacity 1
+	cancel chan cancelSignal // capacity 1
+	news   chan struct{}     // capacity 1: a progress update came
+	follow bool              // the Request follows progress (OnProgress)
+	// updates are the progress updates taken and not yet handed to the
+	// Request, in order, under requests.mu: as many as the recipient sends
+	// before the Request's function catches up, so none is lost.
+	updates []*Delivery
 }
 
-// progressBuffer is how many progress updates a Request holds for its
-// OnProgress function; more are left to the stored copies.
-const progressBuffer = 256
+// cancelSignal tells a Request its request was canceled by an agent; a
+// notice that came over the network is verified against the record first.
+type cancelSignal struct {
+	by       string
+	verified bool
+}
 
 // wait registers a Request for the reply to id and makes sure the process
 // listens on the agent's subjects.
@@ -228,10 +401,7 @@ func (r *requests) wait(b *Bus, id string, followProgress bool) (*waiter, error)
 			return nil, fmt.Errorf("listen for replies on %s: %w", filter, err)
 		}
 	}
-	w := &waiter{reply: make(chan *Delivery, 1)}
-	if followProgress {
-		w.progress = make(chan *Delivery, progressBuffer)
-	}
+	w := &waiter{reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1), follow: followProgress}
 	r.waiting[id] = w
 	return w, nil
 }
@@ -248,6 +418,35 @@ func (r *requests) forget(id string) {
 	}
 }
 
+// cancel tells the Request waiting for id, if any, that by canceled it.
+func (r *requests) cancel(id, by string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w, ok := r.waiting[id]; ok {
+		select {
+		case w.cancel <- cancelSignal{by: by, verified: true}:
+		default:
+		}
+	}
+}
+
+// markTaken remembers that the message id was handed to a Request, so that
+// its stored copy does not reach a handler too.
+func (r *requests) markTaken(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.taken.add(id)
+}
+
+// updates returns the progress updates taken for w since the last call.
+func (r *requests) updates(w *waiter) []*Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u := w.updates
+	w.updates = nil
+	return u
+}
+
 // take hands d to the Request waiting for it, if any, and reports whether
 // one was. A reply or progress update already taken also reports true, so
 // that its other copy is dropped. A progress update goes to a Request that
@@ -262,17 +461,29 @@ func (r *requests) take(d *Delivery) bool {
 	if !ok {
 		return false
 	}
+	if d.Type == TypeCancel {
+		// Not taken: the Request checks the record, and the stored copy
+		// goes its own way.
+		var n cancelNotice
+		if json.Unmarshal(d.Data, &n) == nil && n.ID == d.CausationID {
+			select {
+			case w.cancel <- cancelSignal{by: n.By}:
+			default:
+			}
+		}
+		return false
+	}
 	if d.IsProgress() {
-		if w.progress == nil {
+		select {
+		case w.news <- struct{}{}:
+		default:
+		}
+		if !w.follow {
 			return false
 		}
-		select {
-		case w.progress <- d:
-			r.taken.add(d.ID)
-			return true
-		default:
-			return false // full: the stored copy is left to the handler
-		}
+		w.updates = append(w.updates, d)
+		r.taken.add(d.ID)
+		return true
 	}
 	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
@@ -294,6 +505,18 @@ func (b *Bus) listen(nm *nats.Msg) {
 	if b.req.take(d) {
 		b.recordTaken(d)
 	}
+}
+
+// canceledRecord reports whether the record of request m, sent by this
+// agent, says canceled.
+func (b *Bus) canceledRecord(ctx context.Context, m *Message) bool {
+	if b.status == nil {
+		return false
+	}
+	sent := *m
+	sent.From = b.agent
+	st, err := b.status.get(ctx, &sent, m.To)
+	return err == nil && st.State == StateCanceled
 }
 
 // recordTaken marks a reply a Request took as completed, so the stored copy

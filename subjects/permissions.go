@@ -65,6 +65,10 @@ func InboxPrefix(agent string) (string, error) {
 //     no other (the server refuses a request whose configured filter is not
 //     the one in the subject); $JS.API.CONSUMER.MSG.NEXT.S.C, pull;
 //     $JS.ACK.S.C.>, acknowledge;
+//   - $JS.API.CONSUMER.CREATE.S.t_h.R.agent.t.>, then
+//     $JS.API.CONSUMER.MSG.NEXT.S.t_h and $JS.API.CONSUMER.DELETE.S.t_h:
+//     the short-lived consumer that reads its own past messages
+//     ([Scheme.HistoryConsumer]);
 //   - $JS.API.CONSUMER.INFO.S.*: read the state of any agent's consumer on
 //     the stream (no message in it): how far a recipient has got is how a
 //     status lookup tells delivered and completed, which nobody writes,
@@ -118,7 +122,12 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 			jsAck+stream+"."+c.Name+"."+tail,
 		)
 	}
-	pub = append(pub, jsConsumerInfo+stream+"."+anyToken)
+	history := tok + historySep
+	pub = append(pub,
+		jsConsumerCreate+stream+"."+history+"."+root+"."+kindAgent+"."+tok+"."+tail,
+		jsConsumerNext+stream+"."+history,
+		jsConsumerDelete+stream+"."+history,
+		jsConsumerInfo+stream+"."+anyToken)
 	bucket := s.StatusBucket()
 	kvStream, kv := kvStreamPrefix+bucket, kvPrefix+bucket+"."
 	for _, p := range patterns {

@@ -28,7 +28,11 @@ func TestAgentPermissionsGolden(t *testing.T) {
 			"$JS.ACK.AGENTBUS.a_"+c+".>",
 		)
 	}
-	want = append(want, "$JS.API.CONSUMER.INFO.AGENTBUS.*")
+	want = append(want,
+		"$JS.API.CONSUMER.CREATE.AGENTBUS.a_h.agentbus.agent.a.>",
+		"$JS.API.CONSUMER.MSG.NEXT.AGENTBUS.a_h",
+		"$JS.API.CONSUMER.DELETE.AGENTBUS.a_h",
+		"$JS.API.CONSUMER.INFO.AGENTBUS.*")
 	want = append(want,
 		"$KV.AGENTBUS_STATUS.*.*.a.*",
 		"$JS.API.DIRECT.GET.KV_AGENTBUS_STATUS.$KV.AGENTBUS_STATUS.*.*.a.*",

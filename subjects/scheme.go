@@ -398,6 +398,27 @@ func (s Scheme) TypeFilter(to, typ string, priority int) (string, error) {
 	return s.Root() + "." + kindAgent + "." + EncodeToken(to) + "." + priorityPrefix + strconv.Itoa(priority) + "." + anyToken + "." + EncodeToken(typ), nil
 }
 
+// HistoryConsumer returns the name of the short-lived consumer agent reads
+// its own past messages with, "<token>_h" (no agent's durable consumer ends
+// so: theirs end in "_p<N>" or "_b"), and the filter of the messages to
+// agent from sender: <root>.agent.<to>.*.<from>.>. A bus re-attaching to a
+// request reads its updates and reply with it (bus.Bus.Attach); the
+// agent's permissions allow exactly this consumer on its own subjects
+// (Scheme.AgentPermissions). The error wraps [ErrInvalidAgentID].
+func (s Scheme) HistoryConsumer(agent, sender string) (name, filter string, err error) {
+	if err := validateID("recipient", agent); err != nil {
+		return "", "", err
+	}
+	if err := validateID("sender", sender); err != nil {
+		return "", "", err
+	}
+	tok := EncodeToken(agent)
+	return tok + historySep, s.Root() + "." + kindAgent + "." + tok + "." + anyToken + "." + EncodeToken(sender) + "." + tail, nil
+}
+
+// historySep ends the name of an agent's history consumer.
+const historySep = "_h"
+
 // AgentFilter returns the filter subject of every direct message to agent,
 // whatever its priority: <root>.agent.<token>.>. It is meant for tools that
 // inspect an agent's backlog. The error wraps [ErrInvalidAgentID].

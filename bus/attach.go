@@ -1,0 +1,164 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+)
+
+// Attach follows request id, which this agent sent, as the Request that
+// sent it would: a process that restarted (or any other process of the
+// agent) takes up a request still running. The progress updates sent so
+// far go to OnProgress first, in order, read from the stream; then the
+// updates still to come, and Attach returns the reply, already sent or
+// still to come, like Request. Other options (IdleTimeout, DoBy) work as
+// for Request; without a deadline on ctx Attach waits until the request's
+// reply-by, else the request timeout.
+//
+// A request that ended without a reply returns its Status with an error:
+// canceled a *CanceledError, expired a *DeadlineError, completed without a
+// reply or dead-lettered ErrFinal. Errors: ErrNoStatus (no record of a
+// request id from this agent), ErrInvalidOption with lifecycle tracking
+// off, or the server's.
+//
+// Attach reads the agent's past messages with one short-lived consumer
+// (subjects.Scheme.HistoryConsumer), so a process attaches to one request
+// at a time.
+func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*Delivery, error) {
+	var ro requestOptions
+	for _, opt := range opts {
+		opt(&ro)
+	}
+	sts, err := b.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var st Status
+	for _, s := range sts {
+		if s.From == b.agent && s.To != Broadcast {
+			st = s
+		}
+	}
+	if st.ID == "" {
+		return nil, fmt.Errorf("%w: no request %s from %s", ErrNoStatus, id, b.agent)
+	}
+	m := &Message{ID: st.ID, From: b.agent, To: st.To, CorrelationID: st.CorrelationID}
+	switch st.State {
+	case StateCanceled:
+		return nil, &CanceledError{ID: id, By: st.By}
+	case StateExpired:
+		return nil, &DeadlineError{ID: id, To: st.To, Kind: deadlineReplyBy, Deadline: st.ExpiresAt}
+	case StateCompleted, StateDeadLettered:
+		return nil, fmt.Errorf("%w: request %s is %s, without a reply", ErrFinal, id, st.State)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		until := st.ExpiresAt // the request's reply-by
+		if until.IsZero() {
+			until = time.Now().Add(b.requestTimeout(m))
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, until)
+		defer cancel()
+	}
+	replyBy, _ := ctx.Deadline()
+	if !ro.doBy.IsZero() && ro.doBy.Before(replyBy) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, ro.doBy)
+		defer cancel()
+	}
+
+	// Waiting first, so that nothing sent while the past is read is
+	// missed; what is both read and taken is handed over once.
+	seen := make(map[string]bool)
+	onProgress := ro.onProgress
+	if onProgress != nil {
+		ro.onProgress = func(d *Delivery) {
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				onProgress(d)
+			}
+		}
+	}
+	w, err := b.req.wait(b, id, ro.onProgress != nil)
+	if err != nil {
+		return nil, err
+	}
+	defer b.req.forget(id)
+	reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
+		if d.IsProgress() && ro.onProgress != nil {
+			b.req.markTaken(d.ID)
+			ro.onProgress(d)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach to %s: %w", id, err)
+	}
+	if reply != nil {
+		b.req.forget(id)
+		b.req.markTaken(reply.ID)
+		b.recordTaken(reply)
+		for _, u := range b.req.updates(w) { // taken meanwhile, all seen
+			ro.onProgress(u)
+		}
+		return reply, nil
+	}
+	return b.await(ctx, w, m, replyBy, ro, nil)
+}
+
+// readAnswers reads the messages stored for this agent from the recipient
+// of request st since the request, hands each progress update on it to
+// progress, in order, and returns its reply if one is stored.
+func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Delivery)) (*Delivery, error) {
+	name, filter, err := b.opts.scheme.HistoryConsumer(b.agent, st.To)
+	if err != nil {
+		return nil, err
+	}
+	cfg := jetstream.ConsumerConfig{
+		Name:              name,
+		FilterSubject:     filter,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute, // gone even if this process is
+	}
+	if st.Sequence > 0 && st.Stream == b.opts.scheme.Stream() {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.Sequence
+	} else {
+		start := st.Time.Add(-time.Second)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	}
+	b.history.Lock()
+	defer b.history.Unlock()
+	c, err := b.js.CreateConsumer(ctx, b.opts.scheme.Stream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("read the messages from %s: %w", st.To, err)
+	}
+	defer func() {
+		if err := b.js.DeleteConsumer(context.WithoutCancel(ctx), b.opts.scheme.Stream(), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			b.opts.onError(fmt.Errorf("delete history consumer %s: %w", name, err))
+		}
+	}()
+	var reply *Delivery
+	err = readPending(ctx, c, func(jm jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+		m, err := codec.Decode(jm.Headers(), jm.Data())
+		if err != nil || m.CausationID != st.ID || m.Type == TypeCancel {
+			return false, nil
+		}
+		if _, err := b.checkSender(jm.Subject(), m); err != nil {
+			return false, nil
+		}
+		d := &Delivery{bus: b, Message: *m, Subject: jm.Subject(), Stream: md.Stream, Consumer: md.Consumer,
+			Sequence: md.Sequence.Stream, Deliveries: int(md.NumDelivered)}
+		if d.IsProgress() {
+			progress(d)
+			return false, nil
+		}
+		reply = d
+		return true, nil
+	})
+	return reply, err
+}

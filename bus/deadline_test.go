@@ -1,0 +1,264 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
+)
+
+// TestRequestDoBy: a request with a do-by deadline gives its handler a
+// context that ends there; the requester gets a *DeadlineError at that
+// moment, and the handler's failure after it is not retried: the record
+// ends expired.
+func TestRequestDoBy(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	runs := make(chan time.Time, 4)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			return errors.New("no deadline on the handler's context")
+		}
+		runs <- dl
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	doBy := time.Now().Add(1500 * time.Millisecond)
+	_, err := orch.Request(testContext(t), bus.Message{ID: "doby-1", To: "worker", Type: "SLOW"}, bus.DoBy(doBy))
+	var de *bus.DeadlineError
+	if !errors.As(err, &de) || de.Kind != "do-by" || !de.Deadline.Equal(doBy) ||
+		!errors.Is(err, bus.ErrRequestTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Request error %v, want a do-by *DeadlineError at %v", err, doBy)
+	}
+	if dl := <-runs; !dl.Equal(doBy.Truncate(0)) && dl.Sub(doBy).Abs() > time.Millisecond {
+		t.Errorf("handler deadline %v, want %v", dl, doBy)
+	}
+	st := waitState(t, orch, "doby-1", bus.StateExpired)
+	if !strings.Contains(st.Reason, "do-by") {
+		t.Errorf("record %+v, want the do-by named", st)
+	}
+	select {
+	case <-runs:
+		t.Error("the request ran again after its do-by")
+	default:
+	}
+}
+
+// TestRequestExpiresWhileWorkerOffline: a request whose reply-by passes
+// while its worker is away fails with a reply-by *DeadlineError at its
+// deadline, expires on the server, ends expired, and is never handed to
+// the worker when it comes back.
+func TestRequestExpiresWhileWorkerOffline(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	// The worker's consumers exist (it was here before), and it is away.
+	sub := subscribe(t, worker, func(context.Context, *bus.Delivery) error { return nil })
+	sub.Stop()
+	<-sub.Done()
+
+	ctx, cancel := context.WithTimeout(testContext(t), time.Second)
+	defer cancel()
+	_, err := orch.Request(ctx, bus.Message{ID: "away-1", To: "worker", Type: "REVIEW"})
+	var de *bus.DeadlineError
+	if !errors.As(err, &de) || de.Kind != "reply-by" {
+		t.Fatalf("Request error %v, want a reply-by *DeadlineError", err)
+	}
+	waitState(t, orch, "away-1", bus.StateExpired)
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	publish(t, orch, bus.Message{To: "worker", Type: "AFTER"})
+	if got := r.waitCount(t, 1); got[0].Type != "AFTER" {
+		t.Errorf("the worker got %s first, want the expired request never handed over", got[0].Type)
+	}
+	if got := r.types(); len(got) != 1 {
+		t.Errorf("the worker got %v", got)
+	}
+}
+
+// TestRequestIdleTimeout: each progress update resets the idle timeout;
+// silence past it ends the Request with an idle *DeadlineError, and the
+// abandoned request is canceled, which ends its handler's context.
+func TestRequestIdleTimeout(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	const updates = 5
+	stopped := make(chan error, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		for i := 0; i < updates; i++ {
+			if err := d.Progress(ctx, bus.Progress{Message: "still here"}); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		<-ctx.Done() // stuck
+		stopped <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	seen := 0
+	_, err := orch.Request(testContext(t), bus.Message{ID: "idle-1", To: "worker", Type: "STUCK"},
+		bus.IdleTimeout(time.Second), bus.OnProgress(func(*bus.Delivery) { seen++ }))
+	var de *bus.DeadlineError
+	if !errors.As(err, &de) || de.Kind != "idle" || de.Idle != time.Second {
+		t.Fatalf("Request error %v, want an idle *DeadlineError", err)
+	}
+	if seen != updates {
+		t.Errorf("saw %d updates before the idle timeout, want %d", seen, updates)
+	}
+	if cause := <-stopped; !errors.Is(cause, bus.ErrCanceled) {
+		t.Errorf("the handler's context ended with %v, want ErrCanceled", cause)
+	}
+	waitState(t, orch, "idle-1", bus.StateCanceled)
+}
+
+// TestRequestProtocolTimeout: a request in a protocol waits as long as its
+// document says when its context has no deadline (basemessage: 5
+// minutes), which the request carries as its reply-by and expiry.
+func TestRequestProtocolTimeout(t *testing.T) {
+	s := newServer(t)
+	p := profile(t, "basemessage")
+	task, err := profiles.Prepare(p, readFile(t, "../codec/profiles/testdata/basemessage/task_assignment.json"), profiles.Addressing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, task.From)
+	worker := newBus(t, s, task.To)
+	got := make(chan *bus.Delivery, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		got <- d
+		_, err := d.Reply(ctx, bus.Message{Type: "ACK"})
+		return err
+	})
+	sent := time.Now()
+	if _, err := orch.Request(context.Background(), *task); err != nil {
+		t.Fatal(err)
+	}
+	d := <-got
+	by, err := time.Parse(time.RFC3339Nano, d.Extensions[bus.ExtReplyBy])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.Defaults().RequestTimeout
+	if wait := by.Sub(sent); wait < want-time.Minute || wait > want+time.Minute {
+		t.Errorf("reply-by %v after sending, want the protocol's %v", wait, want)
+	}
+	if exp := d.ExpiresAt(); !exp.Equal(by) {
+		t.Errorf("expiry %v, want the reply-by %v", exp, by)
+	}
+}
+
+// TestRequestCanceledWhileWaiting: a Request ends with a *CanceledError
+// as soon as its request is canceled, by its recipient or by an operator,
+// and the record names who did.
+func TestRequestCanceledWhileWaiting(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	admin := adminOf(t, s)
+	started := make(chan string, 2)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		started <- d.ID
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	for _, tt := range []struct {
+		id, by string
+		cancel func(ctx context.Context, id string) (bus.Status, error)
+	}{
+		{"by-recipient", "worker", worker.Cancel},
+		{"by-operator", "agentbus", admin.Cancel},
+	} {
+		t.Run(tt.id, func(t *testing.T) {
+			go func() {
+				<-started
+				if _, err := tt.cancel(testContext(t), tt.id); err != nil {
+					t.Errorf("Cancel: %v", err)
+				}
+			}()
+			_, err := orch.Request(testContext(t), bus.Message{ID: tt.id, To: "worker", Type: "LONG"})
+			var ce *bus.CanceledError
+			if !errors.As(err, &ce) || ce.By != tt.by || ce.ID != tt.id || !errors.Is(err, bus.ErrCanceled) {
+				t.Fatalf("Request error %v, want a *CanceledError by %s", err, tt.by)
+			}
+			waitState(t, orch, tt.id, bus.StateCanceled)
+		})
+	}
+}
+
+// TestCancelRacingCompletion: a cancel sent while the handler finishes
+// ends one way only. Either the cancel came first (Cancel succeeds, the
+// Request fails with *CanceledError) or the reply did (Cancel says
+// ErrFinal or that the record changed, the Request has the reply); the
+// record ends final, and no request runs twice.
+func TestCancelRacingCompletion(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	runs := make(map[string]int)
+	ran := make(chan string, 64)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		ran <- d.ID
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	const rounds = 20
+	replied, canceled := 0, 0
+	for i := range rounds {
+		id := fmt.Sprintf("race-%d", i)
+		cancelErr := make(chan error, 1)
+		go func() {
+			// The record must exist before it can be canceled.
+			time.Sleep(time.Duration(i%5) * time.Millisecond)
+			_, err := orch.Cancel(testContext(t), id)
+			cancelErr <- err
+		}()
+		d, rerr := orch.Request(testContext(t), bus.Message{ID: id, To: "worker", Type: "QUICK"})
+		cerr := <-cancelErr
+		switch {
+		case rerr == nil && d.Type == "DONE":
+			replied++
+			if cerr == nil {
+				// The cancel was recorded between the reply and its record
+				// or before the handler ran; then the Request must not have
+				// been told, as it has its reply. Allowed only if the
+				// record ends final.
+				t.Logf("%s: replied and canceled", id)
+			}
+		case errors.Is(rerr, bus.ErrCanceled):
+			canceled++
+			if cerr != nil {
+				t.Errorf("%s: Request canceled but Cancel failed: %v", id, cerr)
+			}
+		case errors.Is(cerr, bus.ErrNoStatus):
+			t.Logf("%s: canceled before its record existed", id)
+		default:
+			t.Errorf("%s: Request %v, %v; Cancel %v", id, d, rerr, cerr)
+		}
+		waitFor(t, "a final record of "+id, func() (bool, string) {
+			sts, err := orch.Status(testContext(t), id)
+			if err != nil {
+				return false, err.Error()
+			}
+			return sts[0].State.Final(), string(sts[0].State)
+		})
+	}
+	for len(ran) > 0 {
+		id := <-ran
+		if runs[id]++; runs[id] > 1 {
+			t.Errorf("%s ran %d times", id, runs[id])
+		}
+	}
+	t.Logf("%d replied, %d canceled of %d", replied, canceled, rounds)
+}
