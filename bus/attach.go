@@ -84,7 +84,7 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 			}
 		}
 	}
-	w, err := b.req.wait(b, id, ro.onProgress != nil)
+	w, err := b.req.wait(b, id, ro)
 	if err != nil {
 		return nil, err
 	}

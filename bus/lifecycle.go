@@ -40,6 +40,10 @@ const (
 	// Status.LastProgress is the latest. A lookup reads completed once the
 	// recipient's consumer has it acknowledged without a reply.
 	StateWorking State = "working"
+	// StateInputRequired: the recipient's handler asked for input
+	// (Delivery.AskInput) and waits for the answer; it goes back to working
+	// when the answer came.
+	StateInputRequired State = "input_required"
 	// StateReplied: the recipient answered it with Reply.
 	StateReplied State = "replied"
 	// StateCompleted: the recipient's handler succeeded without replying,
@@ -497,7 +501,7 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
 	for i, s := range out {
 		switch s.State {
-		case StatePending, StateDelivered, StateFailed, StateWorking:
+		case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired:
 		default:
 			continue
 		}

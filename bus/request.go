@@ -112,7 +112,7 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		}
 	}
 
-	w, err := b.req.wait(b, m.ID, ro.onProgress != nil)
+	w, err := b.req.wait(b, m.ID, ro)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,11 @@ func (b *Bus) await(ctx context.Context, w *waiter, m *Message, replyBy time.Tim
 	}
 	follow := func() {
 		for _, u := range b.req.updates(w) {
-			ro.onProgress(u)
+			if _, ok := u.IsInputRequest(); ok && ro.onInput != nil {
+				b.answerInput(ctx, ro.onInput, u)
+			} else {
+				ro.onProgress(u)
+			}
 		}
 	}
 	var failed error
@@ -198,6 +202,7 @@ type RequestOption func(*requestOptions)
 type requestOptions struct {
 	queueIfOffline bool
 	onProgress     func(*Delivery)
+	onInput        func(context.Context, *Delivery) (Message, error)
 	doBy           time.Time
 	idleTimeout    time.Duration
 }
@@ -366,12 +371,15 @@ type requests struct {
 type waiter struct {
 	reply  chan *Delivery    // capacity 1
 	cancel chan cancelSignal // capacity 1
-	news   chan struct{}     // capacity 1: a progress update came
+	news   chan struct{}     // capacity 1: a progress update or question came
 	follow bool              // the Request follows progress (OnProgress)
-	// updates are the progress updates taken and not yet handed to the
-	// Request, in order, under requests.mu: as many as the recipient sends
-	// before the Request's function catches up, so none is lost.
+	answer bool              // the Request answers questions (OnInput)
+	// updates are the progress updates and questions taken and not yet
+	// handed to the Request, in order, under requests.mu: as many as the
+	// recipient sends before the Request's function catches up, so none is
+	// lost.
 	updates []*Delivery
+	shown   map[string]bool // questions shown to OnProgress, not taken
 }
 
 // cancelSignal tells a Request its request was canceled by an agent; a
@@ -383,7 +391,7 @@ type cancelSignal struct {
 
 // wait registers a Request for the reply to id and makes sure the process
 // listens on the agent's subjects.
-func (r *requests) wait(b *Bus, id string, followProgress bool) (*waiter, error) {
+func (r *requests) wait(b *Bus, id string, ro requestOptions) (*waiter, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
@@ -401,7 +409,8 @@ func (r *requests) wait(b *Bus, id string, followProgress bool) (*waiter, error)
 			return nil, fmt.Errorf("listen for replies on %s: %w", filter, err)
 		}
 	}
-	w := &waiter{reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1), follow: followProgress}
+	w := &waiter{reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1),
+		follow: ro.onProgress != nil, answer: ro.onInput != nil}
 	r.waiting[id] = w
 	return w, nil
 }
@@ -473,6 +482,27 @@ func (r *requests) take(d *Delivery) bool {
 		}
 		return false
 	}
+	if _, ok := d.IsInputRequest(); ok {
+		// A question: answered by the Request (taken), or shown to it
+		// and left to the handler of its stored copy.
+		switch {
+		case w.answer:
+			r.taken.add(d.ID)
+		case w.follow && !w.shown[d.ID]:
+			if w.shown == nil {
+				w.shown = make(map[string]bool)
+			}
+			w.shown[d.ID] = true
+		default:
+			return false
+		}
+		w.updates = append(w.updates, d)
+		select {
+		case w.news <- struct{}{}:
+		default:
+		}
+		return w.answer
+	}
 	if d.IsProgress() {
 		select {
 		case w.news <- struct{}{}:
@@ -522,6 +552,9 @@ func (b *Bus) canceledRecord(ctx context.Context, m *Message) bool {
 // recordTaken marks a reply a Request took as completed, so the stored copy
 // never reaches a handler.
 func (b *Bus) recordTaken(d *Delivery) {
+	if _, ok := d.IsInputRequest(); ok {
+		return // its answer records it replied
+	}
 	s := statusOf(&d.Message, b.agent, StateCompleted, b.agent).withDelivery(d)
 	s.Reason = "taken by Request"
 	b.status.record(s, false)
