@@ -83,7 +83,8 @@ func (b *Bus) PublishAnswer(ctx context.Context, m Message) (PubAck, error) {
 // says how others do). "agentbus reply" answers a message found this way.
 //
 // Errors: ErrNoStatus when no record of the message to this agent exists,
-// ErrInvalidOption with lifecycle tracking off, or Status's.
+// ErrFinal (with the message) when it expired, was canceled or
+// dead-lettered, ErrInvalidOption with lifecycle tracking off, or Status's.
 func (b *Bus) Received(ctx context.Context, id string) (Message, error) {
 	if h := handlingOf(ctx); h != nil && h.d.ID == id {
 		return h.d.Message, nil
@@ -93,9 +94,14 @@ func (b *Bus) Received(ctx context.Context, id string) (Message, error) {
 		return Message{}, err
 	}
 	for _, st := range sts {
-		if st.To == b.agent {
-			return st.Message(), nil
+		if st.To != b.agent {
+			continue
 		}
+		switch st.State {
+		case StateExpired, StateCanceled, StateDeadLettered: // nobody waits for an answer
+			return st.Message(), fmt.Errorf("%w: %s to %s is %s", ErrFinal, id, b.agent, st.State)
+		}
+		return st.Message(), nil
 	}
 	return Message{}, fmt.Errorf("%w: %s to %s", ErrNoStatus, id, b.agent)
 }

@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
@@ -34,7 +37,12 @@ func (s *session) exec(ctx context.Context, d *bus.Delivery) error {
 	cmd.Env = append(os.Environ(), execEnv(d)...)
 	cmd.WaitDelay = execGrace
 	ownProcessGroup(cmd)
-	err := cmd.Run()
+	progress, err := s.progressPipe(ctx, cmd, d)
+	if err != nil {
+		return err
+	}
+	err = cmd.Run()
+	progress()
 	if ctx.Err() != nil {
 		killProcessGroup(cmd) // whatever the command left behind
 	}
@@ -51,6 +59,71 @@ func (s *session) exec(ctx context.Context, d *bus.Delivery) error {
 		return fmt.Errorf("exec: %w", err)
 	}
 	return nil
+}
+
+// progressFD is the file descriptor on which an --exec command reports
+// progress: AGENTBUS_PROGRESS_FD.
+const progressFD = 3
+
+// progressPipe gives cmd a pipe on progressFD whose lines become progress
+// updates on d (see parseProgress). The returned function, called once
+// cmd has exited, waits until the lines are read: at most execGrace after
+// the command, if something it started keeps the pipe open.
+func (s *session) progressPipe(ctx context.Context, cmd *exec.Cmd, d *bus.Delivery) (wait func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec: progress pipe: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{w} // progressFD: 0, 1, 2 come first
+	cmd.Env = append(cmd.Env, "AGENTBUS_PROGRESS_FD="+strconv.Itoa(progressFD))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			p, ok := parseProgress(sc.Text())
+			if !ok {
+				continue
+			}
+			if err := d.Progress(ctx, p); err != nil {
+				s.a.warnf("message %s: progress: %v", d.ID, err)
+			}
+		}
+	}()
+	return func() {
+		w.Close() // the child has its own copy, closed when it exits
+		select {
+		case <-done:
+		case <-time.After(execGrace):
+		}
+		r.Close()
+		<-done
+	}, nil
+}
+
+// parseProgress reads one line an --exec command wrote on progressFD: a
+// JSON object with the fields of bus.Progress ({"message":...,
+// "percent":40}), or text, optionally starting with a percentage ("40%
+// tests pass"). A blank line, or JSON that is not a valid update, is no
+// update.
+func parseProgress(line string) (bus.Progress, bool) {
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return bus.Progress{}, false
+	}
+	if strings.HasPrefix(line, "{") {
+		var p bus.Progress
+		if err := json.Unmarshal([]byte(line), &p); err != nil || p.Percent != nil && (*p.Percent < 0 || *p.Percent > 100) {
+			return bus.Progress{}, false
+		}
+		return p, true
+	}
+	if pct, rest, ok := strings.Cut(line, "%"); ok {
+		if n, err := strconv.Atoi(pct); err == nil && n >= 0 && n <= 100 {
+			return bus.Progress{Message: strings.TrimSpace(rest), Percent: &n}, true
+		}
+	}
+	return bus.Progress{Message: line}, true
 }
 
 // childWriter is what a child process writes to: the *os.File itself when

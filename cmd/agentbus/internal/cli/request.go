@@ -17,9 +17,8 @@ import (
 func (a *app) requestCommand() *cobra.Command {
 	in := &messageInput{m: bus.Message{Priority: subjects.DefaultPriority}}
 	var (
-		timeout time.Duration
-		asJSON  bool
-		follow  bool
+		timeout, doBy, idle time.Duration
+		asJSON, follow      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "request --from AGENT --to AGENT --type TYPE [flags]",
@@ -37,16 +36,25 @@ It prints the reply the way subscribe prints a message, on one line:
   --profile  the native reply, as subscribe --profile prints it
 
 With --follow it first prints each progress update the recipient sends
-(Delivery.Progress) as it arrives, one line each, then the reply:
+(Delivery.Progress) as it arrives, one line each, and each question its
+handler asks (Delivery.AskInput), then the reply:
 
   progress <n> [<percent>%] <message>    (--json: the update as CloudEvents JSON)
+  input id=<question ID> <question>      answer it with 'agentbus reply'
 
-Without a reply within --timeout it exits 1 with an error that names the
-request. The request is not withdrawn: it stays queued for --to, a reply
-that comes later goes to the inbox of --from (marked late), and
-'agentbus status ID' shows where the request is.`,
+Deadlines (docs/tasks.md): --timeout is the reply-by; a request still
+queued then expires unread. --do-by D gives the work a deadline D from now
+(the handler's context ends there); --idle-timeout D gives up, and cancels
+the request, when D passes without a progress update or the reply.
+
+Without a reply in time it exits 1 with an error that names the request
+and the deadline that passed; 'agentbus status ID' shows where the request
+is, a reply that comes later goes to the inbox of --from (marked late), and
+'agentbus attach ID' takes the request up again. A request canceled while
+it waits ('agentbus cancel') exits 1 saying who canceled it.`,
 		Example: `  agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --timeout 30s
-  agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --json | jq .data`,
+  agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --json | jq .data
+  agentbus request --from lead --to worker --type REVIEW --timeout 1h --idle-timeout 2m --follow`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			switch {
@@ -54,6 +62,8 @@ that comes later goes to the inbox of --from (marked late), and
 				return usagef("--timeout %v: must be > 0", timeout)
 			case in.profile != "" && asJSON:
 				return usagef("--profile cannot be used with --json")
+			case doBy < 0 || idle < 0:
+				return usagef("--do-by and --idle-timeout must not be negative")
 			}
 			m, err := in.message(cmd, a, "from", "to", "type")
 			if err != nil {
@@ -62,7 +72,7 @@ that comes later goes to the inbox of --from (marked late), and
 			if m.To == bus.Broadcast {
 				return usagef("--to '*': a request needs one recipient, not every agent")
 			}
-			return a.request(cmd.Context(), m, requestFlags{timeout: timeout, profile: in.profile, asJSON: asJSON, follow: follow})
+			return a.request(cmd.Context(), m, requestFlags{timeout: timeout, doBy: doBy, idle: idle, profile: in.profile, asJSON: asJSON, follow: follow})
 		}),
 	}
 	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "content-type")
@@ -71,13 +81,66 @@ that comes later goes to the inbox of --from (marked late), and
 	f.Lookup("to").Usage = "agent to ask (required)"
 	f.DurationVar(&timeout, "timeout", bus.DefaultRequestTimeout, "how long to wait for the reply, e.g. 30s or 10m")
 	f.BoolVar(&asJSON, "json", false, "print the reply as one line of CloudEvents JSON")
-	f.BoolVar(&follow, "follow", false, "print the recipient's progress updates as they arrive, before the reply")
+	f.BoolVar(&follow, "follow", false, "print the recipient's progress updates and questions as they arrive, before the reply")
+	f.DurationVar(&doBy, "do-by", 0, "deadline for the work, from now (0: none)")
+	f.DurationVar(&idle, "idle-timeout", 0, "give up, and cancel, after this long without progress or reply (0: none)")
+	return cmd
+}
+
+func (a *app) attachCommand() *cobra.Command {
+	var (
+		agent          string
+		timeout        time.Duration
+		asJSON, follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "attach ID --agent AGENT [flags]",
+		Short: "Take up a request sent earlier and wait for its reply",
+		Long: `Attach takes up request ID, which agent --agent sent earlier (with request or
+the library's Request), as if it had waited all along: with --follow it
+prints the progress updates sent so far, read from the stream, then those
+still to come, then the reply, as request prints them. A request that was
+answered already prints its reply at once; one that ended without a reply
+(canceled, expired, completed) exits 1 saying how it ended.`,
+		Example: `  agentbus attach 4b0e6c1e-6a4f-4a7e-9c55-2f1d8e0c9b7a --agent lead --follow`,
+		Args:    cobra.ExactArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			if timeout <= 0 {
+				return usagef("--timeout %v: must be > 0", timeout)
+			}
+			id := cmd.Flags().Arg(0)
+			return a.withBusAs(agent, func(b *bus.Bus) error {
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				defer cancel()
+				var opts []bus.RequestOption
+				if follow {
+					opts = append(opts, bus.OnProgress(func(u *bus.Delivery) { a.printProgress(u, asJSON) }))
+				}
+				d, err := b.Attach(ctx, id, opts...)
+				if errors.Is(err, bus.ErrNoStatus) {
+					return noStatusError(id, agent)
+				}
+				if err != nil {
+					return requestError(err, bus.Message{ID: id}, timeout)
+				}
+				return a.printReply(d, "", asJSON, id)
+			})
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&agent, "agent", "", "the agent that sent the request (required)")
+	f.DurationVar(&timeout, "timeout", bus.DefaultRequestTimeout, "how long to wait for the reply")
+	f.BoolVar(&asJSON, "json", false, "print as CloudEvents JSON")
+	f.BoolVar(&follow, "follow", false, "print the progress updates, past and to come, before the reply")
+	_ = cmd.MarkFlagRequired("agent")
 	return cmd
 }
 
 // requestFlags are how request waits and prints.
 type requestFlags struct {
 	timeout time.Duration
+	doBy    time.Duration // 0: none
+	idle    time.Duration // 0: none
 	profile string
 	asJSON  bool
 	follow  bool
@@ -100,13 +163,24 @@ func (a *app) request(ctx context.Context, m bus.Message, rf requestFlags) error
 	if rf.follow {
 		opts = append(opts, bus.OnProgress(func(u *bus.Delivery) { a.printProgress(u, asJSON) }))
 	}
+	if rf.doBy > 0 {
+		opts = append(opts, bus.DoBy(time.Now().Add(rf.doBy)))
+	}
+	if rf.idle > 0 {
+		opts = append(opts, bus.IdleTimeout(rf.idle))
+	}
 	d, err := b.Request(rctx, m, opts...)
 	if err != nil {
 		return requestError(err, m, timeout)
 	}
+	return a.printReply(d, profile, asJSON, m.ID)
+}
+
+// printReply prints d, the reply to request id.
+func (a *app) printReply(d *bus.Delivery, profile string, asJSON bool, id string) error {
 	out, err := deliveryOutput(d, profile, asJSON)
 	if err != nil {
-		return fmt.Errorf("reply %s to request %s: %w", d.ID, m.ID, err)
+		return fmt.Errorf("reply %s to request %s: %w", d.ID, id, err)
 	}
 	if _, err := a.stdout.Write(out); err != nil {
 		return fmt.Errorf("write stdout: %w", err)
@@ -120,6 +194,10 @@ func (a *app) printProgress(u *bus.Delivery, asJSON bool) {
 		if out, err := deliveryOutput(u, "", true); err == nil {
 			_, _ = a.stdout.Write(out)
 		}
+		return
+	}
+	if _, ok := u.IsInputRequest(); ok {
+		fmt.Fprintf(a.stdout, "input id=%s %s\n", u.ID, oneLine(string(u.Data)))
 		return
 	}
 	p, n, ok := u.ProgressUpdate()
@@ -136,18 +214,25 @@ func (a *app) printProgress(u *bus.Delivery, asJSON bool) {
 	fmt.Fprintln(a.stdout, line)
 }
 
-// requestError explains a failed Request of m: for a timeout or an
-// interruption, which request it was and where to look for it.
+// requestError explains a failed Request of m: for a deadline, a cancel or
+// an interruption, which request it was and where to look for it.
 func requestError(err error, m bus.Message, timeout time.Duration) error {
-	if !errors.Is(err, bus.ErrRequestTimeout) {
-		return fmt.Errorf("request to %s: %w", m.To, err)
+	var de *bus.DeadlineError
+	var ce *bus.CanceledError
+	switch {
+	case errors.As(err, &ce):
+		return fmt.Errorf("request %s: canceled by %s", ce.ID, ce.By)
+	case errors.As(err, &de) && de.Kind == "idle":
+		return fmt.Errorf("request %s to %s: nothing heard for %s; it was canceled", de.ID, de.To, formatDuration(de.Idle))
+	case errors.As(err, &de) && de.Kind == "do-by":
+		return fmt.Errorf("request %s to %s: its do-by passed; 'agentbus status %s' shows where it is", de.ID, de.To, de.ID)
+	case errors.Is(err, bus.ErrRequestTimeout) && errors.Is(err, context.Canceled):
+		return fmt.Errorf("request %s to %s: interrupted before the reply came; 'agentbus attach %s' takes it up again", m.ID, m.To, m.ID)
+	case errors.Is(err, bus.ErrRequestTimeout):
+		return fmt.Errorf("request %s: no reply within %s; a request still queued expires unread, and 'agentbus status %s' shows where it is",
+			m.ID, formatDuration(timeout), m.ID)
 	}
-	why := "no reply within " + formatDuration(timeout)
-	if errors.Is(err, context.Canceled) {
-		why = "interrupted before the reply came"
-	}
-	return fmt.Errorf("request %s to %s: %s; it stays queued for %s, and 'agentbus status %s' shows where it is",
-		m.ID, m.To, why, m.To, m.ID)
+	return fmt.Errorf("request %s: %w", m.ID, err)
 }
 
 // deliveryOutput renders d as subscribe prints a message, newline included:

@@ -124,9 +124,10 @@ func TestRequestProfile(t *testing.T) {
 	}
 }
 
-// TestRequestTimeoutThenReply: a request nobody answers in time fails with
-// its ID; it stays queued, and reply answers it from the command line.
-func TestRequestTimeoutThenReply(t *testing.T) {
+// TestRequestTimeoutExpires: a request nobody answers in time fails with
+// its ID; still queued, it expires unread, and a reply from the command
+// line no longer finds it. attach says how it ended.
+func TestRequestTimeoutExpires(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
 	r := runIn(t, "", "--server", url, "request", "--from", "lead", "--to", "worker", "--type", "REVIEW", "--data", "PR 7", "--timeout", "200ms")
@@ -134,42 +135,29 @@ func TestRequestTimeoutThenReply(t *testing.T) {
 	if r.code != exitError || r.stdout != "" {
 		t.Fatalf("request without a worker: exit %d, stdout %q; want exit 1 and no output", r.code, r.stdout)
 	}
-	match := regexp.MustCompile(`request (\S+) to worker: no reply within 200ms.*'agentbus status (\S+)'`).FindStringSubmatch(r.stderr)
+	match := regexp.MustCompile(`request (\S+): no reply within 200ms; a request still queued expires unread, and 'agentbus status (\S+)'`).FindStringSubmatch(r.stderr)
 	if match == nil || match[1] != match[2] {
 		t.Fatalf("stderr %q does not name the request and how to look it up", r.stderr)
 	}
 	id := match[1]
 
-	// Only its recipient can answer it.
+	// Only its recipient could answer it.
 	r = runIn(t, "", "--server", url, "reply", "--from", "bystander", "--to-message", id, "--type", "RESULT", "--data", "x")
 	checkOneErrorLine(t, r)
 	if r.code != exitError || !strings.Contains(r.stderr, "no message "+id+" to bystander") {
 		t.Errorf("reply from a bystander: exit %d, stderr %q", r.code, r.stderr)
 	}
-
-	var replyID string
-	waitFor(t, "reply to the queued request", func() (bool, string) {
-		// The pending record is written beside the request, asynchronously.
-		r := runIn(t, "", "--server", url, "reply", "--from", "worker", "--to-message", id, "--type", "RESULT", "--data", "merged")
-		if r.code != exitOK {
-			return false, r.stderr
-		}
-		m := regexp.MustCompile(`^id=(\S+) seq=\d+\n$`).FindStringSubmatch(r.stdout)
-		if m == nil {
-			t.Fatalf("reply printed %q, want id=<ID> seq=<N>", r.stdout)
-		}
-		replyID = m[1]
-		return true, ""
-	})
-	waitFor(t, "the request replied", func() (bool, string) {
+	waitFor(t, "the request expired", func() (bool, string) {
 		out := mustRun(t, "--server", url, "status", id)
-		return regexp.MustCompile(`^` + regexp.QuoteMeta(id) + ` lead -> worker replied reply=` + regexp.QuoteMeta(replyID) + ` updated=\S+\n$`).MatchString(out), out
+		return strings.HasPrefix(out, id+" lead -> worker expired "), out
 	})
-
-	// The late reply waits in the requester's inbox.
-	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "lead", "--count", "1", "--json"))
-	if len(evs) != 1 || evs[0].msg.ID != replyID || evs[0].msg.CausationID != id || string(evs[0].msg.Data) != "merged" {
-		t.Errorf("lead got %+v, want the reply %s to %s", evs, replyID, id)
+	r = runIn(t, "", "--server", url, "reply", "--from", "worker", "--to-message", id, "--type", "RESULT", "--data", "merged")
+	if r.code != exitError {
+		t.Errorf("reply to the expired request: exit %d, stdout %q", r.code, r.stdout)
+	}
+	r = runIn(t, "", "--server", url, "attach", id, "--agent", "lead")
+	if r.code != exitError || !strings.Contains(r.stderr, "request "+id) {
+		t.Errorf("attach to the expired request: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
@@ -255,5 +243,35 @@ func TestCancel(t *testing.T) {
 	}
 	if r := runIn(t, "", "--server", url, "cancel", id, "--agent", "bystander"); r.code != exitError || !strings.Contains(r.stderr, "no status recorded") {
 		t.Errorf("cancel as a bystander: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestAttach: attach takes a request up again by ID and prints its past
+// progress updates and its reply.
+func TestAttach(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	b := agentBus(t, url, "worker")
+	handle(t, b, func(ctx context.Context, d *bus.Delivery) error {
+		for _, step := range []string{"cloning", "testing"} {
+			if err := d.Progress(ctx, bus.Progress{Message: step}); err != nil {
+				return err
+			}
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "RESULT", ContentType: "text/plain", Data: []byte("approved")})
+		return err
+	})
+	evs := events(t, mustRun(t, "--server", url, "request", "--from", "lead", "--to", "worker", "--type", "REVIEW", "--json"))
+	if len(evs) != 1 {
+		t.Fatalf("request printed %+v", evs)
+	}
+	id := evs[0].msg.CausationID
+	out := mustRun(t, "--server", url, "attach", id, "--agent", "lead", "--follow")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || lines[0] != "progress 1 cloning" || lines[1] != "progress 2 testing" || !strings.Contains(lines[2], `data="approved"`) {
+		t.Errorf("attach printed\n%s", out)
+	}
+	if r := runIn(t, "", "--server", url, "attach", "nope", "--agent", "lead"); r.code != exitError || !strings.Contains(r.stderr, "no status recorded") {
+		t.Errorf("attach to an unknown request: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

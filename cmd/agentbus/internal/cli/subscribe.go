@@ -68,6 +68,12 @@ attributes in the environment:
   AGENTBUS_SUBJECT (the NATS subject it was published on)
   AGENTBUS_SEQUENCE (its stream sequence)
   AGENTBUS_DELIVERY (1 on the first delivery, 2 on the first retry, ...)
+  AGENTBUS_PROGRESS_FD (3: the file descriptor for progress updates)
+
+Each line CMD writes to file descriptor 3 is a progress update sent to the
+message's sender (see 'agentbus request --follow'): text, optionally
+starting with a percentage ("echo '40% tests pass' >&3"), or a JSON object
+{"message": "...", "percent": 40, "data": {...}}.
 
 Exit status 0 acknowledges the message. Any other makes the bus redeliver it
 after a backoff (1s, 2s, 4s, ... up to 1m) until --max-deliver deliveries,

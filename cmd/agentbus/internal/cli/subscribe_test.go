@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentbus/agentbus/bus"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -120,6 +123,7 @@ func TestSubscribeExecEnvironment(t *testing.T) {
 		"AGENTBUS_CONTENT_TYPE":   "text/plain",
 		"AGENTBUS_SEQUENCE":       "1",
 		"AGENTBUS_DELIVERY":       "1",
+		"AGENTBUS_PROGRESS_FD":    "3",
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -188,5 +192,60 @@ func TestSubscribeJSONWithoutTo(t *testing.T) {
 	evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--json", "--timeout", "10s"))
 	if len(evs) != 1 || evs[0].msg.ID != "foreign-1" || evs[0].msg.To != "bob" || evs[0].msg.From != "alice" {
 		t.Errorf("printed %+v, want foreign-1 from alice to bob", evs)
+	}
+}
+
+// TestSubscribeExecProgress: the lines an --exec command writes to file
+// descriptor 3 reach the message's sender as progress updates, in order.
+func TestSubscribeExecProgress(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	id := publish(t, url, "--from", "alice", "--to", "bob", "--type", "REVIEW", "--data", "x")
+	script := `echo '40% half way' >&3; echo '{"message":"all done","percent":100}' >&3; echo >&3; echo 'just text' >&3`
+	mustRun(t, "--server", url, "subscribe", "--agent", "bob", "--count", "1", "--exec", script)
+
+	alice := agentBus(t, url, "alice")
+	got := make(chan *bus.Delivery, 8)
+	handle(t, alice, func(_ context.Context, d *bus.Delivery) error {
+		got <- d
+		return nil
+	})
+	want := []string{"1 40 half way", "2 100 all done", "3 -1 just text"}
+	for i, w := range want {
+		d := <-got
+		p, n, ok := d.ProgressUpdate()
+		pct := -1
+		if p.Percent != nil {
+			pct = *p.Percent
+		}
+		if line := fmt.Sprintf("%d %d %s", n, pct, p.Message); !ok || d.CausationID != id || line != w {
+			t.Fatalf("update %d: %q (causation %s), want %q", i+1, line, d.CausationID, w)
+		}
+	}
+}
+
+func TestParseProgress(t *testing.T) {
+	for line, want := range map[string]string{
+		"40% tests pass":              "40 tests pass",
+		"  100%  ":                    "100 ",
+		"140% too much":               "-1 140% too much",
+		"compiling":                   "-1 compiling",
+		`{"message":"m","percent":5}`: "5 m",
+		`{"percent":101}`:             "",
+		`{not json`:                   "",
+		"   ":                         "",
+	} {
+		p, ok := parseProgress(line)
+		got := ""
+		if ok {
+			pct := -1
+			if p.Percent != nil {
+				pct = *p.Percent
+			}
+			got = fmt.Sprintf("%d %s", pct, p.Message)
+		}
+		if got != want {
+			t.Errorf("parseProgress(%q) = %q, want %q", line, got, want)
+		}
 	}
 }
