@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/agentbus/agentbus/codec/profiles"
 )
 
 // ExtProgress is the CloudEvents extension that marks a progress update on
@@ -13,7 +15,10 @@ import (
 // request from the handling process. Its causationid is the request's ID.
 const ExtProgress = "progress"
 
-// TypeProgress is the type of the progress updates Delivery.Progress sends.
+// TypeProgress is the type of the progress updates Delivery.Progress sends,
+// except on a message of a protocol with status updates of its own
+// (profiles.Progresser: basemessage STATUS_UPDATE, coordination
+// status_update), where the update is that native message.
 const TypeProgress = "agentbus.progress"
 
 // Progress is one update on long work, as Delivery.Progress sends it and
@@ -29,7 +34,8 @@ type Progress struct {
 
 // Progress sends p to the sender of d, the request being handled, as a
 // progress update: a message in d's conversation whose causation is d,
-// marked with ExtProgress, which a Request that follows progress
+// marked with ExtProgress (TypeProgress, or the protocol's own status
+// update when d is a message of one that has them), which a Request that follows progress
 // (OnProgress) hands to its caller and which never completes it. d's
 // lifecycle record becomes working, with the number of updates. Call it
 // from d's handler, with the handler's ctx.
@@ -45,17 +51,14 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	if p.Percent != nil && (*p.Percent < 0 || *p.Percent > 100) {
 		return fmt.Errorf("%w: progress percent %d is not 0..100", ErrInvalidMessage, *p.Percent)
 	}
-	data, err := json.Marshal(p)
+	m, err := b.progressMessage(d, p)
 	if err != nil {
-		return fmt.Errorf("%w: progress: %w", ErrInvalidMessage, err)
+		return err
 	}
 	n := h.progress.Add(1)
-	m := Message{
-		To: d.From, Type: TypeProgress, Priority: d.Priority, CorrelationID: conversationOf(&d.Message), CausationID: d.ID,
-		ContentType: "application/json", Data: data, Extensions: map[string]string{ExtProgress: strconv.FormatInt(n, 10)},
-	}
+	setExtension(&m, ExtProgress, strconv.FormatInt(n, 10))
 	if by, ok := d.Extensions[ExtReplyBy]; ok {
-		m.Extensions[ExtReplyBy] = by
+		setExtension(&m, ExtReplyBy, by)
 	}
 	if _, err := b.Publish(ctx, m); err != nil {
 		return err
@@ -68,6 +71,42 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	return nil
 }
 
+// progressMessage returns update p on d as a message to d's sender: the
+// protocol's own status update when d is a message of a protocol that has
+// one (profiles.Progresser), else TypeProgress with p as JSON.
+func (b *Bus) progressMessage(d *Delivery, p Progress) (Message, error) {
+	m := Message{To: d.From, Priority: d.Priority, CorrelationID: conversationOf(&d.Message), CausationID: d.ID}
+	if pr, ok := progresserOf(&d.Message); ok {
+		native, err := pr.StatusUpdate(&d.Message, profiles.Update{Message: p.Message, Percent: p.Percent}, b.agent, time.Now())
+		if err != nil {
+			return Message{}, fmt.Errorf("%w: progress: %w", ErrInvalidMessage, err)
+		}
+		nm, err := profiles.Prepare(pr, native, profiles.Addressing{From: b.agent, To: d.From})
+		if err != nil {
+			return Message{}, fmt.Errorf("%w: progress: %w", ErrInvalidMessage, err)
+		}
+		nm.CorrelationID, nm.CausationID = m.CorrelationID, m.CausationID
+		return *nm, nil
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return Message{}, fmt.Errorf("%w: progress: %w", ErrInvalidMessage, err)
+	}
+	m.Type, m.ContentType, m.Data = TypeProgress, "application/json", data
+	return m, nil
+}
+
+// progresserOf returns the protocol of m if it has status updates of its
+// own.
+func progresserOf(m *Message) (profiles.Progresser, bool) {
+	p, ok := profiles.ForDataSchema(m.DataSchema)
+	if !ok {
+		return nil, false
+	}
+	pr, ok := p.(profiles.Progresser)
+	return pr, ok
+}
+
 // IsProgress reports whether d is a progress update on a request
 // (ExtProgress).
 func (d *Delivery) IsProgress() bool {
@@ -75,11 +114,16 @@ func (d *Delivery) IsProgress() bool {
 }
 
 // ProgressUpdate returns the update d carries and its number, if d is a
-// progress update that Delivery.Progress sent.
+// progress update that Delivery.Progress sent (a native status update
+// gives its message and percentage, no Data).
 func (d *Delivery) ProgressUpdate() (Progress, int, bool) {
 	n, err := strconv.Atoi(d.Extensions[ExtProgress])
 	if err != nil || n < 1 {
 		return Progress{}, 0, false
+	}
+	if pr, ok := progresserOf(&d.Message); ok {
+		u, ok := pr.ReadUpdate(d.Data)
+		return Progress{Message: u.Message, Percent: u.Percent}, n, ok
 	}
 	var p Progress
 	if err := json.Unmarshal(d.Data, &p); err != nil {

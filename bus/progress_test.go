@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
 )
 
 // TestRequestProgress: a handler reports progress on the request it holds;
@@ -176,5 +177,48 @@ func TestAttachAfterRequesterRestart(t *testing.T) {
 	}
 	if _, err := back.Attach(testContext(t), "no-such-request"); !errors.Is(err, bus.ErrNoStatus) {
 		t.Errorf("Attach to an unknown request: %v, want ErrNoStatus", err)
+	}
+}
+
+// TestProgressInProtocol: progress on a message of a protocol with status
+// updates of its own travels as that protocol's message (basemessage
+// STATUS_UPDATE, coordination status_update), valid by its rules, and
+// reads back as the update.
+func TestProgressInProtocol(t *testing.T) {
+	for _, tt := range []struct{ profile, file, wantType string }{
+		{"basemessage", "task_assignment.json", "STATUS_UPDATE"},
+		{"coordination", "task_assignment.json", "status_update"},
+	} {
+		t.Run(tt.profile, func(t *testing.T) {
+			s := newServer(t)
+			p := profile(t, tt.profile)
+			task, err := profiles.Prepare(p, readFile(t, "../codec/profiles/testdata/"+tt.profile+"/"+tt.file), profiles.Addressing{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subscribe(t, newBus(t, s, task.To), func(ctx context.Context, d *bus.Delivery) error {
+				pct := 40
+				if err := d.Progress(ctx, bus.Progress{Message: "schema drafted", Percent: &pct}); err != nil {
+					return err
+				}
+				_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+				return err
+			})
+			var got []*bus.Delivery
+			if _, err := newBus(t, s, task.From).Request(testContext(t), *task, bus.OnProgress(func(u *bus.Delivery) { got = append(got, u) })); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d updates", len(got))
+			}
+			u := got[0]
+			pr, n, ok := u.ProgressUpdate()
+			if !ok || n != 1 || pr.Message != "schema drafted" || pr.Percent == nil || *pr.Percent != 40 || u.Type != tt.wantType || u.DataSchema != p.DataSchema() {
+				t.Errorf("update %s %s: %+v %d %v", u.Type, u.Data, pr, n, ok)
+			}
+			if err := p.Validate(u.Data); err != nil {
+				t.Errorf("the update breaks the protocol: %v", err)
+			}
+		})
 	}
 }
