@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"maps"
+	"sync"
 	"sync/atomic"
 )
 
@@ -85,7 +86,9 @@ func setExtension(m *Message, name, v string) {
 type handling struct {
 	d        *Delivery
 	replied  atomic.Bool  // Reply answered d
-	progress atomic.Int64 // progress updates sent on d
+	progress atomic.Int64 // progress updates sent on d, before this delivery too
+	// seedProgress reads, once, how many updates earlier deliveries sent.
+	seedProgress sync.Once
 	// cancel cancels the handler's context, canceled says Cancel did.
 	cancel   context.CancelCauseFunc
 	canceled atomic.Bool

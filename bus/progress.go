@@ -55,6 +55,14 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	if err != nil {
 		return err
 	}
+	if d.Deliveries > 1 && b.status != nil {
+		h.seedProgress.Do(func() {
+			// A redelivery numbers on from the updates sent before it.
+			if st, err := b.status.get(ctx, &d.Message, b.agent); err == nil {
+				h.progress.Add(int64(st.Progress))
+			}
+		})
+	}
 	n := h.progress.Add(1)
 	setExtension(&m, ExtProgress, strconv.FormatInt(n, 10))
 	if by, ok := d.Extensions[ExtReplyBy]; ok {
