@@ -65,6 +65,9 @@ func inherit(ctx context.Context, m *Message) {
 	if by, ok := d.Extensions[ExtReplyBy]; ok && m.CausationID == d.ID {
 		setExtension(m, ExtReplyBy, by)
 	}
+	if by, ok := d.Extensions[ExtConversationBy]; ok && m.CorrelationID == conversationOf(&d.Message) {
+		setExtension(m, ExtConversationBy, by)
+	}
 }
 
 // setExtension sets extension name of m to v without changing the map m

@@ -157,6 +157,52 @@ func TestRequestProtocolTimeout(t *testing.T) {
 	if exp := d.ExpiresAt(); !exp.Equal(by) {
 		t.Errorf("expiry %v, want the reply-by %v", exp, by)
 	}
+	conv, err := time.Parse(time.RFC3339Nano, d.Extensions[bus.ExtConversationBy])
+	if want := p.Defaults().CorrelationTimeout; err != nil || conv.Sub(sent) < want-time.Minute || conv.Sub(sent) > want+time.Minute {
+		t.Errorf("conversation deadline %v (%v) after sending, want the protocol's %v", conv.Sub(sent), err, want)
+	}
+}
+
+// TestConversationTimeout: a conversation's deadline travels with its
+// messages and cuts their expiry; a Request still waiting at it fails
+// with a "conversation" *DeadlineError, the request still queued ends
+// expired, and its sender gets one TypeConversationExpired event.
+func TestConversationTimeout(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator", bus.WithConversationTimeout(2*time.Second))
+	events := newRecorder()
+	subscribe(t, orch, events.handle)
+	worker := newBus(t, s, "worker")
+
+	// In the conversation, the handler's messages carry the deadline.
+	sent := make(chan *bus.Delivery, 1)
+	sub := subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "ACK"})
+		return err
+	})
+	reply, err := orch.Request(testContext(t), bus.Message{To: "worker", Type: "FIRST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	by, err := time.Parse(time.RFC3339Nano, reply.Extensions[bus.ExtConversationBy])
+	if err != nil || reply.ExpiresAt().After(by) || time.Until(by) > 2*time.Second {
+		t.Errorf("reply's conversation deadline %v (%v), expiry %v", by, err, reply.ExpiresAt())
+	}
+	close(sent)
+	sub.Stop()
+	<-sub.Done()
+
+	// The worker is away: the next request waits for the deadline.
+	_, err = orch.Request(testContext(t), bus.Message{ID: "conv-late", To: "worker", Type: "SECOND"})
+	var de *bus.DeadlineError
+	if !errors.As(err, &de) || de.Kind != "conversation" {
+		t.Fatalf("Request error %v, want a conversation *DeadlineError", err)
+	}
+	waitState(t, orch, "conv-late", bus.StateExpired)
+	ev := events.waitCount(t, 1)[0]
+	if ev.Type != bus.TypeConversationExpired || ev.CorrelationID != "conv-late" {
+		t.Errorf("event %+v", ev.Message)
+	}
 }
 
 // TestRequestCanceledWhileWaiting: a Request ends with a *CanceledError

@@ -135,7 +135,14 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	md := cm.Metadata
 	if m.Expired(time.Now()) {
 		err := fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano))
+		by, ok := conversationBy(m)
+		if ok && !by.After(m.ExpiresAt()) {
+			err = fmt.Errorf("%w: its conversation %s passed its deadline %s", ErrExpired, m.CorrelationID, by.Format(time.RFC3339Nano))
+		}
 		b.record(m, StateExpired, md, err)
+		if ok && !by.After(m.ExpiresAt()) {
+			b.conversationExpired(ctx, m, by)
+		}
 		return Permanent(err)
 	}
 	d := &Delivery{

@@ -57,6 +57,7 @@ type options struct {
 	lifecycle       bool
 	publishAttempts int
 	requestTimeout  time.Duration
+	conversationTTL time.Duration // 0: the protocol's, or none
 	heartbeat       time.Duration
 }
 
@@ -252,6 +253,21 @@ func WithRequestTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: request timeout %v must be > 0", ErrInvalidOption, d)
 		}
 		o.requestTimeout = d
+		return nil
+	}
+}
+
+// WithConversationTimeout gives every conversation this agent starts a
+// deadline d after its first message (see ExtConversationBy). By default a
+// conversation in one of the agent protocols has the timeout its document
+// sets (profiles.Defaults.CorrelationTimeout: 30 minutes for basemessage),
+// any other none.
+func WithConversationTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: conversation timeout %v must be > 0", ErrInvalidOption, d)
+		}
+		o.conversationTTL = d
 		return nil
 	}
 }

@@ -164,7 +164,9 @@ func (b *Bus) prepare(ctx context.Context, m *Message) (*nats.Msg, sendOp, error
 	} else if m.From != b.agent {
 		return nil, sendOp{}, &codec.FieldError{Field: "From", Value: m.From, Err: fmt.Errorf("%w: a bus publishes as its own agent %q", ErrInvalidMessage, b.agent)}
 	}
-	m.SetDefaults(time.Now())
+	now := time.Now()
+	m.SetDefaults(now)
+	b.limitToConversation(ctx, m, now)
 	op := b.tel.startSend(ctx, m)
 	msg, err := b.encode(m)
 	if err != nil {

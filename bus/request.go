@@ -72,7 +72,18 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	}
 	replyBy, _ := ctx.Deadline()
 	inherit(ctx, &m)
-	m.SetDefaults(time.Now())
+	if m.From == "" {
+		m.From = b.agent
+	}
+	now := time.Now()
+	m.SetDefaults(now)
+	if by := b.limitToConversation(ctx, &m, now); !by.IsZero() && by.Before(replyBy) {
+		// Nobody may wait past the conversation.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, by)
+		defer cancel()
+		replyBy = by
+	}
 	setExtension(&m, ExtReplyBy, replyBy.UTC().Format(time.RFC3339Nano))
 
 	// The request expires, unread, at the earlier of its deadlines: nobody
@@ -171,6 +182,9 @@ wait:
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				de := &DeadlineError{ID: m.ID, To: m.To, Kind: deadlineReplyBy, Deadline: replyBy}
+				if by, ok := conversationBy(m); ok && !by.After(replyBy) {
+					de.Kind, de.Deadline = deadlineConversation, by
+				}
 				if !ro.doBy.IsZero() && !time.Now().Before(ro.doBy) {
 					de.Kind, de.Deadline = deadlineDoBy, ro.doBy
 				}
@@ -186,9 +200,14 @@ wait:
 		return d, nil
 	default:
 	}
-	if de, ok := failed.(*DeadlineError); ok && de.Kind == deadlineIdle {
-		// Nobody waits for the work any more: its worker is told to stop.
-		b.cancelAbandoned(m.ID)
+	if de, ok := failed.(*DeadlineError); ok {
+		switch de.Kind {
+		case deadlineIdle:
+			// Nobody waits for the work any more: its worker is told to stop.
+			b.cancelAbandoned(m.ID)
+		case deadlineConversation:
+			b.conversationExpired(ctx, m, de.Deadline)
+		}
 	}
 	if failed != nil {
 		return nil, failed
@@ -237,18 +256,20 @@ const (
 	deadlineReplyBy = "reply-by"
 	deadlineDoBy    = "do-by"
 	deadlineIdle    = "idle"
+	// the conversation's deadline (ExtConversationBy)
+	deadlineConversation = "conversation"
 )
 
 // DeadlineError is returned by a Request whose deadline passed before the
 // reply came: Kind "reply-by" (its context's deadline, or the request
-// timeout), "do-by" (DoBy) or "idle" (IdleTimeout, Idle long without
-// news). It matches ErrRequestTimeout and context.DeadlineExceeded with
+// timeout), "do-by" (DoBy), "idle" (IdleTimeout, Idle long without news)
+// or "conversation" (the conversation's deadline, ExtConversationBy). It matches ErrRequestTimeout and context.DeadlineExceeded with
 // errors.Is. A reply that comes later is not lost: it reaches the agent's
 // handler, marked Late.
 type DeadlineError struct {
 	ID       string        // the request's ID
 	To       string        // its recipient
-	Kind     string        // "reply-by", "do-by" or "idle"
+	Kind     string        // "reply-by", "do-by", "idle" or "conversation"
 	Deadline time.Time     // the deadline that passed
 	Idle     time.Duration // for "idle": the idle timeout
 }
