@@ -65,47 +65,11 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	if m.To == Broadcast {
 		return nil, &codec.FieldError{Field: "To", Value: m.To, Err: fmt.Errorf("%w: a request needs one recipient", ErrInvalidMessage)}
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.requestTimeout(&m))
-		defer cancel()
+	ctx, cancel, replyBy, err := b.newRequest(ctx, &m, ro)
+	if err != nil {
+		return nil, err
 	}
-	replyBy, _ := ctx.Deadline()
-	inherit(ctx, &m)
-	if m.From == "" {
-		m.From = b.agent
-	}
-	now := time.Now()
-	m.SetDefaults(now)
-	if by := b.limitToConversation(ctx, &m, now); !by.IsZero() && by.Before(replyBy) {
-		// Nobody may wait past the conversation.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, by)
-		defer cancel()
-		replyBy = by
-	}
-	setExtension(&m, ExtReplyBy, replyBy.UTC().Format(time.RFC3339Nano))
-
-	// The request expires, unread, at the earlier of its deadlines: nobody
-	// waits for its reply after the one, its work is void after the other.
-	expiry, kind := replyBy, deadlineReplyBy
-	if !ro.doBy.IsZero() {
-		setExtension(&m, ExtDoBy, ro.doBy.UTC().Format(time.RFC3339Nano))
-		if ro.doBy.Before(expiry) {
-			expiry, kind = ro.doBy, deadlineDoBy
-		}
-	}
-	if exp := m.ExpiresAt(); exp.IsZero() || exp.After(expiry) {
-		m.TTL = expiry.Sub(m.Time)
-	}
-	if !time.Now().Before(expiry) {
-		return nil, &DeadlineError{ID: m.ID, To: m.To, Kind: kind, Deadline: expiry}
-	}
-	if kind == deadlineDoBy {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, expiry)
-		defer cancel()
-	}
+	defer cancel()
 
 	// The recipient's presence, unless the caller queues for it anyway:
 	// offline fails now; online is checked again every heartbeat interval.
@@ -132,6 +96,63 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		return nil, err
 	}
 	return b.await(ctx, w, &m, replyBy, ro, recheck)
+}
+
+// newRequest makes m, sent with ctx, a request as ro says: its sender,
+// defaults, reply-by (ctx's deadline, else the request timeout), do-by and
+// conversation deadline, and its expiry at the earliest of them. The
+// returned context ends at the earliest deadline; its cancel func must be
+// called. A deadline passed already is a *DeadlineError.
+func (b *Bus) newRequest(ctx context.Context, m *Message, ro requestOptions) (context.Context, context.CancelFunc, time.Time, error) {
+	cancels := []context.CancelFunc{}
+	cancelAll := func() {
+		for _, c := range cancels {
+			c()
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.requestTimeout(m))
+		cancels = append(cancels, cancel)
+	}
+	replyBy, _ := ctx.Deadline()
+	inherit(ctx, m)
+	if m.From == "" {
+		m.From = b.agent
+	}
+	now := time.Now()
+	m.SetDefaults(now)
+	if by := b.limitToConversation(ctx, m, now); !by.IsZero() && by.Before(replyBy) {
+		// Nobody may wait past the conversation.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, by)
+		cancels = append(cancels, cancel)
+		replyBy = by
+	}
+	setExtension(m, ExtReplyBy, replyBy.UTC().Format(time.RFC3339Nano))
+
+	// The request expires, unread, at the earlier of its deadlines: nobody
+	// waits for its reply after the one, its work is void after the other.
+	expiry, kind := replyBy, deadlineReplyBy
+	if !ro.doBy.IsZero() {
+		setExtension(m, ExtDoBy, ro.doBy.UTC().Format(time.RFC3339Nano))
+		if ro.doBy.Before(expiry) {
+			expiry, kind = ro.doBy, deadlineDoBy
+		}
+	}
+	if exp := m.ExpiresAt(); exp.IsZero() || exp.After(expiry) {
+		m.TTL = expiry.Sub(m.Time)
+	}
+	if !time.Now().Before(expiry) {
+		cancelAll()
+		return nil, nil, time.Time{}, &DeadlineError{ID: m.ID, To: m.To, Kind: kind, Deadline: expiry}
+	}
+	if kind == deadlineDoBy {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, expiry)
+		cancels = append(cancels, cancel)
+	}
+	return ctx, cancelAll, replyBy, nil
 }
 
 // await waits for the reply to request m, which w waits for, handing the
@@ -390,7 +411,7 @@ type requests struct {
 // waiter is one Request waiting: for its reply, and for the progress
 // updates before it.
 type waiter struct {
-	reply  chan *Delivery    // capacity 1
+	reply  chan *Delivery    // room for the reply (a Gather's is shared by its copies)
 	cancel chan cancelSignal // capacity 1
 	news   chan struct{}     // capacity 1: a progress update or question came
 	follow bool              // the Request follows progress (OnProgress)
@@ -413,27 +434,37 @@ type cancelSignal struct {
 // wait registers a Request for the reply to id and makes sure the process
 // listens on the agent's subjects.
 func (r *requests) wait(b *Bus, id string, ro requestOptions) (*waiter, error) {
+	w := &waiter{reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1),
+		follow: ro.onProgress != nil, answer: ro.onInput != nil}
+	return w, r.register(b, id, w)
+}
+
+// waitInto registers a copy of a Gather, whose reply goes to replies.
+func (r *requests) waitInto(b *Bus, id string, replies chan *Delivery) error {
+	return r.register(b, id, &waiter{reply: replies, cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1)})
+}
+
+// register makes w wait for the reply to id.
+func (r *requests) register(b *Bus, id string, w *waiter) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
 		r.waiting = make(map[string]*waiter)
 	}
 	if _, dup := r.waiting[id]; dup {
-		return nil, &codec.FieldError{Field: "ID", Value: id, Err: fmt.Errorf("%w: a request with this ID is already waiting", ErrInvalidMessage)}
+		return &codec.FieldError{Field: "ID", Value: id, Err: fmt.Errorf("%w: a request with this ID is already waiting", ErrInvalidMessage)}
 	}
 	if r.listener == nil {
 		filter, err := b.opts.scheme.AgentFilter(b.agent)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if r.listener, err = b.nc.Subscribe(filter, b.listen); err != nil {
-			return nil, fmt.Errorf("listen for replies on %s: %w", filter, err)
+			return fmt.Errorf("listen for replies on %s: %w", filter, err)
 		}
 	}
-	w := &waiter{reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1),
-		follow: ro.onProgress != nil, answer: ro.onInput != nil}
 	r.waiting[id] = w
-	return w, nil
+	return nil
 }
 
 // forget removes the Request for id, and the listener with the last one.

@@ -81,7 +81,8 @@ func InboxPrefix(agent string) (string, error) {
 //     (nats.go deletes each one it replaces; their names are random);
 //   - with A the registry bucket ([Scheme.RegistryBucket]): $KV.A.card.k
 //     and $KV.A.presence.k, k the agent's key token: its own card and
-//     presence, and no other agent's;
+//     presence, and no other agent's; $KV.A.group.*.k: its own membership
+//     of any group ([GroupKey]), to join and leave;
 //   - $JS.API.DIRECT.GET.KV_A.$KV.A.>, $JS.API.CONSUMER.CREATE.KV_A.*.$KV.A.>,
 //     $JS.API.CONSUMER.MSG.NEXT.KV_A.* and $JS.API.CONSUMER.DELETE.KV_A.*:
 //     read every agent's card and presence, which the registry is for.
@@ -147,6 +148,7 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 	pub = append(pub,
 		regKV+cardKeyPrefix+ktok,
 		regKV+presenceKeyPrefix+ktok,
+		regKV+groupKeyPrefix+anyToken+"."+ktok,
 		jsDirectGet+regStream+"."+regKV+tail,
 		jsConsumerCreate+regStream+"."+anyToken+"."+regKV+tail,
 		jsConsumerNext+regStream+"."+anyToken,

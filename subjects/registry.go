@@ -115,3 +115,58 @@ func ParseRegistryKey(key string) (RegistryKind, string, error) {
 	}
 	return kind, agent, nil
 }
+
+// Group membership lives in the registry bucket too, one key per member:
+//
+//	group.<group>.<agent>   agent is a member of group
+//
+// A group's members are the keys under group.<group>; joining writes one,
+// leaving deletes it, and the key's history is the group's changes. An
+// agent may write only the keys that name it as the member (it joins and
+// leaves itself); an operator may write any. Group names follow the rules
+// of agent IDs ([ValidateID]).
+const groupKeyPrefix = "group."
+
+// GroupKeys is the key filter of every group's members.
+const GroupKeys = groupKeyPrefix + tail
+
+// GroupKey returns the registry key of agent's membership of group,
+// "group.<group>.<agent>". The error wraps [ErrInvalidAgentID].
+func GroupKey(group, agent string) (string, error) {
+	if err := validateID("group", group); err != nil {
+		return "", err
+	}
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	return groupKeyPrefix + keyToken(group) + "." + keyToken(agent), nil
+}
+
+// GroupMemberKeys returns the key filter of group's members,
+// "group.<group>.*". The error wraps [ErrInvalidAgentID].
+func GroupMemberKeys(group string) (string, error) {
+	if err := validateID("group", group); err != nil {
+		return "", err
+	}
+	return groupKeyPrefix + keyToken(group) + "." + anyToken, nil
+}
+
+// ParseGroupKey returns the group and the member a key GroupKey made
+// names. Any other key is an error wrapping [ErrInvalidToken].
+func ParseGroupKey(key string) (group, agent string, err error) {
+	rest, ok := strings.CutPrefix(key, groupKeyPrefix)
+	gtok, atok, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", "", fmt.Errorf("%w: %q is not a group key group.<group>.<agent>", ErrInvalidToken, key)
+	}
+	if group, err = decodeID("group", fromKeyToken(gtok)); err != nil {
+		return "", "", err
+	}
+	if agent, err = decodeID("agent", fromKeyToken(atok)); err != nil {
+		return "", "", err
+	}
+	if keyToken(group) != gtok || keyToken(agent) != atok {
+		return "", "", fmt.Errorf("%w: group key %q is not canonical", ErrInvalidToken, key)
+	}
+	return group, agent, nil
+}
