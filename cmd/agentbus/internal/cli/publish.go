@@ -20,6 +20,7 @@ import (
 
 func (a *app) publishCommand() *cobra.Command {
 	in := &messageInput{m: bus.Message{Priority: subjects.DefaultPriority}}
+	var toGroup string
 	cmd := &cobra.Command{
 		Use:   "publish --from AGENT --to AGENT|'*' --type TYPE [flags]",
 		Short: "Publish one message",
@@ -59,7 +60,15 @@ with the same --id.`,
   agentbus publish --profile coordination --to reviewer --file result.json`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			m, err := in.message(cmd, a, "from", "to", "type")
+			required := []string{"from", "to", "type"}
+			if toGroup != "" {
+				if cmd.Flags().Changed("to") {
+					return usagef("--to and --to-group cannot be used together")
+				}
+				required, in.m.To = required[:1], bus.Broadcast // a stand-in for the checks
+				required = append(required, "type")
+			}
+			m, err := in.message(cmd, a, required...)
 			if err != nil {
 				return err
 			}
@@ -68,6 +77,16 @@ with the same --id.`,
 				return err
 			}
 			defer b.Close()
+			if toGroup != "" {
+				m.To = ""
+				acks, err := b.PublishGroup(cmd.Context(), toGroup, m)
+				for _, ack := range acks {
+					if ack.Err == nil {
+						fmt.Fprintf(a.stdout, "member=%s id=%s seq=%d\n", ack.Member, ack.ID, ack.Sequence)
+					}
+				}
+				return err
+			}
 			publish := b.Publish
 			if in.profile != "" {
 				publish = b.PublishAnswer // a protocol's reply field threads, as in PublishNative
@@ -80,6 +99,7 @@ with the same --id.`,
 		}),
 	}
 	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "causation-id", "ttl", "content-type")
+	cmd.Flags().StringVar(&toGroup, "to-group", "", "send each member of group `NAME` its own copy, instead of --to (prints member=<agent> id=<id> seq=<n> per copy)")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,8 +18,10 @@ import (
 func (a *app) requestCommand() *cobra.Command {
 	in := &messageInput{m: bus.Message{Priority: subjects.DefaultPriority}}
 	var (
-		timeout, doBy, idle time.Duration
-		asJSON, follow      bool
+		timeout, doBy, idle, stall time.Duration
+		asJSON, follow             bool
+		toGroup                    string
+		want                       int
 	)
 	cmd := &cobra.Command{
 		Use:   "request --from AGENT --to AGENT --type TYPE [flags]",
@@ -42,6 +45,13 @@ handler asks (Delivery.AskInput), then the reply:
   progress <n> [<percent>%] <message>    (--json: the update as CloudEvents JSON)
   input id=<question ID> <question>      answer it with 'agentbus reply'
 
+With --to-group NAME it asks every member of the group (the agents the
+registry says are offline are not asked) and prints each reply as it is
+gathered, until --want replies came (all by default), --stall passed after
+a reply without another, or --timeout; then, on stderr, who replied,
+failed, was offline or timed out (docs/groups.md). Fewer replies than
+wanted exit 1.
+
 Deadlines (docs/tasks.md): --timeout is the reply-by; a request still
 queued then expires unread. --do-by D gives the work a deadline D from now
 (the handler's context ends there); --idle-timeout D gives up, and cancels
@@ -54,7 +64,8 @@ is, a reply that comes later goes to the inbox of --from (marked late), and
 it waits ('agentbus cancel') exits 1 saying who canceled it.`,
 		Example: `  agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --timeout 30s
   agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --json | jq .data
-  agentbus request --from lead --to worker --type REVIEW --timeout 1h --idle-timeout 2m --follow`,
+  agentbus request --from lead --to worker --type REVIEW --timeout 1h --idle-timeout 2m --follow
+  agentbus request --from lead --to-group reviewers --type REVIEW --want 3 --timeout 10m`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			switch {
@@ -62,12 +73,24 @@ it waits ('agentbus cancel') exits 1 saying who canceled it.`,
 				return usagef("--timeout %v: must be > 0", timeout)
 			case in.profile != "" && asJSON:
 				return usagef("--profile cannot be used with --json")
-			case doBy < 0 || idle < 0:
-				return usagef("--do-by and --idle-timeout must not be negative")
+			case doBy < 0 || idle < 0 || stall < 0 || want < 0:
+				return usagef("--do-by, --idle-timeout, --stall and --want must not be negative")
+			case toGroup != "" && cmd.Flags().Changed("to"):
+				return usagef("--to and --to-group cannot be used together")
+			case toGroup == "" && (want > 0 || stall > 0):
+				return usagef("--want and --stall go with --to-group")
 			}
-			m, err := in.message(cmd, a, "from", "to", "type")
+			required := []string{"from", "to", "type"}
+			if toGroup != "" {
+				required, in.m.To = []string{"from", "type"}, bus.Broadcast // a stand-in for the checks
+			}
+			m, err := in.message(cmd, a, required...)
 			if err != nil {
 				return err
+			}
+			if toGroup != "" {
+				m.To = ""
+				return a.gather(cmd.Context(), m, toGroup, gatherFlags{timeout: timeout, want: want, stall: stall, asJSON: asJSON})
 			}
 			if m.To == bus.Broadcast {
 				return usagef("--to '*': a request needs one recipient, not every agent")
@@ -82,6 +105,9 @@ it waits ('agentbus cancel') exits 1 saying who canceled it.`,
 	f.DurationVar(&timeout, "timeout", bus.DefaultRequestTimeout, "how long to wait for the reply, e.g. 30s or 10m")
 	f.BoolVar(&asJSON, "json", false, "print the reply as one line of CloudEvents JSON")
 	f.BoolVar(&follow, "follow", false, "print the recipient's progress updates and questions as they arrive, before the reply")
+	f.StringVar(&toGroup, "to-group", "", "ask every member of group `NAME` and gather the replies (instead of --to)")
+	f.IntVar(&want, "want", 0, "with --to-group: stop after this many replies (0: all)")
+	f.DurationVar(&stall, "stall", 0, "with --to-group: stop when no reply came for this long after one did (0: never)")
 	f.DurationVar(&doBy, "do-by", 0, "deadline for the work, from now (0: none)")
 	f.DurationVar(&idle, "idle-timeout", 0, "give up, and cancel, after this long without progress or reply (0: none)")
 	return cmd
@@ -250,4 +276,55 @@ func deliveryOutput(d *bus.Delivery, profile string, asJSON bool) ([]byte, error
 		return append(compactJSON(j), '\n'), nil
 	}
 	return []byte(humanLine(d) + "\n"), nil
+}
+
+// gatherFlags are how request --to-group gathers and prints.
+type gatherFlags struct {
+	timeout, stall time.Duration
+	want           int
+	asJSON         bool
+}
+
+// gather asks the members of group with m, prints each reply gathered,
+// then who did what on stderr.
+func (a *app) gather(ctx context.Context, m bus.Message, group string, gf gatherFlags) error {
+	b, err := a.connectAs("from", m.From)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(ctx, gf.timeout)
+	defer cancel()
+	var opts []bus.GatherOption
+	if gf.want > 0 {
+		opts = append(opts, bus.Want(gf.want))
+	}
+	if gf.stall > 0 {
+		opts = append(opts, bus.StallTimeout(gf.stall))
+	}
+	res, err := b.GatherGroup(ctx, group, m, opts...)
+	if res == nil {
+		return fmt.Errorf("request to group %s: %w", group, err)
+	}
+	for _, d := range res.Replies {
+		if perr := a.printReply(d, "", gf.asJSON, res.ID); perr != nil {
+			return perr
+		}
+	}
+	var failed []string
+	for _, st := range res.Failed {
+		failed = append(failed, st.To+" ("+string(st.State)+")")
+	}
+	replied := make([]string, len(res.Replies))
+	for i, d := range res.Replies {
+		replied[i] = d.From
+	}
+	summary := fmt.Sprintf("request %s to group %s: %d replied [%s]; failed [%s]; offline [%s]; timed out [%s]",
+		res.ID, group, len(res.Replies), strings.Join(replied, " "), strings.Join(failed, " "),
+		strings.Join(res.Offline, " "), strings.Join(res.TimedOut, " "))
+	if err != nil {
+		return fmt.Errorf("%s: %w", summary, err)
+	}
+	fmt.Fprintln(a.stderr, summary)
+	return nil
 }

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+func (a *app) groupCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "group",
+		Short: "Manage groups of agents: join, leave, add, remove, list, watch",
+		Long: `Groups are named sets of agents kept in the registry (docs/groups.md). A
+message to a group ('agentbus publish --to-group', Bus.PublishGroup) reaches
+each member's own inbox; 'agentbus request --to-group' asks every member and
+gathers the replies. An agent joins and leaves itself; an operator adds and
+removes anyone. Group names follow the rules of agent IDs.`,
+		Args: cobra.NoArgs,
+	}
+	var agent string
+	join := &cobra.Command{
+		Use:   "join NAME --agent AGENT",
+		Short: "Join group NAME as AGENT",
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withBusAs(agent, func(b *bus.Bus) error { return b.JoinGroup(cmd.Context(), cmd.Flags().Arg(0)) })
+		}),
+	}
+	leave := &cobra.Command{
+		Use:   "leave NAME --agent AGENT",
+		Short: "Leave group NAME as AGENT",
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withBusAs(agent, func(b *bus.Bus) error { return b.LeaveGroup(cmd.Context(), cmd.Flags().Arg(0)) })
+		}),
+	}
+	for _, c := range []*cobra.Command{join, leave} {
+		c.Flags().StringVar(&agent, "agent", "", "the agent that joins or leaves (required)")
+		_ = c.MarkFlagRequired("agent")
+	}
+	add := &cobra.Command{
+		Use:   "add NAME AGENT...",
+		Short: "Add agents to group NAME, as an operator",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: run(func(cmd *cobra.Command) error {
+			args := cmd.Flags().Args()
+			return a.withAdmin(func(admin *bus.Admin) error { return admin.AddToGroup(cmd.Context(), args[0], args[1:]...) })
+		}),
+	}
+	remove := &cobra.Command{
+		Use:   "remove NAME AGENT...",
+		Short: "Remove agents from group NAME, as an operator",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: run(func(cmd *cobra.Command) error {
+			args := cmd.Flags().Args()
+			return a.withAdmin(func(admin *bus.Admin) error { return admin.RemoveFromGroup(cmd.Context(), args[0], args[1:]...) })
+		}),
+	}
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list [NAME]",
+		Short: "List the groups and their members, or the members of NAME",
+		Long: `List prints one line per group, "<group> <member> <member> ...", by name; with
+NAME only that group's members, one per line. --json prints a JSON object of
+groups to sorted member arrays.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withAdmin(func(admin *bus.Admin) error {
+				if cmd.Flags().NArg() == 1 {
+					members, err := admin.GroupMembers(cmd.Context(), cmd.Flags().Arg(0))
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						return a.printJSON(append([]string{}, members...))
+					}
+					for _, m := range members {
+						fmt.Fprintln(a.stdout, m)
+					}
+					return nil
+				}
+				groups, err := admin.Groups(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.printJSON(groups)
+				}
+				for _, g := range slices.Sorted(maps.Keys(groups)) {
+					fmt.Fprintln(a.stdout, g+" "+strings.Join(groups[g], " "))
+				}
+				return nil
+			})
+		}),
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	watch := &cobra.Command{
+		Use:   "watch [NAME]",
+		Short: "Print every membership as it stands, then each change",
+		Long: `Watch prints the memberships of every group (or of NAME) as they stand, then
+each change as it happens, until SIGINT or SIGTERM, one line each:
+
+  <time> <group> <agent> joined [by <who>]
+  <time> <group> <agent> left`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: run(func(cmd *cobra.Command) error {
+			return a.withAdmin(func(admin *bus.Admin) error {
+				return admin.WatchGroups(cmd.Context(), cmd.Flags().Arg(0), func(c bus.GroupChange) {
+					line := c.At.UTC().Format(time.RFC3339) + " " + c.Group + " " + c.Agent
+					if c.Joined {
+						line += " joined by " + c.By
+					} else {
+						line += " left"
+					}
+					fmt.Fprintln(a.stdout, line)
+				})
+			})
+		}),
+	}
+	cmd.AddCommand(join, leave, add, remove, list, watch)
+	return cmd
+}

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+// TestGroupCommands: agents join, an operator adds one; list shows them;
+// publish --to-group sends each its copy; request --to-group gathers the
+// replies it wants and says who did what.
+func TestGroupCommands(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	mustRun(t, "--server", url, "group", "join", "reviewers", "--agent", "r1")
+	mustRun(t, "--server", url, "group", "join", "reviewers", "--agent", "r2")
+	mustRun(t, "--server", url, "group", "add", "reviewers", "r3")
+	if out := mustRun(t, "--server", url, "group", "list"); out != "reviewers r1 r2 r3\n" {
+		t.Errorf("group list printed %q", out)
+	}
+	out := mustRun(t, "--server", url, "publish", "--from", "lead", "--to-group", "reviewers", "--type", "NOTE", "--data", "hi")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "member=r1 id=") {
+		t.Errorf("publish --to-group printed %q", out)
+	}
+	for _, r := range []string{"r1", "r2"} {
+		handle(t, agentBus(t, url, r), func(ctx context.Context, d *bus.Delivery) error {
+			if d.Type != "REVIEW" {
+				return nil
+			}
+			_, err := d.Reply(ctx, bus.Message{Type: "VERDICT", ContentType: "text/plain", Data: []byte("ok")})
+			return err
+		})
+	}
+	r := runIn(t, "", "--server", url, "request", "--from", "lead", "--to-group", "reviewers", "--type", "REVIEW", "--want", "2", "--timeout", "1m")
+	if r.code != exitOK || strings.Count(r.stdout, "VERDICT") != 2 || !strings.Contains(r.stderr, "2 replied") || !strings.Contains(r.stderr, "timed out [r3]") {
+		t.Errorf("request --to-group: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	mustRun(t, "--server", url, "group", "remove", "reviewers", "r3")
+	mustRun(t, "--server", url, "group", "leave", "reviewers", "--agent", "r2")
+	if out := mustRun(t, "--server", url, "group", "list", "reviewers"); out != "r1\n" {
+		t.Errorf("group list reviewers printed %q", out)
+	}
+}
