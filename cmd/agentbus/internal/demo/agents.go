@@ -102,7 +102,7 @@ func (d *demo) startReviewer(ctx context.Context) error {
 		return err
 	}
 	d.reviewer = r
-	if r.sub, err = r.bus.Subscribe(ctx, d.reviewerHandler(r)); err != nil {
+	if r.sub, err = r.bus.Subscribe(ctx, d.reviewerHandler(ctx, r)); err != nil {
 		return err
 	}
 	d.emit(Event{From: reviewer, Event: EventOnline, Detail: "reviewer comes online and subscribes to its inbox"})
@@ -112,10 +112,19 @@ func (d *demo) startReviewer(ctx context.Context) error {
 // reviewerHandler is the reviewer's handler: it answers a basemessage
 // VALIDATION_REQUEST with a VALIDATION_RESPONSE through Reply, which
 // addresses the reply to the requester, in its conversation, and records
-// the request as replied.
-func (d *demo) reviewerHandler(r *agent) bus.Handler {
+// the request as replied. A pipeline review_pr is long work (see review).
+// ctx is the subscriber's, for telling the demo what a handler whose own
+// context ended did.
+func (d *demo) reviewerHandler(ctx context.Context, r *agent) bus.Handler {
+	subscribed := ctx
 	return func(ctx context.Context, dl *bus.Delivery) error {
-		if dl.Type != "VALIDATION_REQUEST" {
+		switch dl.Type {
+		case "review_pr":
+			err := review(ctx, dl)
+			d.observe(subscribed, r, dl, err)
+			return err
+		case "VALIDATION_REQUEST":
+		default:
 			d.observe(ctx, r, dl, nil)
 			return nil
 		}
@@ -138,4 +147,68 @@ func (d *demo) reviewerHandler(r *agent) bus.Handler {
 		d.observe(ctx, r, dl, err)
 		return err
 	}
+}
+
+// reviewStep is one step of a pull request's review: what the reviewer
+// reports as it starts it, how far along the review is then (-1: it does
+// not say), and how long it takes.
+type reviewStep struct {
+	what    string
+	percent int
+	takes   time.Duration
+}
+
+// reviewSteps are the steps of a review. The tests take long: the tasks
+// scene cancels the review while they run.
+var reviewSteps = []reviewStep{
+	{"cloning acme/app", -1, 200 * time.Millisecond},
+	{"building", 20, 200 * time.Millisecond},
+	{"running tests", 40, 10 * time.Second},
+	{"reviewing the diff", 80, 200 * time.Millisecond},
+}
+
+// testsStep is the number of the progress update that starts the tests.
+const testsStep = 3
+
+// review does the long work of a pipeline review_pr: before each step it
+// sends the requester a progress update (Delivery.Progress), and between
+// steps it checks its context, which ends if the review is canceled
+// (context.Cause is bus.ErrCanceled) or its do-by passes. A finished review
+// replies review_approved.
+func review(ctx context.Context, dl *bus.Delivery) error {
+	stopped := func(err error) error {
+		if ctx.Err() != nil {
+			return context.Cause(ctx) // bus.ErrCanceled, or the do-by's context.DeadlineExceeded
+		}
+		return err
+	}
+	for _, s := range reviewSteps {
+		p := bus.Progress{Message: s.what}
+		if s.percent >= 0 {
+			p.Percent = &s.percent
+		}
+		if err := dl.Progress(ctx, p); err != nil {
+			return stopped(err)
+		}
+		t := time.NewTimer(s.takes)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return stopped(nil)
+		}
+	}
+	var req pipelineMessage
+	if err := json.Unmarshal(dl.Data, &req); err != nil {
+		return bus.Permanent(fmt.Errorf("read review request: %w", err))
+	}
+	reply, err := prepare(profiles.Pipeline{}, pipelineMessage{
+		ID: dl.ID + "-reply", From: reviewer, To: dl.From, Subject: "review_approved", Priority: dl.Priority,
+		Body:      map[string]any{"prUrl": req.Body["prUrl"], "phase": req.Body["phase"], "summary": "tests pass; the diff does what its issues ask"},
+		Timestamp: now(), ReplyTo: &dl.ID, Status: "pending",
+	})
+	if err == nil {
+		_, err = dl.Reply(ctx, *reply)
+	}
+	return stopped(err)
 }

@@ -84,6 +84,7 @@ var scenes = []scene{
 	{"request", "a request and its reply", (*demo).request},
 	{"poison", "a message that always fails is dead-lettered", (*demo).poison},
 	{"presence", "a worker dies: found offline, requests fail fast, a human is called, the worker drains its queue", (*demo).presence},
+	{"tasks", "long work: a review streams progress and is canceled; another's do-by passes while the reviewer is offline", (*demo).tasks},
 	{"trace", "one conversation, one trace", (*demo).trace},
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("scene %s: ok %t, detail %q", s.Scene, s.OK, s.Detail)
 		}
 	}
-	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "presence", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
+	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "presence", "tasks", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
 		t.Errorf("scenes %v, Scenes() %v, want %v", ran, demo.Scenes(), want)
 	}
 
@@ -84,6 +85,8 @@ func TestRun(t *testing.T) {
 		"poison":    {demo.EventScene, demo.EventPublished, demo.EventFailed, demo.EventHandled, demo.EventDeadLettered, demo.EventOK},
 		"presence": {demo.EventScene, demo.EventStart, demo.EventOnline, demo.EventCrashed, demo.EventOffline, demo.EventRequest,
 			demo.EventQueued, demo.EventEscalated, demo.EventHandled, demo.EventRecovered, demo.EventOK},
+		"tasks": {demo.EventScene, demo.EventRequest, demo.EventProgress, demo.EventCancel, demo.EventCanceled, demo.EventOffline,
+			demo.EventDeadline, demo.EventExpired, demo.EventQueued, demo.EventOnline, demo.EventHandled, demo.EventOK},
 		"trace":    {demo.EventScene, demo.EventTrace, demo.EventRecord, demo.EventOK},
 		"teardown": {demo.EventStop},
 	}
@@ -115,6 +118,7 @@ func TestRun(t *testing.T) {
 	if want := []string{"dev-202", "dev-201"}; !slices.Equal(handled, want) {
 		t.Errorf("presence scene handled %v, want %v", handled, want)
 	}
+	checkTasks(t, events)
 	// The messages of two protocols reach the trace, with their priorities.
 	records := map[string]demo.Event{}
 	for _, e := range events {
@@ -132,6 +136,9 @@ func TestRun(t *testing.T) {
 		"pr-7":    {"review_pr", 2, "expired"},
 		"val-1":   {"VALIDATION_REQUEST", 3, "replied"},
 		"dev-666": {"develop", 3, "dead_lettered"},
+		"pr-8":    {"review_pr", 3, "canceled"},
+		"pr-9":    {"review_pr", 2, "expired"},
+		"info-1":  {"info", 5, "completed"},
 	} {
 		r, ok := records[id]
 		if !ok || r.Type != want.typ || r.Priority != want.priority || !strings.HasPrefix(r.Detail, want.state) {
@@ -141,6 +148,70 @@ func TestRun(t *testing.T) {
 
 	checkJSONLines(t, jsonl.Bytes(), len(events))
 	checkText(t, text.String(), len(events))
+}
+
+// checkTasks checks the tasks scene: the orchestrator shows pr-8's progress
+// updates in order, cancels it during the tests and is told so, the
+// reviewer's handler stops with bus.ErrCanceled and the record reads
+// canceled; pr-9's do-by passes while the reviewer is offline, its record
+// reads expired, and the reviewer, back, handles info-1 and never pr-9. The
+// trace holds pr-8's three updates and its cancel notice.
+func checkTasks(t *testing.T, events []demo.Event) {
+	t.Helper()
+	var lines, pr9 []string
+	for _, e := range events {
+		if e.ID == "pr-9" {
+			pr9 = append(pr9, e.Event)
+		}
+		if e.Scene != "tasks" {
+			continue
+		}
+		switch e.Event {
+		case demo.EventProgress:
+			lines = append(lines, e.From+" -> "+e.To+" "+e.Type+": "+e.Detail)
+		case demo.EventCancel, demo.EventCanceled, demo.EventDeadline, demo.EventExpired, demo.EventHandled:
+			lines = append(lines, e.Event+" "+e.ID+": "+e.Detail)
+		}
+	}
+	want := []string{
+		"reviewer -> orchestrator agentbus.progress: update 1 on pr-8: cloning acme/app",
+		"reviewer -> orchestrator agentbus.progress: update 2 on pr-8: 20% building",
+		"reviewer -> orchestrator agentbus.progress: update 3 on pr-8: 40% running tests",
+		"cancel pr-8: a newer commit makes the review moot: the orchestrator cancels it while the tests run (Bus.Cancel); record canceled by orchestrator",
+		`canceled pr-8: the orchestrator's Request returns at once: *bus.CanceledError "request pr-8 canceled by orchestrator"`,
+		`canceled pr-8: the reviewer stops "running tests": a priority-1 cancel notice ended its handler's context, whose cause is bus.ErrCanceled`,
+		"canceled pr-8: lifecycle record canceled; it is not delivered again",
+		"deadline pr-9: the orchestrator's Request returns *bus.DeadlineError, kind do-by, ",
+		"expired pr-9: expired unread: lifecycle record expired",
+		"handled info-1: handled by the reviewer, its first message since it came back: the expired pr-9, at p2, never arrived",
+	}
+	if len(lines) != len(want) {
+		t.Errorf("tasks scene:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	} else {
+		for i := range want {
+			if !strings.HasPrefix(lines[i], want[i]) {
+				t.Errorf("tasks scene line %d:\n%s\nwant:\n%s", i+1, lines[i], want[i])
+			}
+		}
+	}
+	// pr-9 never reached a handler: no event says more of it than that it
+	// was sent, missed its deadline and expired.
+	if want := []string{demo.EventRequest, demo.EventDeadline, demo.EventExpired, demo.EventRecord}; !slices.Equal(pr9, want) {
+		t.Errorf("events of pr-9 %v, want %v", pr9, want)
+	}
+	// The bus's own messages for pr-8 are in the conversation too.
+	types := map[string]int{}
+	for _, e := range events {
+		if e.Event == demo.EventRecord && strings.HasPrefix(e.Type, "agentbus.") {
+			types[e.Type]++
+			if e.Detail != "completed" {
+				t.Errorf("trace record of %s %s: %s, want completed", e.Type, e.ID, e.Detail)
+			}
+		}
+	}
+	if types["agentbus.progress"] != 3 || types["agentbus.cancel"] != 1 || len(types) != 2 {
+		t.Errorf("trace records of the bus's own messages %v, want 3 agentbus.progress and 1 agentbus.cancel", types)
+	}
 }
 
 // checkJSONLines checks the --json output: n event lines with every member,
@@ -195,7 +266,7 @@ func checkText(t *testing.T, out string, n int) {
 			t.Errorf("no heading for scene %s", s)
 		}
 	}
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "agentbus demo: all 8 scenes ok in ") {
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, fmt.Sprintf("agentbus demo: all %d scenes ok in ", len(demo.Scenes()))) {
 		t.Errorf("last line %q", last)
 	}
 }

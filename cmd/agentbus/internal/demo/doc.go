@@ -40,6 +40,15 @@
 //     policy ([bus.Admin.WatchEscalations]) calls the human with the
 //     pipeline's needs_human; worker#4 comes back and drains the queue by
 //     priority, and the human is told.
+//   - tasks: long work. The orchestrator's [bus.Bus.Request] of a review
+//     follows its progress ([bus.OnProgress]): the reviewer reports each
+//     step ([bus.Delivery.Progress]) until the orchestrator cancels the
+//     review while its tests run ([bus.Bus.Cancel]); the Request returns a
+//     [bus.CanceledError], the reviewer's handler sees its context end with
+//     [bus.ErrCanceled], and the record reads canceled. Then the reviewer
+//     goes offline and another review is requested with a do-by a second
+//     away ([bus.DoBy]): the Request returns a [bus.DeadlineError] at it,
+//     the record reads expired, and the reviewer, back, never gets it.
 //   - trace: every message shares the correlation ID [Conversation], so
 //     they form one trace ([bus.ConversationTraceID]);
 //     [bus.Admin.Conversation] lists them with where each ended.
@@ -48,9 +57,10 @@
 // also a smoke test of a build: Run returns an error naming the first scene
 // that did not. The scenes wait for events (a handler running, a reply, a
 // publish acknowledgement), never for a fixed time, except the TTL scene,
-// which waits out its TTL. The bus writes lifecycle records and dead
-// letters asynchronously; reading one right after the event it describes
-// reads again until it is there.
+// which waits out its TTL, and the tasks scene, whose reviewer takes its
+// time over each step and whose orchestrator waits out a do-by. The bus
+// writes lifecycle records and dead letters asynchronously; reading one
+// right after the event it describes reads again until it is there.
 //
 // Run reports the timeline as [Event] values; [Printer] writes them for a
 // person or as JSON Lines.

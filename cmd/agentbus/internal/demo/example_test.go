@@ -12,7 +12,8 @@ import (
 // Run the whole demo and print how each scene went. `agentbus demo` also
 // prints the timeline, passing each event of Options.Events to a Printer.
 // It takes a few seconds: the crash scene waits out an ack wait, the ttl
-// scene a TTL. (go test compiles this example but does not run it: TestRun
+// scene a TTL, the presence scene three heartbeats, the tasks scene a
+// do-by. (go test compiles this example but does not run it: TestRun
 // runs the demo and checks what it prints here.)
 func ExampleRun() {
 	rep, err := demo.Run(context.Background(), demo.Options{})
@@ -31,6 +32,8 @@ func ExampleRun() {
 	// ttl true
 	// request true
 	// poison true
+	// presence true
+	// tasks true
 	// trace true
 	// all ok: true
 	// trace of release-42 is 717e81e2c69e106ad7cb5c8c712e0921

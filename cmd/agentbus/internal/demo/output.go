@@ -55,9 +55,13 @@ const (
 	EventWarning      = "warning"       // a bus reported an error in the background
 	EventOK           = "ok"            // a scene showed what it was meant to
 	EventFail         = "fail"          // a scene did not; Detail says why
-	EventOffline      = "offline"       // the registry found an agent gone
+	EventOffline      = "offline"       // the registry found an agent gone, or its process stopped
 	EventEscalated    = "escalated"     // an outage reached the human inbox
 	EventRecovered    = "recovered"     // the agent is back; the human inbox is told
+	EventProgress     = "progress"      // a progress update on a request reached the requester
+	EventCancel       = "cancel"        // a message is canceled (Bus.Cancel)
+	EventCanceled     = "canceled"      // what a cancel ended: the Request, the handler, the record
+	EventDeadline     = "deadline"      // a deadline of a request passed while its requester waited
 	EventStop         = "stop"          // teardown
 )
 

@@ -361,7 +361,14 @@ func (d *demo) trace(ctx context.Context) (string, error) {
 	if len(wrong) > 0 {
 		return "", errors.New(strings.Join(wrong, "; "))
 	}
-	return fmt.Sprintf("%d messages of two protocols, one conversation, trace %s", len(records), traceID), nil
+	own := 0 // progress updates and cancel notices
+	for _, st := range records {
+		if strings.HasPrefix(st.Type, "agentbus.") {
+			own++
+		}
+	}
+	return fmt.Sprintf("%d messages of two protocols and %d of the bus's own (progress updates, a cancel notice), one conversation, trace %s",
+		len(records)-own, own, traceID), nil
 }
 
 // settled reports whether every expected message has a record in a final
@@ -550,5 +557,229 @@ func receive(ctx context.Context, inbox <-chan *bus.Delivery, what string) (*bus
 		return nil, fmt.Errorf("no %s within %s", what, waitTimeout)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
+}
+
+// tasks: long work between agents (docs/tasks.md). The orchestrator asks
+// the reviewer for a review, pr-8, with Request and OnProgress: the
+// reviewer reports each step as it starts it (Delivery.Progress), and the
+// orchestrator shows each update as it arrives. While the tests run, a
+// newer commit makes the review moot and the orchestrator cancels it
+// (Bus.Cancel): its Request returns a *bus.CanceledError, the reviewer's
+// handler sees its context end with bus.ErrCanceled, and the record reads
+// canceled. Then the reviewer goes offline, and the orchestrator asks for
+// another review, pr-9, to be done within a second (DoBy). The second
+// passes: the Request returns a *bus.DeadlineError, the record reads
+// expired, and when the reviewer comes back the request is gone: its first
+// message is the one queued behind it.
+func (d *demo) tasks(ctx context.Context) (string, error) {
+	updates, err := d.canceledReview(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := d.missedDoBy(ctx); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("pr-8 streamed %d progress updates and was canceled mid-task: its Request returned *CanceledError, its handler's context bus.ErrCanceled, its record reads canceled; "+
+		"pr-9's do-by passed while the reviewer was offline: its Request returned *DeadlineError, its record reads expired, and the reviewer never got it", updates), nil
+}
+
+// canceledReview is the first half of the tasks scene: pr-8 reports
+// progress and is canceled while its tests run. It returns how many
+// updates the orchestrator got.
+func (d *demo) canceledReview(ctx context.Context) (int, error) {
+	m, err := prepare(profiles.Pipeline{}, reviewRequest("pr-8", 8, 3, "JOP-201", "JOP-202"))
+	if err != nil {
+		return 0, err
+	}
+	d.expect(m.ID, bus.StateCanceled, 1)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	// OnProgress runs on Request's goroutine; the scene shows the updates
+	// from its own, so that they and what the scene does in between are
+	// reported in order.
+	updates := make(chan *bus.Delivery, len(reviewSteps))
+	done := make(chan error, 1)
+	d.emit(messageEvent(m, EventRequest, "pipeline review request sent with Request and OnProgress: the orchestrator follows the review as it goes"))
+	wg.Go(func() {
+		_, err := d.orch.bus.Request(rctx, *m, bus.OnProgress(func(u *bus.Delivery) {
+			select {
+			case updates <- u:
+			case <-rctx.Done():
+			}
+		}))
+		done <- err
+	})
+
+	var got []int
+	show := func(u *bus.Delivery) (int, error) {
+		p, n, ok := u.ProgressUpdate()
+		if !ok || u.CausationID != m.ID {
+			return 0, fmt.Errorf("%s %s from %s is not a progress update on %s", u.Type, u.ID, u.From, m.ID)
+		}
+		got = append(got, n)
+		d.expect(u.ID, bus.StateCompleted, 0)
+		what := p.Message
+		if p.Percent != nil {
+			what = fmt.Sprintf("%d%% %s", *p.Percent, p.Message)
+		}
+		// The update's ID is a UUID the bus makes; the request's says which
+		// work it is about.
+		d.emit(Event{From: u.From, To: u.To, Type: u.Type, Priority: u.Priority, Event: EventProgress,
+			Detail: fmt.Sprintf("update %d on %s: %s", n, m.ID, what)})
+		return n, nil
+	}
+	t := time.NewTimer(waitTimeout)
+	defer t.Stop()
+	var reqErr error
+wait:
+	for {
+		select {
+		case u := <-updates:
+			n, err := show(u)
+			if err != nil {
+				return 0, err
+			}
+			if n != testsStep {
+				continue
+			}
+			st, err := d.orch.bus.Cancel(ctx, m.ID)
+			if err != nil {
+				return 0, fmt.Errorf("cancel %s: %w", m.ID, err)
+			}
+			d.emit(messageEvent(m, EventCancel, fmt.Sprintf("a newer commit makes the review moot: the orchestrator cancels it while the tests run (Bus.Cancel); record %s by %s",
+				st.State, st.By)))
+		case reqErr = <-done:
+			for len(updates) > 0 { // taken before the Request returned
+				if _, err := show(<-updates); err != nil {
+					return 0, err
+				}
+			}
+			break wait
+		case <-t.C:
+			return 0, fmt.Errorf("the Request of %s did not end within %s", m.ID, waitTimeout)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if want := []int{1, 2, 3}; !slices.Equal(got, want) {
+		return 0, fmt.Errorf("progress updates %v on %s, want %v", got, m.ID, want)
+	}
+	var ce *bus.CanceledError
+	if !errors.As(reqErr, &ce) || ce.By != orchestrator {
+		return 0, fmt.Errorf("the Request of %s returned %v, want a *bus.CanceledError by %s", m.ID, reqErr, orchestrator)
+	}
+	d.emit(messageEvent(m, EventCanceled, fmt.Sprintf("the orchestrator's Request returns at once: *bus.CanceledError %q", reqErr)))
+
+	o, err := d.next(ctx, m.ID+" at the reviewer")
+	if err != nil {
+		return 0, err
+	}
+	if o.by != d.reviewer || o.d.ID != m.ID || !errors.Is(o.err, bus.ErrCanceled) {
+		return 0, unexpected(o, m.ID+" stopped by its cancel")
+	}
+	d.emit(messageEvent(&o.d.Message, EventCanceled, fmt.Sprintf("the reviewer stops %q: a priority-1 cancel notice ended its handler's context, whose cause is bus.ErrCanceled",
+		reviewSteps[testsStep-1].what)))
+
+	st, err := awaitState(ctx, d.orch.bus, m.ID, reviewer, bus.StateCanceled)
+	if err != nil {
+		return 0, err
+	}
+	d.emit(messageEvent(m, EventCanceled, fmt.Sprintf("lifecycle record %s; it is not delivered again", st.State)))
+
+	// The cancel notice (bus.TypeCancel) is a message of the conversation
+	// too, with an ID the bus makes. The reviewer is to have taken it
+	// before it goes offline, or it would wait for the reviewer's return.
+	var notice bus.Status
+	err = reread(ctx, "cancel notice of "+m.ID, func(ctx context.Context) (bool, string, error) {
+		sts, err := d.operator.Conversation(ctx, Conversation)
+		for _, st := range sts {
+			if st.Type == bus.TypeCancel && st.CausationID == m.ID {
+				notice = st
+				return true, "", nil
+			}
+		}
+		return false, "no notice", err
+	})
+	if err != nil {
+		return 0, err
+	}
+	d.expect(notice.ID, bus.StateCompleted, 1)
+	if _, err := awaitState(ctx, d.orch.bus, notice.ID, reviewer, bus.StateCompleted); err != nil {
+		return 0, err
+	}
+	return len(got), nil
+}
+
+// missedDoBy is the second half of the tasks scene: the reviewer is
+// offline past pr-9's do-by.
+func (d *demo) missedDoBy(ctx context.Context) error {
+	if err := d.reviewer.bus.Close(); err != nil {
+		return err
+	}
+	d.emit(Event{From: reviewer, Event: EventOffline, Detail: "the reviewer goes offline: its process stops; its durable consumers keep its queue"})
+
+	const within = time.Second
+	m, err := prepare(profiles.Pipeline{}, reviewRequest("pr-9", 9, 2, "JOP-203"))
+	if err != nil {
+		return err
+	}
+	d.expect(m.ID, bus.StateExpired, 0)
+	rctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	sent := time.Now()
+	d.emit(messageEvent(m, EventRequest, fmt.Sprintf("pipeline review request sent with Request and a do-by %s away (DoBy); the reviewer is offline", within)))
+	_, err = d.orch.bus.Request(rctx, *m, bus.DoBy(sent.Add(within)))
+	var de *bus.DeadlineError
+	if !errors.As(err, &de) || de.Kind != "do-by" {
+		return fmt.Errorf("the Request of %s returned %v, want a do-by *bus.DeadlineError", m.ID, err)
+	}
+	d.emit(messageEvent(m, EventDeadline, fmt.Sprintf("the orchestrator's Request returns *bus.DeadlineError, kind %s, %s after it was sent",
+		de.Kind, time.Since(sent).Round(100*time.Millisecond))))
+	// The request expired with its do-by: the server removes it unread, and
+	// the sender's lookup finds its record pending past its expiry.
+	st, err := awaitState(ctx, d.orch.bus, m.ID, reviewer, bus.StateExpired)
+	if err != nil {
+		return err
+	}
+	d.emit(messageEvent(m, EventExpired, fmt.Sprintf("expired unread: lifecycle record %s", st.State)))
+
+	_, info, err := d.orch.sendInConversation(ctx, profiles.Pipeline{}, pipelineMessage{
+		ID: "info-1", From: orchestrator, To: reviewer, Subject: "info",
+		Body:      map[string]any{"message": "pr-9 missed its do-by; it moves to the next phase"},
+		Timestamp: now(), Status: "pending",
+	}, 0)
+	if err != nil {
+		return err
+	}
+	d.expect(info.ID, bus.StateCompleted, 1)
+	d.emit(messageEvent(info, EventQueued, "pipeline info queued for the offline reviewer"))
+
+	if err := d.startReviewer(ctx); err != nil {
+		return err
+	}
+	o, err := d.next(ctx, info.ID+" at the reviewer")
+	if err != nil {
+		return err
+	}
+	if o.by != d.reviewer || o.d.ID != info.ID || o.err != nil {
+		return unexpected(o, info.ID+" handled by the reviewer; "+m.ID+" expired and must not arrive")
+	}
+	d.emit(messageEvent(&o.d.Message, EventHandled, fmt.Sprintf("handled by the reviewer, its first message since it came back: the expired %s, at p%d, never arrived",
+		m.ID, m.Priority)))
+	return nil
+}
+
+// reviewRequest is the pipeline's review_pr for pull request pr, at the
+// given priority.
+func reviewRequest(id string, pr, priority int, issues ...string) pipelineMessage {
+	return pipelineMessage{
+		ID: id, From: orchestrator, To: reviewer, Subject: "review_pr", Priority: priority,
+		Body: map[string]any{"prUrl": fmt.Sprintf("https://git.example.com/acme/app/pull/%d", pr), "phase": 2,
+			"issues": issues, "repo": "acme/app"},
+		Timestamp: now(), Status: "pending",
 	}
 }
