@@ -198,17 +198,17 @@ func checkServer(nc *nats.Conn) error {
 	if !ok {
 		return fmt.Errorf("%w: cannot parse server version %q", ErrUnsupportedServer, v)
 	}
-	if !supported(got) {
+	if !atLeast(got, minServer) {
 		return fmt.Errorf("%w: found nats-server %s, need %d.%d.%d or later for per-message TTL", ErrUnsupportedServer, v, minServer[0], minServer[1], minServer[2])
 	}
 	return nil
 }
 
-// supported reports whether version v is minServer or later.
-func supported(v [3]int) bool {
+// atLeast reports whether version v is least or later.
+func atLeast(v, least [3]int) bool {
 	for i := range v {
-		if v[i] != minServer[i] {
-			return v[i] > minServer[i]
+		if v[i] != least[i] {
+			return v[i] > least[i]
 		}
 	}
 	return true

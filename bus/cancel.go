@@ -38,6 +38,10 @@ var ErrFinal = errors.New("bus: message already finished")
 // message queued at priority 1 ahead of the notice can start before the
 // notice arrives, and is then cancelled while it runs.
 //
+// A scheduled message (Schedule), direct or broadcast, canceled by its
+// sender never fires: its schedule is removed. Canceled by its recipient,
+// it fires, and the recipient drops it by its record.
+//
 // Errors: ErrFinal, ErrNoStatus (no record of the message that names this
 // agent), ErrInvalidOption with lifecycle tracking off, or the server's.
 func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
@@ -46,7 +50,7 @@ func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
 		return Status{}, err
 	}
 	for _, st := range sts {
-		if st.To != Broadcast && (st.From == b.agent || st.To == b.agent) {
+		if cancelable(st) && (st.From == b.agent || st.To == b.agent) {
 			canceled, err := b.cancel(ctx, st, b.agent, b.Publish)
 			if err == nil || !errors.Is(err, ErrFinal) {
 				b.req.cancel(id, b.agent) // a Request of this process waiting for it
@@ -65,7 +69,7 @@ func (a *Admin) Cancel(ctx context.Context, id string) (Status, error) {
 		return Status{}, err
 	}
 	for _, st := range sts {
-		if st.To != Broadcast {
+		if cancelable(st) {
 			return a.cancel(ctx, st, operatorSender, func(ctx context.Context, m Message) (PubAck, error) {
 				m.From = operatorSender
 				return PubAck{}, a.publishAs(ctx, m)
@@ -73,6 +77,12 @@ func (a *Admin) Cancel(ctx context.Context, id string) (Status, error) {
 		}
 	}
 	return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
+}
+
+// cancelable reports whether the message st records can be canceled: a
+// direct message, or a broadcast not sent yet.
+func cancelable(st Status) bool {
+	return st.To != Broadcast || st.State == StateScheduled
 }
 
 // operatorSender is the sender of what an Admin publishes.
@@ -96,6 +106,16 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	canceled.State, canceled.Updated, canceled.By, canceled.Reason = StateCanceled, time.Now().UTC(), by, "canceled by "+by
 	if err := c.status.updateStored(ctx, canceled, st.revision); err != nil {
 		return st, fmt.Errorf("cancel %s: %w (its record changed meanwhile; look it up again)", st.ID, err)
+	}
+	if st.State == StateScheduled && (by == st.From || by == operatorSender) {
+		// Its recipient cannot remove the schedule; it drops the message
+		// when it fires, by the record.
+		if err := c.unschedule(ctx, st); err != nil {
+			return canceled, fmt.Errorf("cancel %s: recorded, but the schedule stays (its recipient will drop it): %w", st.ID, err)
+		}
+	}
+	if st.To == Broadcast {
+		return canceled, nil
 	}
 	data, err := json.Marshal(cancelNotice{ID: st.ID, From: st.From, By: by})
 	if err != nil {

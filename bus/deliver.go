@@ -115,6 +115,11 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.opts.onError(err)
 		return Permanent(err)
 	}
+	fired, scheduled, err := b.checkSchedule(cm.Header, cm.Metadata.StreamSeq, m)
+	if err != nil {
+		b.opts.onError(err)
+		return Permanent(err)
+	}
 	if m.To == "" {
 		// An event without the to extension (a foreign producer may leave
 		// it out, docs/cloudevents.md): the subject names the recipient.
@@ -159,7 +164,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.takeNotice(ctx, m)
 		return nil
 	}
-	if b.settledElsewhere(ctx, d) {
+	if b.settledElsewhere(ctx, d) || scheduled && b.settledBeforeFiring(ctx, m, fired) {
 		return nil
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
@@ -188,7 +193,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 			// Its work is void now: not retried.
 			err = Permanent(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
 			b.record(m, StateExpired, md, err)
-		case err == nil && !hs.replied.Load() && completionRecorded(m, md):
+		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)):
 			b.record(m, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
 			b.record(m, StateFailed, md, err) // the last failure records dead_lettered
@@ -280,7 +285,9 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 // TTL, whose consumer also passes it when the server removed it unread at
 // its expiry, which a lookup must tell apart; and a message delivered more
 // than once (md), whose record then says how often, which the consumer
-// does not (a completion read from it was the first delivery).
+// does not (a completion read from it was the first delivery). A message
+// a schedule fired is written too (by the caller): its sender's record
+// holds the schedule stream's sequence, not the message stream's.
 func completionRecorded(m *Message, md consumers.Metadata) bool {
 	return m.Broadcast() || m.TTL > 0 || md.Deliveries > 1
 }

@@ -66,6 +66,12 @@ const (
 	// StateCanceled: its sender, its recipient or an operator canceled it
 	// (Bus.Cancel); Reason says who, and what a running handler returned.
 	StateCanceled State = "canceled"
+	// StateScheduled: stored by the server to be sent later (Bus.Schedule);
+	// Status.Schedule says when, Status.FiresAt when next for a message
+	// sent once. A lookup reads pending once that time passed. A recurring
+	// schedule stays scheduled until canceled; each firing has a record of
+	// its own.
+	StateScheduled State = "scheduled"
 )
 
 // Final reports whether s is an end state: nothing moves a message out of
@@ -103,6 +109,8 @@ type Status struct {
 	Reason        string    `json:"reason,omitempty"`      // why it failed or was dead-lettered
 	ReplyID       string    `json:"replyId,omitempty"`     // the reply, for StateReplied
 	ReplyBy       time.Time `json:"replyBy,omitzero"`      // a Request's deadline (ExtReplyBy)
+	Schedule      string    `json:"schedule,omitempty"`    // when a scheduled message fires (When.String)
+	FiresAt       time.Time `json:"firesAt,omitzero"`      // when a message scheduled once fires
 
 	revision uint64 // the record's sequence in the bucket when it was read
 }
@@ -502,6 +510,13 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 	for i, s := range out {
 		switch s.State {
 		case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired:
+		case StateScheduled:
+			if s.FiresAt.IsZero() || now.Before(s.FiresAt) {
+				continue
+			}
+			// Fired: the server stored it for the recipient, whose
+			// handling writes its record (completionRecorded).
+			s.State = StatePending
 		default:
 			continue
 		}

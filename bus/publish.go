@@ -156,6 +156,13 @@ func (b *Bus) Flush(ctx context.Context) error {
 // context in m, and checks and encodes m as a NATS message. On error there
 // is no span to end.
 func (b *Bus) prepare(ctx context.Context, m *Message) (*nats.Msg, sendOp, error) {
+	return b.prepareAt(ctx, m, time.Now())
+}
+
+// prepareAt is prepare for a message that leaves at start: now, or when its
+// schedule fires; a conversation's deadline counts from then. A zero start
+// (a recurring schedule) gives it no deadline.
+func (b *Bus) prepareAt(ctx context.Context, m *Message, start time.Time) (*nats.Msg, sendOp, error) {
 	if b.isClosed() {
 		return nil, sendOp{}, ErrClosed
 	}
@@ -164,9 +171,10 @@ func (b *Bus) prepare(ctx context.Context, m *Message) (*nats.Msg, sendOp, error
 	} else if m.From != b.agent {
 		return nil, sendOp{}, &codec.FieldError{Field: "From", Value: m.From, Err: fmt.Errorf("%w: a bus publishes as its own agent %q", ErrInvalidMessage, b.agent)}
 	}
-	now := time.Now()
-	m.SetDefaults(now)
-	b.limitToConversation(ctx, m, now)
+	m.SetDefaults(time.Now())
+	if !start.IsZero() {
+		b.limitToConversation(ctx, m, start)
+	}
 	op := b.tel.startSend(ctx, m)
 	msg, err := b.encode(m)
 	if err != nil {

@@ -163,6 +163,47 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 	}, nil
 }
 
+// ScheduleJetStream returns the configuration of the schedule stream: the
+// stream's name with "_SCHED", the schedule and fired subjects
+// (subjects.Scheme.ScheduleSubjects), storage and replicas like the stream,
+// message schedules and per-message TTL allowed, no age limit (a schedule
+// waits as long as it must; a fired message expires by its Nats-TTL). The
+// server allows rollups on a stream with schedules (docs/security.md).
+func (c StreamConfig) ScheduleJetStream() (jetstream.StreamConfig, error) {
+	main, err := c.JetStream()
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	s, _ := subjects.New(c.Root)
+	return jetstream.StreamConfig{
+		Name:              s.ScheduleStream(),
+		Description:       "agentbus scheduled messages under " + s.Root(),
+		Subjects:          s.ScheduleSubjects(),
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		Storage:           main.Storage,
+		Replicas:          main.Replicas,
+		Duplicates:        main.Duplicates,
+		MaxBytes:          main.MaxBytes,
+		MaxMsgSize:        main.MaxMsgSize,
+		MaxMsgs:           -1,
+		AllowMsgTTL:       true,
+		AllowMsgSchedules: true,
+		AllowRollup:       true,
+	}, nil
+}
+
+// scheduleSource is the source through which the message stream takes in
+// the messages the schedule stream fires, on their ordinary subjects.
+func (c StreamConfig) scheduleSource() *jetstream.StreamSource {
+	s, _ := subjects.New(c.Root)
+	src := &jetstream.StreamSource{Name: s.ScheduleStream()}
+	for _, t := range s.ScheduleSourceTransforms() {
+		src.SubjectTransforms = append(src.SubjectTransforms, jetstream.SubjectTransformConfig{Source: t[0], Destination: t[1]})
+	}
+	return src
+}
+
 // provision is Admin.Provision on nc.
 func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.StreamInfo, error) {
 	if err := checkServer(nc); err != nil {
@@ -193,8 +234,17 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	if err != nil {
 		return nil, err
 	}
+	streams := []jetstream.StreamConfig{cfg, dlq}
+	if v, ok := parseVersion(nc.ConnectedServerVersion()); ok && atLeast(v, minScheduleServer) {
+		sched, err := c.ScheduleJetStream()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sources = []*jetstream.StreamSource{c.scheduleSource()}
+		streams = []jetstream.StreamConfig{sched, cfg, dlq}
+	}
 	var info *jetstream.StreamInfo
-	for _, sc := range []jetstream.StreamConfig{cfg, dlq} {
+	for _, sc := range streams {
 		s, err := js.CreateOrUpdateStream(ctx, sc)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
@@ -202,7 +252,7 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 			}
 			return nil, fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
-		if info == nil {
+		if sc.Name == cfg.Name {
 			info = s.CachedInfo()
 		}
 	}

@@ -26,8 +26,8 @@ func TestServerVersionSupport(t *testing.T) {
 			}
 			continue
 		}
-		if supported(got) != tt.ok {
-			t.Errorf("supported(%q) = %v, want %v", tt.version, !tt.ok, tt.ok)
+		if atLeast(got, minServer) != tt.ok {
+			t.Errorf("atLeast(%q, minServer) = %v, want %v", tt.version, !tt.ok, tt.ok)
 		}
 	}
 }

@@ -1,0 +1,324 @@
+package bus_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// statusOf returns the one record of id, read as an operator.
+func statusOf(t *testing.T, admin *bus.Admin, id string) bus.Status {
+	t.Helper()
+	sts, err := admin.Status(testContext(t), id)
+	if err != nil || len(sts) != 1 {
+		t.Fatalf("Status(%s) = %+v, %v", id, sts, err)
+	}
+	return sts[0]
+}
+
+// TestScheduleAt: a message scheduled a second ahead waits on the server,
+// scheduled, and reaches its recipient when it is due, with its Time the
+// firing time; the recipient's handling ends its record completed.
+func TestScheduleAt(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	admin := adminOf(t, s)
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+
+	when := bus.In(time.Second)
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("stand-up")}, when)
+	if err != nil {
+		t.Fatalf("Schedule: %v", err)
+	}
+	if ack.Stream != subjects.Default().ScheduleStream() {
+		t.Errorf("stored in %s, want the schedule stream", ack.Stream)
+	}
+	if err := alice.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := statusOf(t, admin, ack.ID)
+	firesAt := st.FiresAt
+	if st.State != bus.StateScheduled || firesAt.IsZero() || st.Schedule != when.String() {
+		t.Errorf("record before it fired = %+v, want scheduled with its time", st)
+	}
+
+	d := rec.waitCount(t, 1)[0]
+	if got := time.Now(); got.Before(firesAt) {
+		t.Errorf("delivered at %v, before it was due at %v", got, firesAt)
+	}
+	if d.ID != ack.ID || d.From != "alice" || string(d.Data) != "stand-up" || !d.Time.Equal(firesAt) {
+		t.Errorf("delivered %+v, want the scheduled message with Time %v", d.Message, firesAt)
+	}
+	waitFor(t, "the record completed", func() (bool, string) {
+		st := statusOf(t, admin, ack.ID)
+		return st.State == bus.StateCompleted && st.By == "bob", fmt.Sprint(st)
+	})
+}
+
+// TestScheduleCancel: a schedule its sender cancels never fires, and its
+// record reads canceled; a message scheduled after it, for later, comes.
+// A cancel after it fired is ErrFinal.
+func TestScheduleCancel(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+
+	canceled, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("never")}, bus.In(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := alice.Cancel(ctx, canceled.ID)
+	if err != nil || st.State != bus.StateCanceled {
+		t.Fatalf("Cancel = %+v, %v", st, err)
+	}
+	later, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("later")}, bus.In(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.waitCount(t, 1)
+	if got[0].ID != later.ID {
+		t.Errorf("first delivery %s (%q), want the later message; the canceled one fired", got[0].ID, got[0].Data)
+	}
+	if _, err := alice.Cancel(ctx, later.ID); !errors.Is(err, bus.ErrFinal) {
+		// Handled: completed, or still pending if bob's record is in flight.
+		if err == nil {
+			t.Errorf("Cancel after it fired succeeded")
+		}
+	}
+	if n := len(rec.deliveries()); n != 1 {
+		t.Errorf("%d deliveries, want 1", n)
+	}
+}
+
+// TestScheduleRecipientCancel: the recipient cannot remove a schedule, so
+// the message fires; the recipient drops it by its canceled record.
+func TestScheduleRecipientCancel(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	admin := adminOf(t, s)
+	canceled, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := bob.Cancel(ctx, canceled.ID); err != nil || st.State != bus.StateCanceled {
+		t.Fatalf("the recipient's Cancel = %+v, %v", st, err)
+	}
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+	sentinel, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.waitCount(t, 1); got[0].ID != sentinel.ID {
+		t.Errorf("handled %s, want only the sentinel %s", got[0].ID, sentinel.ID)
+	}
+	if st := statusOf(t, admin, canceled.ID); st.State != bus.StateCanceled {
+		t.Errorf("canceled message's record %+v", st)
+	}
+}
+
+// TestScheduleSurvivesRestart: the sender exits and the server restarts on
+// its store before the message is due; the message comes all the same.
+func TestScheduleSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := newServer(t, func(o *embedded.Options) { o.StoreDir = dir })
+	ctx := testContext(t)
+	alice := newBus(t, s, "alice")
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("after the restart")}, bus.In(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts := s.Options()
+	s.Shutdown()
+	s2, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	t.Cleanup(s2.Shutdown)
+
+	bob := newBus(t, s2, "bob")
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+	if d := rec.waitCount(t, 1)[0]; d.ID != ack.ID || string(d.Data) != "after the restart" {
+		t.Errorf("delivered %+v", d.Message)
+	}
+}
+
+// TestScheduleEvery: a recurring schedule fires again and again, each
+// firing a message with an ID of its own and the schedule's ID as
+// ExtScheduleID, each with its own record; canceled, the schedule is
+// removed from the server and its record reads canceled.
+func TestScheduleEvery(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	admin := adminOf(t, s)
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "tick"}, bus.Every(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.waitCount(t, 2)[:2]
+	if got[0].ID == got[1].ID || got[0].ID == ack.ID {
+		t.Errorf("firing IDs %s, %s (schedule %s), want two of their own", got[0].ID, got[1].ID, ack.ID)
+	}
+	for _, d := range got {
+		if d.Extensions[bus.ExtScheduleID] != ack.ID || d.CorrelationID != ack.ID {
+			t.Errorf("firing %+v, want scheduleid and conversation %s", d.Message, ack.ID)
+		}
+	}
+	waitFor(t, "the first firing's record completed", func() (bool, string) {
+		st := statusOf(t, admin, got[0].ID)
+		return st.State == bus.StateCompleted, fmt.Sprint(st)
+	})
+	if st := statusOf(t, admin, ack.ID); st.State != bus.StateScheduled || st.Schedule != "@every 1s" {
+		t.Errorf("schedule's record %+v, want scheduled @every 1s", st)
+	}
+
+	if st, err := alice.Cancel(ctx, ack.ID); err != nil || st.State != bus.StateCanceled {
+		t.Fatalf("Cancel = %+v, %v", st, err)
+	}
+	// The schedule is gone from the server: the last message on its
+	// subject is the cancel's, which schedules nothing.
+	nc := embeddedtest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(ctx, subjects.Default().ScheduleStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := subjects.Default().Schedule("alice", ack.ID)
+	last, err := stream.GetLastMsgForSubject(ctx, subj)
+	if err != nil || last.Header.Get(jetstream.ScheduleHeader) != "" {
+		t.Errorf("last message on %s: %+v, %v; want one without a schedule", subj, last, err)
+	}
+}
+
+// TestScheduleBroadcast: a scheduled broadcast reaches every agent when
+// due; canceled by its sender before, it reaches nobody.
+func TestScheduleBroadcast(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob, carol := newBus(t, s, "alice"), newBus(t, s, "bob"), newBus(t, s, "carol")
+	rb, rc := newRecorder(), newRecorder()
+	subscribe(t, bob, rb.handle)
+	subscribe(t, carol, rc.handle)
+	dropped, err := alice.Schedule(ctx, bus.Message{To: bus.Broadcast, Type: "all-hands", Data: []byte("canceled")}, bus.In(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := alice.Cancel(ctx, dropped.ID); err != nil || st.State != bus.StateCanceled {
+		t.Fatalf("Cancel of a scheduled broadcast = %+v, %v", st, err)
+	}
+	ack, err := alice.Schedule(ctx, bus.Message{To: bus.Broadcast, Type: "all-hands"}, bus.In(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*recorder{rb, rc} {
+		if d := r.waitCount(t, 1)[0]; d.ID != ack.ID || !d.Broadcast() {
+			t.Errorf("delivered %+v, want the broadcast %s", d.Message, ack.ID)
+		}
+	}
+}
+
+// TestScheduleForgedSender: the server does not check a schedule's target
+// against the scheduler's permissions, so an agent may schedule a message
+// onto a subject naming another sender. The receiver checks the server's
+// Nats-Scheduler header and dead-letters it as a sender mismatch.
+func TestScheduleForgedSender(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	admin := adminOf(t, s)
+	var errs embeddedtest.SyncBuffer
+	bob := newBus(t, s, "bob", bus.WithErrorHandler(func(err error) { fmt.Fprintln(&errs, err) }))
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+
+	// mallory schedules a message claiming to be from carol.
+	m := codec.Message{ID: "forged-1", From: "carol", To: "bob", Type: "order", Priority: 3, Time: time.Now()}
+	h, data, err := codec.Binary{}.Encode(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := subjects.Default()
+	direct, _ := sc.Direct("bob", "carol", "order", 3)
+	target, _ := sc.Fired(m.ID, direct)
+	schedule, _ := sc.Schedule("mallory", m.ID)
+	h[jetstream.ScheduleHeader] = []string{"@at " + time.Now().UTC().Format(time.RFC3339)}
+	h[jetstream.ScheduleTargetHeader] = []string{target}
+	nc := embeddedtest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: schedule, Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged message dead-lettered", func() (bool, string) {
+		dls, err := admin.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "bob"})
+		return err == nil && len(dls) == 1 && dls[0].Reason == bus.ReasonSenderMismatch, fmt.Sprint(dls, err)
+	})
+	if len(rec.deliveries()) != 0 {
+		t.Errorf("the forged message was handled")
+	}
+	if !strings.Contains(errs.String(), "scheduled by another agent") {
+		t.Errorf("error handler got %q", errs.String())
+	}
+}
+
+// TestScheduleInvalid: an invalid When, or a TTL on a recurring schedule,
+// is refused before anything is stored.
+func TestScheduleInvalid(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice := newBus(t, s, "alice")
+	for _, tt := range []struct {
+		name string
+		m    bus.Message
+		w    bus.When
+		want error
+	}{
+		{"zero When", bus.Message{To: "bob", Type: "t"}, bus.When{}, bus.ErrInvalidOption},
+		{"under a second", bus.Message{To: "bob", Type: "t"}, bus.Every(500 * time.Millisecond), bus.ErrInvalidOption},
+		{"fractional seconds", bus.Message{To: "bob", Type: "t"}, bus.Every(1500 * time.Millisecond), bus.ErrInvalidOption},
+		{"recurring with a TTL", bus.Message{To: "bob", Type: "t", TTL: time.Minute}, bus.Every(time.Minute), bus.ErrInvalidMessage},
+		{"invalid recipient", bus.Message{To: strings.Repeat("x", 300), Type: "t"}, bus.In(time.Hour), bus.ErrInvalidMessage},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := alice.Schedule(ctx, tt.m, tt.w); !errors.Is(err, tt.want) {
+				t.Errorf("Schedule = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	// A cron expression the server cannot read is its error.
+	if _, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "t"}, bus.Cron("not cron", nil)); err == nil {
+		t.Errorf("Schedule with an invalid cron expression succeeded")
+	}
+	nc := embeddedtest.Connect(t, s)
+	js, _ := jetstream.New(nc)
+	stream, _ := js.Stream(ctx, subjects.Default().ScheduleStream())
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.Msgs != 0 {
+		t.Errorf("schedule stream holds %v messages (%v), want none", info.State.Msgs, err)
+	}
+}

@@ -1,0 +1,123 @@
+package subjects
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Scheduled messages live in a stream of their own until they fire:
+//
+//	schedule: <root>.sched.<from>.<id>
+//	fired:    <root>.fired.<id>.<direct or broadcast subject without its root>
+//
+// A schedule is a message with the server's Nats-Schedule headers, stored
+// under its sender and its message ID (the [StatusKey] form of the ID). When
+// it fires, the server stores its content on its target, a fired subject of
+// the same stream, and the message stream sources the fired subjects,
+// dropping "fired.<id>" from them: the message reaches its recipient on the
+// ordinary direct or broadcast subject. The fired copy keeps the server's
+// Nats-Scheduler header, the schedule's subject, by which a receiver checks
+// that whoever scheduled it is the sender the subject names.
+const (
+	kindSchedule = "sched"  // token after the root in a schedule subject
+	kindFired    = "fired"  // token after the root in a fired subject
+	schedSuffix  = "_SCHED" // schedule stream: <STREAM>_SCHED
+)
+
+// ScheduleStream returns the name of the stream that holds scheduled
+// messages until they fire: [Scheme.Stream] followed by "_SCHED".
+func (s Scheme) ScheduleStream() string {
+	return s.Stream() + schedSuffix
+}
+
+// ScheduleSubjects returns the subjects of [Scheme.ScheduleStream]: every
+// schedule subject, <root>.sched.*.*, and the fired form of every subject of
+// [Scheme.StreamSubjects], <root>.fired.*.agent.*.p<N>.*.* and
+// <root>.fired.*.all.p<N>.*.*.
+func (s Scheme) ScheduleSubjects() []string {
+	root := s.Root()
+	out := []string{root + "." + kindSchedule + "." + anyToken + "." + anyToken}
+	for _, subj := range s.StreamSubjects() {
+		out = append(out, root+"."+kindFired+"."+anyToken+subj[len(root):])
+	}
+	return out
+}
+
+// Schedule returns the subject of the schedule of message id from agent
+// from: <root>.sched.<from>.<id>. The error wraps [ErrInvalidAgentID] or
+// [ErrInvalidToken].
+func (s Scheme) Schedule(from, id string) (string, error) {
+	if err := validateID("sender", from); err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w: empty message ID", ErrInvalidToken)
+	}
+	return s.Root() + "." + kindSchedule + "." + EncodeToken(from) + "." + keyID(id), nil
+}
+
+// Fired returns the subject a schedule of message id fires to, for the
+// message's direct or broadcast subject: <root>.fired.<id>.<subject without
+// its root>. The error wraps [ErrInvalidSubject] when subject is not a
+// direct or broadcast subject of s, or [ErrInvalidToken] for an empty id.
+func (s Scheme) Fired(id, subject string) (string, error) {
+	if id == "" {
+		return "", fmt.Errorf("%w: empty message ID", ErrInvalidToken)
+	}
+	if k, _ := s.Route(subject); k == 0 {
+		return "", fmt.Errorf("%w: %q is not a direct or broadcast subject under %q", ErrInvalidSubject, subject, s.Root())
+	}
+	root := s.Root()
+	return root + "." + kindFired + "." + keyID(id) + subject[len(root):], nil
+}
+
+// ScheduleSourceTransforms returns the source filter and destination pairs
+// with which the message stream takes in fired messages from the schedule
+// stream: <root>.fired.*.agent.*.*.*.* to <root>.agent.<...> and
+// <root>.fired.*.all.*.*.* to <root>.all.<...>, dropping the fired token and
+// the message ID.
+func (s Scheme) ScheduleSourceTransforms() [][2]string {
+	root := s.Root()
+	fired := root + "." + kindFired + "." + anyToken + "."
+	return [][2]string{
+		{fired + kindAgent + ".*.*.*.*", root + "." + kindAgent + ".{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}.{{wildcard(5)}}"},
+		{fired + kindAll + ".*.*.*", root + "." + kindAll + ".{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}"},
+	}
+}
+
+// ParseSchedule returns the sender and the message ID token of a schedule
+// subject, as the server's Nats-Scheduler header names it on a fired
+// message. Compare the token with [ScheduleIDToken]. The error wraps
+// [ErrInvalidSubject] or [ErrInvalidAgentID].
+func (s Scheme) ParseSchedule(subject string) (from, idToken string, err error) {
+	prefix := s.Root() + "." + kindSchedule + "."
+	rest, ok := strings.CutPrefix(subject, prefix)
+	fromTok, idTok, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || idTok == "" || strings.Contains(idTok, ".") {
+		return "", "", fmt.Errorf("%w: %q is not a schedule subject %s<from>.<id>", ErrInvalidSubject, subject, prefix)
+	}
+	if from, err = decodeID("sender", fromTok); err != nil {
+		return "", "", fmt.Errorf("%w: %w", ErrInvalidSubject, err)
+	}
+	return from, idTok, nil
+}
+
+// ScheduleIDToken returns the token that stands for message id in schedule
+// and fired subjects.
+func ScheduleIDToken(id string) string {
+	return keyID(id)
+}
+
+// SchedulePermissions returns what agent may publish, besides
+// [Scheme.AgentPermissions], to schedule its own messages: its schedule
+// subjects, <root>.sched.<agent>.*. They are not part of an agent's
+// permissions by default: a stream that allows message schedules must allow
+// rollups, so an agent that may publish to it can purge it whole with one
+// "Nats-Rollup: all" header (docs/security.md). Grant them to agents you
+// trust with every agent's schedules. The error wraps [ErrInvalidAgentID].
+func (s Scheme) SchedulePermissions(agent string) ([]string, error) {
+	if err := ValidateID(agent); err != nil {
+		return nil, err
+	}
+	return []string{s.Root() + "." + kindSchedule + "." + EncodeToken(agent) + "." + anyToken}, nil
+}
