@@ -115,7 +115,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.opts.onError(err)
 		return Permanent(err)
 	}
-	fired, scheduled, err := b.checkSchedule(cm.Header, cm.Metadata.StreamSeq, m)
+	fired, scheduled, err := b.checkSchedule(cm.Header, cm.Metadata, m)
 	if err != nil {
 		b.opts.onError(err)
 		return Permanent(err)

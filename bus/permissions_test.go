@@ -33,7 +33,13 @@ type authServer struct {
 
 func newAuthServer(t *testing.T, agents ...string) *authServer {
 	t.Helper()
-	setup, err := auth.Generate(auth.Config{Agents: agents})
+	return newAuthServerConfig(t, auth.Config{Agents: agents})
+}
+
+// newAuthServerConfig is newAuthServer for the authorization c asks for.
+func newAuthServerConfig(t *testing.T, c auth.Config) *authServer {
+	t.Helper()
+	setup, err := auth.Generate(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -234,9 +235,9 @@ type firing struct {
 // Nats-Scheduler, which only the server sets on a message stream): the
 // schedule must be the subject's sender's, for m's ID. For a recurring
 // schedule it gives m its firing's own ID, derived from the schedule's ID
-// and the stream sequence, and ExtScheduleID. ok is false for a message no
-// schedule fired.
-func (b *Bus) checkSchedule(h nats.Header, seq uint64, m *Message) (f firing, ok bool, err error) {
+// and the stream sequence, ExtScheduleID, and the time the firing was
+// stored (md) as its Time. ok is false for a message no schedule fired.
+func (b *Bus) checkSchedule(h nats.Header, md consumers.Metadata, m *Message) (f firing, ok bool, err error) {
 	scheduler := h.Get(jetstream.SchedulerHeader)
 	if scheduler == "" {
 		return firing{}, false, nil
@@ -250,7 +251,8 @@ func (b *Bus) checkSchedule(h nats.Header, seq uint64, m *Message) (f firing, ok
 	}
 	f = firing{scheduleID: m.ID, recurring: h.Get(jetstream.ScheduleNextHeader) != scheduleNextPurge}
 	if f.recurring {
-		m.ID = uuid.NewSHA1(firingSpace, []byte(m.ID+"\x00"+strconv.FormatUint(seq, 10))).String()
+		m.ID = uuid.NewSHA1(firingSpace, []byte(m.ID+"\x00"+strconv.FormatUint(md.StreamSeq, 10))).String()
+		m.Time = md.Timestamp.UTC()
 		setExtension(m, ExtScheduleID, f.scheduleID)
 	}
 	return f, true, nil

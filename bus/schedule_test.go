@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/bus/auth"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -186,6 +187,9 @@ func TestScheduleEvery(t *testing.T) {
 	if got[0].ID == got[1].ID || got[0].ID == ack.ID {
 		t.Errorf("firing IDs %s, %s (schedule %s), want two of their own", got[0].ID, got[1].ID, ack.ID)
 	}
+	if !got[1].Time.After(got[0].Time) {
+		t.Errorf("firing times %v, %v: want each firing's own", got[0].Time, got[1].Time)
+	}
 	for _, d := range got {
 		if d.Extensions[bus.ExtScheduleID] != ack.ID || d.CorrelationID != ack.ID {
 			t.Errorf("firing %+v, want scheduleid and conversation %s", d.Message, ack.ID)
@@ -320,5 +324,37 @@ func TestScheduleInvalid(t *testing.T) {
 	info, err := stream.Info(ctx)
 	if err != nil || info.State.Msgs != 0 {
 		t.Errorf("schedule stream holds %v messages (%v), want none", info.State.Msgs, err)
+	}
+}
+
+// TestSchedulePermissions: under generated permissions only the agents
+// made schedulers may schedule (and cancel their schedules); the others'
+// Schedule is refused by the server. The recipient needs nothing more.
+func TestSchedulePermissions(t *testing.T) {
+	srv := newAuthServerConfig(t, auth.Config{Agents: []string{"alice", "bob", "mallory"}, Schedulers: []string{"alice"}})
+	var errs errorTally
+	alice := srv.agentBus(t, "alice", errs.add)
+	bob := srv.agentBus(t, "bob", errs.add)
+	mallory := srv.agentBus(t, "mallory", errs.add)
+	ctx := testContext(t)
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+
+	dropped, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(time.Second))
+	if err != nil {
+		t.Fatalf("a scheduler's Schedule: %v", err)
+	}
+	if _, err := alice.Cancel(ctx, dropped.ID); err != nil {
+		t.Fatalf("a scheduler's Cancel of its schedule: %v", err)
+	}
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rec.waitCount(t, 1)[0]; d.ID != ack.ID {
+		t.Errorf("bob got %s, want %s", d.ID, ack.ID)
+	}
+	if _, err := mallory.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(time.Hour)); !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("Schedule by an agent that is no scheduler = %v, want ErrPermissionDenied", err)
 	}
 }

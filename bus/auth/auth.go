@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +69,12 @@ type Config struct {
 	Root string
 	// Agents are the agent IDs to generate identities for, at least one.
 	Agents []string
+	// Schedulers are the agents among Agents that may schedule messages
+	// (bus.Bus.Schedule): subjects.Scheme.SchedulePermissions. A stream
+	// that keeps schedules allows rollups, so each of them can also remove
+	// every agent's schedules (docs/security.md): list only agents you
+	// trust with that. The admin may always schedule.
+	Schedulers []string
 	// Mode is ModeNKeys or ModePasswords; empty means ModeNKeys.
 	Mode Mode
 	// Account is the account that holds the bus's streams and users; empty
@@ -155,6 +162,13 @@ func Generate(c Config) (*Setup, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
+		if slices.Contains(c.Schedulers, agent) {
+			sched, err := scheme.SchedulePermissions(agent)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			}
+			perms.Publish = append(perms.Publish, sched...)
+		}
 		id, err := c.identity(RoleAgent, agent, c.Account, subjects.EncodeToken(agent), "", perms)
 		if err != nil {
 			return nil, err
@@ -172,6 +186,7 @@ func (c Config) resolve() (Config, error) {
 	}
 	c.Root = scheme.Root()
 	c.Agents = append([]string(nil), c.Agents...)
+	c.Schedulers = append([]string(nil), c.Schedulers...)
 	if c.Mode == "" {
 		c.Mode = ModeNKeys
 	}
@@ -210,6 +225,11 @@ func (c Config) resolve() (Config, error) {
 		seen[a] = true
 		if tok := subjects.EncodeToken(a); c.Mode == ModePasswords && (tok == AdminUser || tok == SystemUser) {
 			return c, fmt.Errorf("%w: agent %q would have the user name of the %s user", ErrInvalidConfig, a, tok)
+		}
+	}
+	for _, a := range c.Schedulers {
+		if !seen[a] {
+			return c, fmt.Errorf("%w: scheduler %q is not one of the agents", ErrInvalidConfig, a)
 		}
 	}
 	return c, nil

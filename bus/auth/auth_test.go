@@ -65,6 +65,15 @@ func TestGenerateNKeys(t *testing.T) {
 	if !ok || !slices.Equal(bot.Permissions.Publish, want.Publish) || !slices.Equal(bot.Permissions.Subscribe, want.Subscribe) {
 		t.Errorf("agent permissions %+v, want %+v", bot.Permissions, want)
 	}
+	if a, _ := s.Agent("a"); slices.ContainsFunc(a.Permissions.Publish, func(p string) bool { return strings.Contains(p, ".sched.") }) {
+		t.Errorf("agent a may schedule without being listed a scheduler: %q", a.Permissions.Publish)
+	}
+	sched := generate(t, Config{Agents: []string{"a", "build bot"}, Schedulers: []string{"build bot"}})
+	bot, _ = sched.Agent("build bot")
+	extra, _ := subjects.Default().SchedulePermissions("build bot")
+	if got := bot.Permissions.Publish; !slices.Equal(got, append(slices.Clone(want.Publish), extra...)) {
+		t.Errorf("a scheduler's publish permissions %q, want the agent's and %q", got, extra)
+	}
 	if a := s.Admin(); a.Role != RoleAdmin || !slices.Equal(a.Permissions.Publish, []string{">"}) || a.Account != DefaultAccount {
 		t.Errorf("admin %+v", a)
 	}
@@ -119,6 +128,7 @@ func TestGenerateErrors(t *testing.T) {
 		{name: "agent named like the admin", c: Config{Agents: []string{"admin"}, Mode: ModePasswords}},
 		{name: "agent named like the system user", c: Config{Agents: []string{"sys"}, Mode: ModePasswords}},
 		{name: "bcrypt cost with nkeys", c: Config{Agents: []string{"a"}, BcryptCost: 5}},
+		{name: "scheduler not an agent", c: Config{Agents: []string{"a"}, Schedulers: []string{"b"}}},
 		{name: "bcrypt cost too low", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 3}},
 		{name: "bcrypt cost too high", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 32}},
 		{name: "admin password too long", c: Config{Agents: []string{"a"}, Mode: ModePasswords, AdminPassword: strings.Repeat("p", 73)},

@@ -63,6 +63,11 @@ Agents come from --agents (comma-separated) and --agents-file (one a line;
 blank lines and lines starting with # are skipped, surrounding white space
 trimmed). The subjects are those of --root.
 
+--schedulers lists the agents that may also schedule messages ('publish
+--at', --in, --every, --cron). The stream that keeps schedules must allow
+rollups, so each of them can also remove every agent's schedules: list only
+agents you trust with that (docs/security.md). The admin can always.
+
 Every file is written with mode 0600, the directories with 0700. Init
 refuses to overwrite a file unless --force. It prints what it wrote and how
 to use it: 'agentbus serve --auth DIR/auth.conf' with the admin's
@@ -97,6 +102,7 @@ credentials, or include auth.conf in an existing server's configuration
 	f := cmd.Flags()
 	f.StringSliceVar(&c.Agents, "agents", nil, "agent IDs, comma-separated")
 	f.StringVar(&agentsFile, "agents-file", "", "file of agent IDs, one a line")
+	f.StringSliceVar(&c.Schedulers, "schedulers", nil, "agents, among the others, that may schedule messages, comma-separated")
 	f.StringVar(&out, "out", "", "directory to write into; created if missing")
 	f.StringVar(&mode, "mode", string(auth.ModeNKeys), "nkeys or passwords")
 	f.StringVar(&c.Account, "account", auth.DefaultAccount, "account of the bus's streams and users")

@@ -164,6 +164,7 @@ func TestAuthInitUsage(t *testing.T) {
 		{"--out", dir, "--agents", "a", "--admin-password", "p"},
 		{"--out", dir, "--agents", "a", "--account", "SYS"},
 		{"--out", dir, "--agents", "admin", "--mode", "passwords"},
+		{"--out", dir, "--agents", "a", "--schedulers", "b"},
 	} {
 		checkFails(t, exitUsage, append([]string{"auth", "init"}, args...)...)
 	}

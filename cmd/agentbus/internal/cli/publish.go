@@ -20,7 +20,10 @@ import (
 
 func (a *app) publishCommand() *cobra.Command {
 	in := &messageInput{m: bus.Message{Priority: subjects.DefaultPriority}}
-	var toGroup string
+	var (
+		toGroup string
+		sched   scheduleInput
+	)
 	cmd := &cobra.Command{
 		Use:   "publish --from AGENT --to AGENT|'*' --type TYPE [flags]",
 		Short: "Publish one message",
@@ -54,10 +57,22 @@ the stream's dedup window (1h by default) stores nothing and prints
 
 with the sequence of the copy stored first. A duplicate is not an error (the
 message is on the bus once) and exits 0, so a publish can be retried safely
-with the same --id.`,
+with the same --id.
+
+With --at, --in, --every or --cron the message is scheduled: the server keeps
+it and sends it when due, whether or not any agentbus process still runs
+(docs/scheduling.md). It prints the schedule stream's sequence and when it
+fires:
+
+  id=<ID> seq=<N> scheduled="@at 2026-12-01T09:00:00Z"
+
+Its status reads scheduled until then; 'agentbus cancel ID --agent FROM'
+removes it. --every and --cron repeat it, each firing a message of its own.`,
 		Example: `  agentbus publish --from alice --to bob --type PING --data hello
   echo '{"task":"build"}' | agentbus publish --from lead --to '*' --type TASK --priority 1 --content-type application/json
-  agentbus publish --profile coordination --to reviewer --file result.json`,
+  agentbus publish --profile coordination --to reviewer --file result.json
+  agentbus publish --from lead --to worker --type NIGHTLY_BUILD --cron '0 0 2 * * *' --cron-tz Europe/Berlin
+  agentbus publish --from lead --to worker --type REMINDER --in 10m --data 'check the deploy'`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			required := []string{"from", "to", "type"}
@@ -68,6 +83,13 @@ with the same --id.`,
 				required, in.m.To = required[:1], bus.Broadcast // a stand-in for the checks
 				required = append(required, "type")
 			}
+			when, scheduled, err := sched.when(cmd)
+			if err != nil {
+				return err
+			}
+			if scheduled && toGroup != "" {
+				return usagef("--to-group cannot be scheduled; schedule a message to each member")
+			}
 			m, err := in.message(cmd, a, required...)
 			if err != nil {
 				return err
@@ -77,6 +99,14 @@ with the same --id.`,
 				return err
 			}
 			defer b.Close()
+			if scheduled {
+				ack, err := b.Schedule(cmd.Context(), m, when)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(a.stdout, "id=%s seq=%d scheduled=%q\n", ack.ID, ack.Sequence, when)
+				return err
+			}
 			if toGroup != "" {
 				m.To = ""
 				acks, err := b.PublishGroup(cmd.Context(), toGroup, m)
@@ -100,7 +130,69 @@ with the same --id.`,
 	}
 	in.addFlags(cmd, "from", "to", "type", "priority", "id", "correlation-id", "causation-id", "ttl", "content-type")
 	cmd.Flags().StringVar(&toGroup, "to-group", "", "send each member of group `NAME` its own copy, instead of --to (prints member=<agent> id=<id> seq=<n> per copy)")
+	sched.addFlags(cmd)
 	return cmd
+}
+
+// scheduleInput is what the schedule flags of publish collect.
+type scheduleInput struct {
+	at     string
+	in     time.Duration
+	every  time.Duration
+	cron   string
+	cronTZ string
+}
+
+func (s *scheduleInput) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.at, "at", "", "send it at `TIME` (RFC 3339, e.g. 2026-12-01T09:00:00Z), to the second")
+	f.DurationVar(&s.in, "in", 0, "send it after `DURATION`, e.g. 10m")
+	f.DurationVar(&s.every, "every", 0, "send it every `DURATION` (whole seconds, at least 1s), the first time one interval from now")
+	f.StringVar(&s.cron, "cron", "", "send it when cron `EXPR` says: six fields with seconds ('0 30 9 * * 1-5'), or @hourly, @daily, @weekly, @monthly, @yearly")
+	f.StringVar(&s.cronTZ, "cron-tz", "", "the IANA time `ZONE` of --cron (default UTC)")
+}
+
+// when returns the schedule the flags ask for, and whether they ask for
+// one.
+func (s *scheduleInput) when(cmd *cobra.Command) (bus.When, bool, error) {
+	var set []string
+	for _, name := range []string{"at", "in", "every", "cron"} {
+		if cmd.Flags().Changed(name) {
+			set = append(set, "--"+name)
+		}
+	}
+	switch {
+	case len(set) == 0 && s.cronTZ != "":
+		return bus.When{}, false, usagef("--cron-tz needs --cron")
+	case len(set) == 0:
+		return bus.When{}, false, nil
+	case len(set) > 1:
+		return bus.When{}, false, usagef("%s: choose one", strings.Join(set, " and "))
+	case s.cronTZ != "" && s.cron == "":
+		return bus.When{}, false, usagef("--cron-tz needs --cron")
+	}
+	switch {
+	case s.at != "":
+		t, err := time.Parse(time.RFC3339, s.at)
+		if err != nil {
+			return bus.When{}, false, usagef("--at %q: not an RFC 3339 time such as 2026-12-01T09:00:00Z", s.at)
+		}
+		return bus.At(t), true, nil
+	case s.in > 0:
+		return bus.In(s.in), true, nil
+	case s.every > 0:
+		return bus.Every(s.every), true, nil
+	case s.cron != "":
+		var loc *time.Location
+		if s.cronTZ != "" {
+			var err error
+			if loc, err = time.LoadLocation(s.cronTZ); err != nil {
+				return bus.When{}, false, usagef("--cron-tz %q: %v", s.cronTZ, err)
+			}
+		}
+		return bus.Cron(s.cron, loc), true, nil
+	}
+	return bus.When{}, false, usagef("%s: must be more than zero", set[0])
 }
 
 // messageInput is what the flags that make a message collect, for publish,

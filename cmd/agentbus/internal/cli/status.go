@@ -23,14 +23,15 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "Show where a message is in its lifecycle",
 		Long: `Status prints the lifecycle records of message ID, one line each:
 
-  <id> <from> -> <to> <state> [deliveries=<n>] [seq=<n>] [progress=<n>] [reason="..."] [reply=<id>] updated=<time>
+  <id> <from> -> <to> <state> [deliveries=<n>] [seq=<n>] [progress=<n>] [reason="..."] [reply=<id>] [schedule="..."] updated=<time>
 
 A direct message has one record. A broadcast has its sender's, which stays
 pending, and one for each agent that received it. The states are pending
 (sent, not yet received), delivered (the recipient has received it and not
 finished with it), working (the recipient reports progress; progress counts
-the updates), failed (it will be delivered again), and the final replied,
-completed, expired and dead_lettered; delivered and completed are read from
+the updates), failed (it will be delivered again), scheduled (the server
+keeps it until its schedule fires: schedule says when), and the final
+replied, completed, expired, canceled and dead_lettered; delivered and completed are read from
 the recipient's consumer. seq is the message's stream sequence, reply the ID of the
 reply that answered it. --json prints a JSON array of the records.
 
@@ -107,6 +108,9 @@ func statusLine(st bus.Status) string {
 	}
 	if st.ReplyID != "" {
 		parts = append(parts, "reply="+st.ReplyID)
+	}
+	if st.State == bus.StateScheduled {
+		parts = append(parts, "schedule="+strconv.Quote(st.Schedule))
 	}
 	parts = append(parts, "updated="+st.Updated.UTC().Format(time.RFC3339))
 	return strings.Join(parts, " ")
