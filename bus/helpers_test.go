@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, embeddedtest.IgnoreServerGoroutines()...)
 }
 
 // testTimeout bounds every wait in these tests; generous for -race on a
@@ -39,6 +39,18 @@ func newServer(t *testing.T, opts ...func(*embedded.Options)) *embedded.Server {
 	if _, err := newAdmin(t, nc).Provision(testContext(t), bus.StreamConfig{}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
+	return s
+}
+
+// startAgain starts a server with the options of one shut down, on its
+// store, stopped when the test ends.
+func startAgain(t *testing.T, opts embedded.Options) *embedded.Server {
+	t.Helper()
+	s, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
 	return s
 }
 

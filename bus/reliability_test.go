@@ -366,11 +366,7 @@ func TestReliabilityServerRestart(t *testing.T) {
 	waitFor(t, "the publisher to fail while the server is down", func() (bool, string) {
 		return p.errs.total() >= 2 || p.err() != nil, p.errs.String()
 	})
-	s2, err := embedded.Start(opts)
-	if err != nil {
-		t.Fatalf("restart: %v", err)
-	}
-	t.Cleanup(s2.Shutdown)
+	startAgain(t, opts)
 	up := time.Now()
 
 	waitFor(t, "publisher to finish", func() (bool, string) {
@@ -801,11 +797,7 @@ func TestReliabilityPublishWhileServerDown(t *testing.T) {
 		futures = append(futures, pending{b, m, f})
 	}
 
-	s2, err := embedded.Start(opts)
-	if err != nil {
-		t.Fatalf("restart: %v", err)
-	}
-	t.Cleanup(s2.Shutdown)
+	s2 := startAgain(t, opts)
 	for _, b := range []*bus.Bus{buffered, unbuffered} {
 		waitFor(t, b.Agent()+" to reconnect", func() (bool, string) {
 			return b.Conn().IsConnected(), b.Conn().Status().String()
@@ -879,11 +871,7 @@ func TestServerRestartLosesNothing(t *testing.T) {
 
 	opts := s.Options()
 	s.Shutdown()
-	s2, err := embedded.Start(opts)
-	if err != nil {
-		t.Fatalf("restart: %v", err)
-	}
-	t.Cleanup(s2.Shutdown)
+	s2 := startAgain(t, opts)
 
 	waitFor(t, "sender reconnected", func() (bool, string) {
 		return sender.Conn().IsConnected(), sender.Conn().Status().String()

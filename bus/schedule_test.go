@@ -18,6 +18,17 @@ import (
 	"github.com/agentbus/agentbus/subjects"
 )
 
+// scheduling starts a server with agents alice and bob, bob's deliveries
+// recorded, and an operator's handle.
+func scheduling(t *testing.T) (s *embedded.Server, alice *bus.Bus, rec *recorder, admin *bus.Admin) {
+	t.Helper()
+	s = newServer(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	rec = newRecorder()
+	subscribe(t, bob, rec.handle)
+	return s, alice, rec, adminOf(t, s)
+}
+
 // statusOf returns the one record of id, read as an operator.
 func statusOf(t *testing.T, admin *bus.Admin, id string) bus.Status {
 	t.Helper()
@@ -32,12 +43,8 @@ func statusOf(t *testing.T, admin *bus.Admin, id string) bus.Status {
 // scheduled, and reaches its recipient when it is due, with its Time the
 // firing time; the recipient's handling ends its record completed.
 func TestScheduleAt(t *testing.T) {
-	s := newServer(t)
+	_, alice, rec, admin := scheduling(t)
 	ctx := testContext(t)
-	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
-	admin := adminOf(t, s)
-	rec := newRecorder()
-	subscribe(t, bob, rec.handle)
 
 	when := bus.In(time.Second)
 	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("stand-up")}, when)
@@ -73,11 +80,8 @@ func TestScheduleAt(t *testing.T) {
 // record reads canceled; a message scheduled after it, for later, comes.
 // A cancel after it fired is ErrFinal.
 func TestScheduleCancel(t *testing.T) {
-	s := newServer(t)
+	_, alice, rec, _ := scheduling(t)
 	ctx := testContext(t)
-	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
-	rec := newRecorder()
-	subscribe(t, bob, rec.handle)
 
 	canceled, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("never")}, bus.In(time.Second))
 	if err != nil {
@@ -153,11 +157,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 	}
 	opts := s.Options()
 	s.Shutdown()
-	s2, err := embedded.Start(opts)
-	if err != nil {
-		t.Fatalf("restart: %v", err)
-	}
-	t.Cleanup(s2.Shutdown)
+	s2 := startAgain(t, opts)
 
 	bob := newBus(t, s2, "bob")
 	rec := newRecorder()
@@ -172,12 +172,8 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 // ExtScheduleID, each with its own record; canceled, the schedule is
 // removed from the server and its record reads canceled.
 func TestScheduleEvery(t *testing.T) {
-	s := newServer(t)
+	s, alice, rec, admin := scheduling(t)
 	ctx := testContext(t)
-	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
-	admin := adminOf(t, s)
-	rec := newRecorder()
-	subscribe(t, bob, rec.handle)
 
 	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "tick"}, bus.Every(time.Second))
 	if err != nil {

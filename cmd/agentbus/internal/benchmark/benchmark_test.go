@@ -9,11 +9,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, embeddedtest.IgnoreServerGoroutines()...)
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, embeddedtest.IgnoreServerGoroutines()...)
 }
 
 // testTimeout bounds every command a test runs; generous for -race on a

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, embeddedtest.IgnoreServerGoroutines()...)
 }
 
 // TestRun runs the whole demo once, writing both output modes, and checks
