@@ -82,7 +82,7 @@ func (a *Admin) Cancel(ctx context.Context, id string) (Status, error) {
 // cancelable reports whether the message st records can be canceled: a
 // direct message, or a broadcast not sent yet.
 func cancelable(st Status) bool {
-	return st.To != Broadcast || st.State == StateScheduled
+	return st.To != Broadcast || st.Schedule != ""
 }
 
 // operatorSender is the sender of what an Admin publishes.
@@ -99,6 +99,17 @@ type cancelNotice struct {
 // cancel writes st canceled, unless a state was written since it was read
 // or it ended, and sends the recipient the notice with publish.
 func (c *client) cancel(ctx context.Context, st Status, by string, publish func(context.Context, Message) (PubAck, error)) (Status, error) {
+	mayUnschedule := st.Schedule != "" && (by == st.From || by == operatorSender)
+	if st.State == StateCanceled && mayUnschedule {
+		// A schedule its recipient canceled fires on, to be dropped,
+		// until its sender or an operator removes it.
+		if err := c.unschedule(ctx, st); err != nil {
+			return st, fmt.Errorf("cancel %s: %w", st.ID, err)
+		}
+		if st.FiresAt.IsZero() { // recurring: this cancel stopped it
+			return st, nil
+		}
+	}
 	if st.State.Final() {
 		return st, fmt.Errorf("%w: %s is %s", ErrFinal, st.ID, st.State)
 	}
@@ -107,12 +118,17 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	if err := c.status.updateStored(ctx, canceled, st.revision); err != nil {
 		return st, fmt.Errorf("cancel %s: %w (its record changed meanwhile; look it up again)", st.ID, err)
 	}
-	if st.State == StateScheduled && (by == st.From || by == operatorSender) {
+	if st.State == StateScheduled {
 		// Its recipient cannot remove the schedule; it drops the message
-		// when it fires, by the record.
+		// when it fires, by the record, as it does one that fired just
+		// before the schedule was removed: no notice is needed.
+		if !mayUnschedule {
+			return canceled, nil
+		}
 		if err := c.unschedule(ctx, st); err != nil {
 			return canceled, fmt.Errorf("cancel %s: recorded, but the schedule stays (its recipient will drop it): %w", st.ID, err)
 		}
+		return canceled, nil
 	}
 	if st.To == Broadcast {
 		return canceled, nil

@@ -65,8 +65,17 @@ func Cron(expr string, loc *time.Location) When { return When{cron: expr, loc: l
 // Once reports whether w fires only once.
 func (w When) Once() bool { return !w.at.IsZero() }
 
-// String returns the server's Nats-Schedule pattern of w.
+// String describes w: its Nats-Schedule pattern, and for a cron
+// expression in a time zone the zone after it ("0 0 2 * * * Europe/Berlin").
 func (w When) String() string {
+	if w.cron != "" && w.loc != nil {
+		return w.pattern() + " " + w.loc.String()
+	}
+	return w.pattern()
+}
+
+// pattern returns the server's Nats-Schedule pattern of w.
+func (w When) pattern() string {
 	switch {
 	case !w.at.IsZero():
 		return "@at " + w.at.Format(time.RFC3339)
@@ -76,8 +85,9 @@ func (w When) String() string {
 	return w.cron
 }
 
-// validate reports what is wrong with w.
-func (w When) validate() error {
+// Validate reports what is wrong with w, as Schedule would: an error
+// wrapping ErrInvalidOption. The server checks a cron expression itself.
+func (w When) Validate() error {
 	set := 0
 	for _, b := range []bool{!w.at.IsZero(), w.every != 0, w.cron != ""} {
 		if b {
@@ -119,7 +129,7 @@ const ScheduledTTL = DefaultMaxAge
 // generated permissions, ErrPermissionDenied unless the agent was made a
 // scheduler (agentbus auth init --schedulers).
 func (b *Bus) Schedule(ctx context.Context, m Message, w When) (PubAck, error) {
-	if err := w.validate(); err != nil {
+	if err := w.Validate(); err != nil {
 		return PubAck{}, err
 	}
 	if err := b.schedulesSupported(w); err != nil {
@@ -174,11 +184,15 @@ func (b *Bus) scheduleMsg(msg *nats.Msg, m *Message, w When) error {
 		return fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
 	ttl := b.scheduledTTL()
-	if m.TTL > 0 {
-		ttl = time.Until(m.ExpiresAt())
+	if m.TTL > 0 { // the server counts it from the firing
+		fires := w.at
+		if now := time.Now(); fires.Before(now) {
+			fires = now
+		}
+		ttl = m.ExpiresAt().Sub(fires)
 	}
 	delete(msg.Header, jetstream.MsgTTLHeader) // the schedule waits; the firing expires
-	msg.Header[jetstream.ScheduleHeader] = []string{w.String()}
+	msg.Header[jetstream.ScheduleHeader] = []string{w.pattern()}
 	msg.Header[jetstream.ScheduleTargetHeader] = []string{target}
 	msg.Header[jetstream.ScheduleTTLHeader] = []string{ttlSeconds(ttl)}
 	if w.loc != nil && w.cron != "" {

@@ -202,19 +202,48 @@ func TestScheduleEvery(t *testing.T) {
 	if st, err := alice.Cancel(ctx, ack.ID); err != nil || st.State != bus.StateCanceled {
 		t.Fatalf("Cancel = %+v, %v", st, err)
 	}
-	// The schedule is gone from the server: the last message on its
-	// subject is the cancel's, which schedules nothing.
-	nc := embeddedtest.Connect(t, s)
-	js, _ := jetstream.New(nc)
+	scheduleRemoved(t, s, "alice", ack.ID)
+}
+
+// scheduleRemoved checks that the schedule of message id from agent from
+// is gone from the server: the last message on its subject is a cancel's,
+// which schedules nothing.
+func scheduleRemoved(t *testing.T, s *embedded.Server, from, id string) {
+	t.Helper()
+	ctx := testContext(t)
+	js, _ := jetstream.New(embeddedtest.Connect(t, s))
 	stream, err := js.Stream(ctx, subjects.Default().ScheduleStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj, _ := subjects.Default().Schedule("alice", ack.ID)
+	subj, _ := subjects.Default().Schedule(from, id)
 	last, err := stream.GetLastMsgForSubject(ctx, subj)
 	if err != nil || last.Header.Get(jetstream.ScheduleHeader) != "" {
 		t.Errorf("last message on %s: %+v, %v; want one without a schedule", subj, last, err)
 	}
+}
+
+// TestScheduleEveryCanceledByRecipient: a recurring schedule its recipient
+// canceled goes on firing (and is dropped) until its sender cancels it
+// too, which removes it and succeeds.
+func TestScheduleEveryCanceledByRecipient(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "tick"}, bus.Every(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Cancel(ctx, ack.ID); err != nil {
+		t.Fatalf("the recipient's Cancel: %v", err)
+	}
+	if st, err := alice.Cancel(ctx, ack.ID); err != nil || st.State != bus.StateCanceled {
+		t.Fatalf("the sender's Cancel after the recipient's = %+v, %v; want it to remove the schedule", st, err)
+	}
+	scheduleRemoved(t, s, "alice", ack.ID)
 }
 
 // TestScheduleBroadcast: a scheduled broadcast reaches every agent when

@@ -21,13 +21,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(holdStoreEnv); dir != "" {
 		os.Exit(holdStore(dir)) // re-executed by a lock test
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, embeddedtest.IgnoreServerGoroutines()...)
 }
 
 // start starts a server on a test-owned store and shuts it down at cleanup.

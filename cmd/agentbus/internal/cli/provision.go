@@ -156,11 +156,17 @@ var byteUnits = []struct {
 	size int64
 }{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}}
 
-// printStream prints the one-line summary of a provisioned stream.
+// printStream prints the one-line summary of a provisioned stream; it ends
+// with schedules=<stream> when the stream takes in a schedule stream's
+// messages (nats-server 2.12 and later).
 func printStream(w io.Writer, info *jetstream.StreamInfo) error {
 	c := info.Config
-	_, err := fmt.Fprintf(w, "stream %s subjects=%s storage=%s replicas=%d max-age=%s dedup-window=%s max-consumers=%d messages=%d\n",
+	var sched string
+	for _, src := range c.Sources {
+		sched += " schedules=" + src.Name
+	}
+	_, err := fmt.Fprintf(w, "stream %s subjects=%s storage=%s replicas=%d max-age=%s dedup-window=%s max-consumers=%d messages=%d%s\n",
 		c.Name, strings.Join(c.Subjects, ","), strings.ToLower(c.Storage.String()), c.Replicas,
-		formatDuration(c.MaxAge), formatDuration(c.Duplicates), c.MaxConsumers, info.State.Msgs)
+		formatDuration(c.MaxAge), formatDuration(c.Duplicates), c.MaxConsumers, info.State.Msgs, sched)
 	return err
 }

@@ -104,7 +104,11 @@ removes it. --every and --cron repeat it, each firing a message of its own.`,
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(a.stdout, "id=%s seq=%d scheduled=%q\n", ack.ID, ack.Sequence, when)
+				dup := ""
+				if ack.Duplicate {
+					dup = " duplicate" // the schedule stored first stands
+				}
+				_, err = fmt.Fprintf(a.stdout, "id=%s seq=%d scheduled=%q%s\n", ack.ID, ack.Sequence, when, dup)
 				return err
 			}
 			if toGroup != "" {
@@ -171,6 +175,9 @@ func (s *scheduleInput) when(cmd *cobra.Command) (bus.When, bool, error) {
 	case s.cronTZ != "" && s.cron == "":
 		return bus.When{}, false, usagef("--cron-tz needs --cron")
 	}
+	if (s.every != 0 || s.cron != "") && cmd.Flags().Changed("ttl") {
+		return bus.When{}, false, usagef("--ttl: a recurring schedule's messages cannot share one expiry")
+	}
 	switch {
 	case s.at != "":
 		t, err := time.Parse(time.RFC3339, s.at)
@@ -181,7 +188,11 @@ func (s *scheduleInput) when(cmd *cobra.Command) (bus.When, bool, error) {
 	case s.in > 0:
 		return bus.In(s.in), true, nil
 	case s.every > 0:
-		return bus.Every(s.every), true, nil
+		w := bus.Every(s.every)
+		if err := w.Validate(); err != nil {
+			return bus.When{}, false, usagef("--every %v: whole seconds, at least 1s", s.every)
+		}
+		return w, true, nil
 	case s.cron != "":
 		var loc *time.Location
 		if s.cronTZ != "" {

@@ -44,6 +44,8 @@ func TestPublishScheduled(t *testing.T) {
 		{"--cron-tz", "UTC"},
 		{"--cron", "@daily", "--cron-tz", "Nowhere/Atlantis"},
 		{"--in", "0s"},
+		{"--every", "1500ms"},
+		{"--every", "1m", "--ttl", "10s"},
 	} {
 		r := runIn(t, "", append([]string{"--server", url, "publish", "--from", "lead", "--to", "worker", "--type", "T"}, args...)...)
 		if r.code != exitUsage {
