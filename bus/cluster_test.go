@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // TestClusterReplicatedStream: on a 3-node cluster, a stream with three
@@ -39,6 +40,34 @@ func TestClusterReplicatedStream(t *testing.T) {
 	r.waitCount(t, 3)
 	if got, want := r.types(), []string{"p1-1", "p3-2", "p4-0"}; !slices.Equal(got, want) {
 		t.Errorf("handled %v, want %v", got, want)
+	}
+}
+
+// TestClusterSchedule: on a 3-node cluster with three replicas, a message
+// scheduled through one node reaches an agent on another when it is due:
+// the replicated schedule stream fires it and the message stream sources
+// it.
+func TestClusterSchedule(t *testing.T) {
+	c := embeddedtest.RunCluster(t, 3)
+	nodes := c.Servers()
+	ctx := testContext(t)
+	info, err := newAdmin(t, embeddedtest.Connect(t, nodes[0])).Provision(ctx, bus.StreamConfig{Replicas: 3})
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	for _, stream := range []string{info.Config.Name, subjects.Default().ScheduleStream()} {
+		if _, err := c.WaitForStreamLeader(ctx, "", stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack, err := newBus(t, nodes[1], "planner").Schedule(ctx, bus.Message{To: "builder", Type: "nightly"}, bus.In(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder()
+	subscribe(t, newBus(t, nodes[2], "builder"), r.handle)
+	if d := r.waitCount(t, 1)[0]; d.ID != ack.ID {
+		t.Errorf("delivered %s, want %s", d.ID, ack.ID)
 	}
 }
 
