@@ -40,10 +40,13 @@ func TestRequestDoBy(t *testing.T) {
 	if dl := <-runs; !dl.Equal(doBy.Truncate(0)) && dl.Sub(doBy).Abs() > time.Millisecond {
 		t.Errorf("handler deadline %v, want %v", dl, doBy)
 	}
-	st := waitState(t, orch, "doby-1", bus.StateExpired)
-	if !strings.Contains(st.Reason, "do-by") {
-		t.Errorf("record %+v, want the do-by named", st)
-	}
+	// A lookup between the worker's settlement and its record's write
+	// reads expired from the consumer, with a reason of its own; the
+	// worker's record, naming the do-by, follows.
+	waitFor(t, "doby-1 expired, its reason naming the do-by", func() (bool, string) {
+		st := waitState(t, orch, "doby-1", bus.StateExpired)
+		return strings.Contains(st.Reason, "do-by"), st.Reason
+	})
 	select {
 	case <-runs:
 		t.Error("the request ran again after its do-by")

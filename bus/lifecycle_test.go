@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -154,34 +155,9 @@ func TestLifecycleReadFromConsumer(t *testing.T) {
 		return handled.handle(ctx, d)
 	})
 
-	nc := embeddedtest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(testContext(t), orch.Subjects().StatusBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
 	history := func(ack bus.PubAck) []bus.State {
 		t.Helper()
-		key, err := subjects.StatusKey("conv-work", ack.ID, "orchestrator", "worker")
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries, err := kv.History(testContext(t), key)
-		if err != nil {
-			t.Fatalf("history of %s: %v", key, err)
-		}
-		var got []bus.State
-		for _, e := range entries {
-			var st bus.Status
-			if err := json.Unmarshal(e.Value(), &st); err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, st.State)
-		}
-		return got
+		return recordHistory(t, s, "conv-work", ack.ID, "orchestrator", "worker")
 	}
 
 	if st := waitState(t, orch, slow.ID, bus.StateDelivered); st.By != "worker" {
@@ -241,4 +217,35 @@ func TestLifecyclePendingAfterAsyncAck(t *testing.T) {
 	if st := waitState(t, orch, ack.ID, bus.StateCompleted); st.By != "worker" || st.Deliveries != 1 {
 		t.Errorf("record %+v, want completed by worker after 1 delivery", st)
 	}
+}
+
+// recordHistory returns the states written to the status record of message
+// id from from to to in conversation conv, oldest first.
+func recordHistory(t *testing.T, s *embedded.Server, conv, id, from, to string) []bus.State {
+	t.Helper()
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(testContext(t), subjects.Default().StatusBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := subjects.StatusKey(conv, id, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := kv.History(testContext(t), key)
+	if err != nil {
+		t.Fatalf("history of %s: %v", key, err)
+	}
+	var got []bus.State
+	for _, e := range entries {
+		var st bus.Status
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, st.State)
+	}
+	return got
 }

@@ -422,6 +422,10 @@ type waiter struct {
 	// lost.
 	updates []*Delivery
 	shown   map[string]bool // questions shown to OnProgress, not taken
+	// handed are the progress updates taken for the Request, by ID, so
+	// that the other copy of one (core subscription, stream) is dropped
+	// however many other messages were taken in between.
+	handed map[string]bool
 }
 
 // cancelSignal tells a Request its request was canceled by an agent; a
@@ -509,18 +513,19 @@ func (r *requests) updates(w *waiter) []*Delivery {
 }
 
 // take hands d to the Request waiting for it, if any, and reports whether
-// one was. A reply or progress update already taken also reports true, so
-// that its other copy is dropped. A progress update goes to a Request that
-// follows progress (and is otherwise not taken); it never completes one.
-func (r *requests) take(d *Delivery) bool {
+// one was (took). A reply or progress update already taken also reports
+// took, and again, so that its other copy is dropped without a second
+// record. A progress update goes to a Request that follows progress (and
+// is otherwise not taken); it never completes one.
+func (r *requests) take(d *Delivery) (took, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken.has(d.ID) {
-		return true
+		return true, true
 	}
 	w, ok := r.waiting[d.CausationID]
 	if !ok {
-		return false
+		return false, false
 	}
 	if d.Type == TypeCancel {
 		// Not taken: the Request checks the record, and the stored copy
@@ -532,7 +537,7 @@ func (r *requests) take(d *Delivery) bool {
 			default:
 			}
 		}
-		return false
+		return false, false
 	}
 	if _, ok := d.IsInputRequest(); ok {
 		// A question: answered by the Request (taken), or shown to it
@@ -546,14 +551,14 @@ func (r *requests) take(d *Delivery) bool {
 			}
 			w.shown[d.ID] = true
 		default:
-			return false
+			return false, false
 		}
 		w.updates = append(w.updates, d)
 		select {
 		case w.news <- struct{}{}:
 		default:
 		}
-		return w.answer
+		return w.answer, false
 	}
 	if d.IsProgress() {
 		select {
@@ -561,16 +566,23 @@ func (r *requests) take(d *Delivery) bool {
 		default:
 		}
 		if !w.follow {
-			return false
+			return false, false
 		}
+		if w.handed[d.ID] {
+			return true, true
+		}
+		if w.handed == nil {
+			w.handed = make(map[string]bool)
+		}
+		w.handed[d.ID] = true
 		w.updates = append(w.updates, d)
 		r.taken.add(d.ID)
-		return true
+		return true, false
 	}
 	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
 	w.reply <- d
-	return true
+	return true, false
 }
 
 // listen receives the messages published to the agent while a Request
@@ -584,7 +596,7 @@ func (b *Bus) listen(nm *nats.Msg) {
 		return
 	}
 	d := &Delivery{Message: *m, Subject: nm.Subject, bus: b}
-	if b.req.take(d) {
+	if took, again := b.req.take(d); took && !again {
 		b.recordTaken(d)
 	}
 }
@@ -621,9 +633,13 @@ func (b *Bus) recordTaken(d *Delivery) {
 // another process, a request answered with Reply from outside its handler.
 // Otherwise a reply after the requester's deadline is marked Late.
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
-	if d.CausationID != "" && b.req.take(d) {
-		b.recordTaken(d)
-		return true
+	if d.CausationID != "" {
+		if took, again := b.req.take(d); took {
+			if !again {
+				b.recordTaken(d)
+			}
+			return true
+		}
 	}
 	by, ok := d.Extensions[ExtReplyBy]
 	if !ok {

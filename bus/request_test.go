@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -167,5 +169,40 @@ func TestDeliveryReplyNeedsItsBus(t *testing.T) {
 	d := &bus.Delivery{Message: bus.Message{ID: "x", From: "a"}}
 	if _, err := d.Reply(context.Background(), bus.Message{Type: "R"}); !errors.Is(err, bus.ErrInvalidMessage) {
 		t.Errorf("Reply = %v, want ErrInvalidMessage", err)
+	}
+}
+
+// TestRequestTakenReplyRecordedOnce: a reply that Request takes as it is
+// published is recorded completed once, not again when its stored copy
+// reaches the requester's own subscription, which drops it.
+func TestRequestTakenReplyRecordedOnce(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	handled := newRecorder()
+	subscribe(t, orch, handled.handle)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "answer"})
+		return err
+	})
+	reply, err := orch.Request(ctx, bus.Message{ID: "q-1", To: "worker", Type: "question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stored reply settled by the requester's subscription", func() (bool, string) {
+		info, err := consumerInfo(t, orch, "orchestrator_p3")
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
+	})
+	for _, b := range []*bus.Bus{orch, worker} {
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := recordHistory(t, s, "q-1", reply.ID, "worker", "orchestrator")
+	if n := slices.Index(got, bus.StateCompleted); n < 0 || slices.Contains(got[n+1:], bus.StateCompleted) {
+		t.Errorf("the reply's record history %v, want completed once", got)
+	}
+	if n := len(handled.deliveries()); n != 0 {
+		t.Errorf("the requester's handler got %d messages, want none: the reply was taken", n)
 	}
 }
