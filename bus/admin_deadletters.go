@@ -134,17 +134,28 @@ func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error
 	ref := b.opts.scheme.DeadLetterStream() + "/" + strconv.FormatUint(seq, 10)
 	h[HeaderReplayOf] = []string{ref}
 	h[jetstream.MsgIDHeader] = []string{"replay/" + ref}
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: dl.Data})
-	if err != nil {
-		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, b.notProvisioned(err))
-	}
 	id := ""
 	if dl.Message != nil {
 		id = dl.Message.ID
 	}
-	return PubAck{ID: id, Subject: dl.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	ack, err := b.republish(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: dl.Data}, id)
+	if err != nil {
+		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
+	}
+	return ack, nil
+}
+
+// republish stores msg, which the admin publishes in an agent's name (a
+// replayed dead letter, a redelivered message: Redeliver), and returns the
+// receipt of message id.
+func (b *Admin) republish(ctx context.Context, msg *nats.Msg, id string) (PubAck, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	ack, err := b.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return PubAck{}, b.notProvisioned(err)
+	}
+	return PubAck{ID: id, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
 // PurgeDeadLetters removes the dead letters f selects; with Since set, those

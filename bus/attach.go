@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -118,13 +117,7 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Deliver
 	if err != nil {
 		return nil, err
 	}
-	cfg := jetstream.ConsumerConfig{
-		Name:              name,
-		FilterSubject:     filter,
-		AckPolicy:         jetstream.AckNonePolicy,
-		MemoryStorage:     true,
-		InactiveThreshold: time.Minute, // gone even if this process is
-	}
+	cfg := jetstream.ConsumerConfig{Name: name, FilterSubject: filter}
 	if st.Sequence > 0 && st.Stream == b.opts.scheme.Stream() {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, st.Sequence
 	} else {
@@ -133,17 +126,8 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Deliver
 	}
 	b.history.Lock()
 	defer b.history.Unlock()
-	c, err := b.js.CreateConsumer(ctx, b.opts.scheme.Stream(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("read the messages from %s: %w", st.To, err)
-	}
-	defer func() {
-		if err := b.js.DeleteConsumer(context.WithoutCancel(ctx), b.opts.scheme.Stream(), name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			b.opts.onError(fmt.Errorf("delete history consumer %s: %w", name, err))
-		}
-	}()
 	var reply *Delivery
-	err = readPending(ctx, c, func(jm jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+	err = b.readHistory(ctx, cfg, func(jm jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		m, err := codec.Decode(jm.Headers(), jm.Data())
 		if err != nil || m.CausationID != st.ID || m.Type == TypeCancel {
 			return false, nil
@@ -160,5 +144,8 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Deliver
 		reply = d
 		return true, nil
 	})
-	return reply, err
+	if err != nil {
+		return nil, fmt.Errorf("read the messages from %s: %w", st.To, err)
+	}
+	return reply, nil
 }

@@ -83,6 +83,15 @@
 // common path. Records are written asynchronously ([Bus.Flush] waits for
 // them); [WithoutLifecycle] turns them off.
 //
+// # History
+//
+// The records index each conversation: [Admin.History] reads one back from
+// the stream, every message with its data, in creation order, a page at a
+// time ([HistoryQuery], [HistoryPage]); [Bus.History] reads the part the
+// agent sent or received. [Admin.Redeliver] publishes a past message again
+// to an agent that lost its context, marked [ExtRedeliveryOf]
+// (docs/history.md).
+//
 // # Tracing and metrics
 //
 // Publishes and handled messages are OpenTelemetry spans and metrics on

@@ -456,32 +456,14 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 	var out []Status
 	seen := make(map[string]bool) // an agent's two filters meet on a message to itself
 	for _, f := range filters {
-		c, err := t.js.OrderedConsumer(ctx, "KV_"+t.bucket, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{t.prefix + f},
-			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		})
-		if err != nil {
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return nil, fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
-			}
-			return nil, fmt.Errorf("read status %s: %w", f, err)
-		}
-		err = readAll(ctx, c, func(key string, s Status) {
+		err := t.scan(ctx, f, jetstream.DeliverLastPerSubjectPolicy, func(key string, s Status) {
 			if !seen[key] {
 				seen[key] = true
 				out = append(out, s)
 			}
 		})
-		// Deleted at once rather than left to expire: a stream holds at
-		// most 1,000 consumers by default, which a tool polling a status
-		// would otherwise reach within minutes.
-		if info := c.CachedInfo(); info != nil {
-			if derr := t.js.DeleteConsumer(context.WithoutCancel(ctx), "KV_"+t.bucket, info.Name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
-				t.onError(fmt.Errorf("delete status lookup consumer %s: %w", info.Name, derr))
-			}
-		}
 		if err != nil {
-			return nil, fmt.Errorf("read status %s: %w", f, err)
+			return nil, err
 		}
 	}
 	t.derive(ctx, out)
@@ -491,6 +473,36 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 	return out, nil
 }
 
+// scan passes to add every record of a key matching filter that policy
+// selects (the last of each key, or every state kept) with its key's
+// subject, read with one ordered consumer of a single filter, so that
+// server permissions can pin it.
+func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.DeliverPolicy, add func(subject string, s Status)) error {
+	c, err := t.js.OrderedConsumer(ctx, "KV_"+t.bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{t.prefix + filter},
+		DeliverPolicy:  policy,
+	})
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
+		}
+		return fmt.Errorf("read status %s: %w", filter, err)
+	}
+	err = readAll(ctx, c, add)
+	// Deleted at once rather than left to expire: a stream holds at
+	// most 1,000 consumers by default, which a tool polling a status
+	// would otherwise reach within minutes.
+	if info := c.CachedInfo(); info != nil {
+		if derr := t.js.DeleteConsumer(context.WithoutCancel(ctx), "KV_"+t.bucket, info.Name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+			t.onError(fmt.Errorf("delete status lookup consumer %s: %w", info.Name, derr))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("read status %s: %w", filter, err)
+	}
+	return nil
+}
+
 // derive brings the records in out that are not final up to date from what
 // the server knows, and writes back the final states it finds. A recipient
 // writes no record when it handles a direct message (see
@@ -498,7 +510,9 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 // stream sequence, and the recipient's consumer of the message's priority
 // tells how far the recipient has got. A message at or below the
 // consumer's ack floor is completed (for a message with a TTL, whose
-// completion is recorded, it was removed unread at its expiry); one the
+// completion is recorded, it was removed unread at its expiry, if that has
+// passed; before it, the recipient settled it after the record was read,
+// and its own record says how); one the
 // consumer has delivered but not yet acked is delivered; a message still
 // pending past its expiry has expired. A failed record moves on the same
 // way once a later delivery succeeded. A consumer that cannot be read (it
@@ -525,7 +539,7 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 				switch {
 				case s.Sequence <= info.AckFloor.Stream && s.ExpiresAt.IsZero():
 					s.State, s.Reason = StateCompleted, ""
-				case s.Sequence <= info.AckFloor.Stream:
+				case s.Sequence <= info.AckFloor.Stream && now.After(s.ExpiresAt):
 					s.State, s.Reason = StateExpired, "removed at its expiry before it was handled"
 				case s.Sequence <= info.Delivered.Stream && s.State == StatePending:
 					s.State = StateDelivered

@@ -249,3 +249,32 @@ func recordHistory(t *testing.T, s *embedded.Server, conv, id, from, to string) 
 	}
 	return got
 }
+
+// TestLifecycleNotExpiredBeforeExpiry: a message with a TTL that its
+// recipient settled before the TTL passed is not read expired. Its
+// recipient records how it ended, but a lookup can read the record before
+// that write lands and the recipient's consumer after the ack: the ack
+// floor has then passed the message, which is not the server removing it
+// at its expiry. (A Gather's requester that attached to a copy as its
+// reply came got a *DeadlineError this way.) The recipient here writes no
+// record at all, which holds that moment open.
+func TestLifecycleNotExpiredBeforeExpiry(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker", bus.WithoutLifecycle())
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "TIMELY", TTL: time.Hour})
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	r.waitCount(t, 1)
+	waitFor(t, "the worker's ack", func() (bool, string) {
+		info, err := consumerInfo(t, worker, "worker_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.AckFloor.Stream >= ack.Sequence, fmt.Sprint(info.AckFloor)
+	})
+	sts, err := orch.Status(testContext(t), ack.ID)
+	if err != nil || len(sts) != 1 || sts[0].State == bus.StateExpired {
+		t.Errorf("Status of a message acknowledged an hour before its expiry = %+v, %v; want it not expired", sts, err)
+	}
+}

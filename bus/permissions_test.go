@@ -122,7 +122,7 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	if _, err := f.Wait(ctx); err != nil {
 		t.Fatalf("PublishAsync: %v", err)
 	}
-	publish(t, lead, bus.Message{To: bus.Broadcast, Type: "note"})
+	note := publish(t, lead, bus.Message{To: bus.Broadcast, Type: "note"})
 	r.waitCount(t, 3)
 	if types := r.types(); !slices.Contains(types, "task") || !slices.Contains(types, "async-task") || !slices.Contains(types, "note") {
 		t.Fatalf("worker handled %v, want task, async-task and note", types)
@@ -139,6 +139,18 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	// and cancels running work (the record, the notice).
 	if again, err := lead.Attach(ctx, reply.CausationID); err != nil || again.ID != reply.ID {
 		t.Fatalf("Attach = %+v, %v; want the reply %s again", again, err, reply.ID)
+	}
+	// Both read the conversation back with bodies (their history
+	// consumers: to them, from them), and the lead its broadcast's (the
+	// broadcasts' one).
+	for _, b := range []*bus.Bus{lead, worker} {
+		p, err := b.History(ctx, reply.CorrelationID, bus.HistoryQuery{})
+		if err != nil || len(p.Entries) != 2 || p.Entries[0].Err != nil || p.Entries[1].Err != nil || string(p.Entries[1].Data) != "42" {
+			t.Fatalf("%s: History = %+v, %v; want the question and the answer", b.Agent(), p.Entries, err)
+		}
+	}
+	if p, err := lead.History(ctx, note.ID, bus.HistoryQuery{}); err != nil || len(p.Entries) != 1 || p.Entries[0].Err != nil || p.Entries[0].To != bus.Broadcast {
+		t.Fatalf("lead: History of its broadcast = %+v, %v", p.Entries, err)
 	}
 	long := publish(t, lead, bus.Message{To: worker.Agent(), Type: "long"})
 	waitState(t, lead, long.ID, bus.StateDelivered)
@@ -509,6 +521,48 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		}
 		if pctx.Err() != nil {
 			t.Errorf("the calls returned only at their context's deadline: the refusals did not end them")
+		}
+	})
+	t.Run("read a conversation it took no part in", func(t *testing.T) {
+		// Through the bus: no record of the conversation names mallory.
+		if p, err := mallory.bus.History(ctx, sent.ID, bus.HistoryQuery{}); !errors.Is(err, bus.ErrNotParticipant) || len(p.Entries) != 0 {
+			t.Errorf("History = %+v, %v; want ErrNotParticipant and nothing", p.Entries, err)
+		}
+		// Around it: the conversation's records, its history consumers on
+		// alice's or bob's subjects, or alice's.
+		conv := "$KV." + s.StatusBucket() + "." + subjects.ConversationKey(sent.ID) + ".>"
+		mallory.denied(t, "$JS.API.CONSUMER.CREATE.KV_"+s.StatusBucket()+".*."+conv, func(ctx context.Context) error {
+			_, err := mallory.js.OrderedConsumer(ctx, "KV_"+s.StatusBucket(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{conv}})
+			return err
+		})
+		for _, c := range []struct{ name, filter string }{
+			{"mallory_h", "agentbus.agent.alice.>"},
+			{"mallory_hs", "agentbus.agent.*.*.bob.*"},
+			{"mallory_hs", "agentbus.agent.alice.*.*.*"},
+			{"mallory_ha", "agentbus.agent.>"},
+			{"alice_h", "agentbus.agent.alice.>"},
+			{"bob_hs", "agentbus.agent.*.*.bob.*"},
+		} {
+			mallory.denied(t, "$JS.API.CONSUMER.CREATE."+stream+"."+c.name+"."+c.filter, func(ctx context.Context) error {
+				_, err := mallory.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Name: c.name, FilterSubject: c.filter,
+					AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: sent.Sequence})
+				return err
+			})
+		}
+		// Its own sent-messages consumer, with alice's messages hidden in
+		// the request body: the server's own check.
+		subject := "$JS.API.CONSUMER.CREATE." + stream + ".mallory_hs.agentbus.agent.*.*.mallory.*"
+		body, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
+			"name": "mallory_hs", "filter_subject": "agentbus.agent.alice.>", "ack_policy": "none"}})
+		m, err := mallory.nc.RequestWithContext(ctx, subject, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error == nil || resp.Error.ErrorCode != 10131 {
+			t.Fatalf("response %s, want error 10131 (filter does not match the subject's)", m.Data)
 		}
 	})
 	t.Run("file a dead letter as alice", func(t *testing.T) {

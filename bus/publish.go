@@ -186,7 +186,7 @@ func (b *Bus) prepareAt(ctx context.Context, m *Message, start time.Time) (*nats
 }
 
 // encode checks m and encodes it as a NATS message.
-func (b *Bus) encode(m *Message) (*nats.Msg, error) {
+func (b *client) encode(m *Message) (*nats.Msg, error) {
 	h, data, err := b.opts.codec.Encode(m) // validates every field
 	if err != nil {
 		return nil, err

@@ -69,6 +69,11 @@ func InboxPrefix(agent string) (string, error) {
 //     $JS.API.CONSUMER.MSG.NEXT.S.t_h and $JS.API.CONSUMER.DELETE.S.t_h:
 //     the short-lived consumer that reads its own past messages
 //     ([Scheme.HistoryConsumer]);
+//   - $JS.API.CONSUMER.CREATE.S.t_hs.R.agent.*.*.t.* and
+//     $JS.API.CONSUMER.CREATE.S.t_ha.R.all.>, each with MSG.NEXT and DELETE:
+//     the short-lived consumers that read again the direct messages it sent
+//     and the broadcasts, for its part of a conversation's history
+//     ([Scheme.SentHistoryConsumer], [Scheme.BroadcastHistoryConsumer]);
 //   - $JS.API.CONSUMER.INFO.S.*: read the state of any agent's consumer on
 //     the stream (no message in it): how far a recipient has got is how a
 //     status lookup tells delivered and completed, which nobody writes,
@@ -129,6 +134,11 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 		jsConsumerNext+stream+"."+history,
 		jsConsumerDelete+stream+"."+history,
 		jsConsumerInfo+stream+"."+anyToken)
+	sent, sentFilter, _ := s.SentHistoryConsumer(agent) // agent is valid
+	all, allFilter, _ := s.BroadcastHistoryConsumer(agent)
+	for _, c := range [][2]string{{sent, sentFilter}, {all, allFilter}} {
+		pub = append(pub, jsConsumerCreate+stream+"."+c[0]+"."+c[1], jsConsumerNext+stream+"."+c[0], jsConsumerDelete+stream+"."+c[0])
+	}
 	bucket := s.StatusBucket()
 	kvStream, kv := kvStreamPrefix+bucket, kvPrefix+bucket+"."
 	for _, p := range patterns {

@@ -419,6 +419,51 @@ func (s Scheme) HistoryConsumer(agent, sender string) (name, filter string, err 
 // historySep ends the name of an agent's history consumer.
 const historySep = "_h"
 
+// The suffixes of the two other short-lived consumers an agent reads its
+// part of a conversation with (bus.Bus.History): "_hs" for what it sent,
+// "_ha" for the broadcasts. No other consumer name ends in "s" or "a".
+const (
+	sentHistorySep      = "_hs"
+	broadcastHistorySep = "_ha"
+)
+
+// ReceivedHistoryConsumer returns the name and the filter of the
+// short-lived consumer agent reads the direct messages sent to it with,
+// every sender and priority: "<token>_h" (the name of [Scheme.HistoryConsumer])
+// and <root>.agent.<token>.>. The error wraps [ErrInvalidAgentID].
+func (s Scheme) ReceivedHistoryConsumer(agent string) (name, filter string, err error) {
+	filter, err = s.AgentFilter(agent)
+	if err != nil {
+		return "", "", err
+	}
+	return EncodeToken(agent) + historySep, filter, nil
+}
+
+// SentHistoryConsumer returns the name and the filter of the short-lived
+// consumer agent reads the direct messages it sent with:
+// "<token>_hs" and <root>.agent.*.*.<token>.*, every recipient, priority
+// and type with agent in the sender's place. The agent's permissions allow
+// exactly this filter ([Scheme.AgentPermissions]), the subjects it may
+// publish to. The error wraps [ErrInvalidAgentID].
+func (s Scheme) SentHistoryConsumer(agent string) (name, filter string, err error) {
+	if err := ValidateID(agent); err != nil {
+		return "", "", err
+	}
+	tok := EncodeToken(agent)
+	return tok + sentHistorySep, s.Root() + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tok + "." + anyToken, nil
+}
+
+// BroadcastHistoryConsumer returns the name and the filter of the
+// short-lived consumer agent reads the broadcasts with, its own and every
+// other agent's, all of which it receives: "<token>_ha" and <root>.all.>.
+// The error wraps [ErrInvalidAgentID].
+func (s Scheme) BroadcastHistoryConsumer(agent string) (name, filter string, err error) {
+	if err := ValidateID(agent); err != nil {
+		return "", "", err
+	}
+	return EncodeToken(agent) + broadcastHistorySep, s.Root() + "." + kindAll + "." + tail, nil
+}
+
 // AgentFilter returns the filter subject of every direct message to agent,
 // whatever its priority: <root>.agent.<token>.>. It is meant for tools that
 // inspect an agent's backlog. The error wraps [ErrInvalidAgentID].

@@ -88,6 +88,20 @@ func StatusKeysOfConversation(correlationID string) string {
 	return ConversationKey(correlationID) + "." + tail
 }
 
+// StatusKeysOfAgentInConversation returns the two key filters that match
+// the status keys of the conversation named by correlationID that name
+// agent, as the sender ("<conversation>.*.<agent>.*") and as the recipient
+// ("<conversation>.*.*.<agent>"): the messages agent sent or received in
+// it. Both lie within [StatusKeyPatterns] of agent. The error wraps
+// [ErrInvalidAgentID].
+func StatusKeysOfAgentInConversation(correlationID, agent string) ([]string, error) {
+	if err := ValidateID(agent); err != nil {
+		return nil, err
+	}
+	c, a := ConversationKey(correlationID), keyToken(agent)
+	return []string{c + ".*." + a + ".*", c + ".*.*." + a}, nil
+}
+
 // StatusKeysOfMessage returns the key filter that matches every status key
 // of message id, whatever its conversation: "*.<id>.*.*". The leading
 // wildcard makes the server look through the bucket's keys; prefer

@@ -1,6 +1,7 @@
 // Package cli implements the agentbus command line, built with cobra: serve,
-// provision, publish, subscribe, request, reply, status, trace, dlq (list,
-// show, replay, purge, watch), bench, demo and auth (init).
+// provision, publish, subscribe, request, reply, status, trace, history,
+// redeliver, dlq (list, show, replay, purge, watch), bench, demo and auth
+// (init).
 //
 // [Main] runs one command line in-process with the streams it is given, so
 // tests call it directly against an embedded server instead of building the
@@ -11,7 +12,7 @@
 //
 //   - serve prints its client URL alone on the first line of stdout;
 //   - provision prints one line "stream <NAME> key=value ...";
-//   - publish, reply and dlq replay print "id=<ID> seq=<N>", with
+//   - publish, reply, redeliver and dlq replay print "id=<ID> seq=<N>", with
 //     " duplicate" appended when the server already had the ID;
 //   - subscribe prints one line per message; with --json one CloudEvents
 //     JSON document per line and nothing else on stdout; with --exec
@@ -22,6 +23,9 @@
 //     array; trace prints a header line "conversation <C> trace_id=<T>" and
 //     a table, or with --json one JSON document; both exit 1 when there is
 //     no record;
+//   - history prints one line per message, or with --json one JSON object
+//     per line, then "next=<cursor>" ({"next":"<cursor>"}) when more
+//     follow, and exits 1 when the conversation has no message;
 //   - dlq list prints one line per dead letter (--json: one JSON object per
 //     line), dlq show one JSON document, dlq purge "purged <N>";
 //   - auth init prints the files it wrote and how to use them;
