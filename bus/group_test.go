@@ -1,15 +1,19 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec/profiles"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // TestGroupMembership: agents join and leave groups, an operator adds and
@@ -224,5 +228,237 @@ func TestGatherReviewRound(t *testing.T) {
 	res, err = lead.Gather(rctx, bus.Message{Type: "REVIEW_REQUEST"}, []string{"fast-1", "fast-2", "failing"}, bus.StallTimeout(500*time.Millisecond))
 	if !errors.Is(err, bus.ErrTooFewReplies) || len(res.Replies) != 2 || rctx.Err() != nil {
 		t.Errorf("Gather wanting 3 of which 2 can = %+v, %v", res, err)
+	}
+}
+
+// TestGatherReviewRoundSwarm: the review round in the swarm protocol's own
+// messages, end to end. The lead forwards an implementer's
+// ComponentHandoff to five reviewers with GatherGroup and Want(3): each
+// gets its own copy, the native message byte for byte and valid by the
+// protocol's rules, and answers with a ReviewResult, prepared with the
+// swarm profile and sent with Reply. Two answer at once; one crashes on
+// its copy; one answers after the crash; the lead proceeds with those
+// three.
+// The slow one answers after the round, and the process that replaces the
+// crashed one gets the copy again after the ack wait and answers it too:
+// both late verdicts are read with Attach by their copies' IDs.
+func TestGatherReviewRoundSwarm(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	lead := newBus(t, s, "lead")
+	swarm := profiles.Swarm{}
+	handoff := []byte(`{"schema":"ComponentHandoff","component_id":"C7","status":"complete",` +
+		`"files_created":["config/load.go"],"files_modified":["cmd/app/main.go"],` +
+		`"summary":"config loader with defaults","notes":null,"attempt":1,"turn_count":12}`)
+
+	var mu sync.Mutex
+	copies := map[string][]*bus.Delivery{} // by reviewer, in the order they came
+	took := func(d *bus.Delivery) {
+		mu.Lock()
+		defer mu.Unlock()
+		copies[d.To] = append(copies[d.To], d)
+	}
+	verdict := func(ctx context.Context, d *bus.Delivery) error {
+		native := fmt.Sprintf(`{"schema":"ReviewResult","component_id":"C7","verdict":"approved","issues":[],"notes":"by %s","turn_count":3}`, d.To)
+		m, err := profiles.Prepare(swarm, []byte(native), profiles.Addressing{From: d.To, To: d.From})
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		_, err = d.Reply(ctx, *m)
+		return err
+	}
+	// after answers once ch is closed.
+	after := func(ctx context.Context, ch <-chan struct{}, d *bus.Delivery) error {
+		select {
+		case <-ch:
+			return verdict(ctx, d)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	crashed, releaseSlow := make(chan struct{}), make(chan struct{})
+	const ackWait = 500 * time.Millisecond // the time to notice the crash
+	for name, h := range map[string]bus.Handler{
+		"fast-1": func(ctx context.Context, d *bus.Delivery) error { took(d); return verdict(ctx, d) },
+		"fast-2": func(ctx context.Context, d *bus.Delivery) error { took(d); return verdict(ctx, d) },
+		"steady": func(ctx context.Context, d *bus.Delivery) error {
+			took(d)
+			return after(ctx, crashed, d)
+		},
+		"slow": func(ctx context.Context, d *bus.Delivery) error {
+			took(d)
+			return after(ctx, releaseSlow, d)
+		},
+	} {
+		b := newBus(t, s, name)
+		if err := b.JoinGroup(ctx, "reviewers"); err != nil {
+			t.Fatal(err)
+		}
+		subscribe(t, b, h)
+	}
+	// The crashing reviewer dies in its handler: its connection closes
+	// with the copy unacknowledged.
+	nc := embeddedtest.Connect(t, s)
+	crashy, err := bus.New(nc, "crashy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crashy.Close()
+	if err := crashy.JoinGroup(ctx, "reviewers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashy.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+		took(d)
+		nc.Close()
+		close(crashed)
+		<-ctx.Done()
+		return ctx.Err()
+	}, bus.WithAckWait(ackWait)); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := profiles.Prepare(swarm, handoff, profiles.Addressing{From: "lead", To: "reviewers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := lead.GatherGroup(ctx, "reviewers", *m, bus.Want(3))
+	if err != nil {
+		t.Fatalf("GatherGroup: %v (%+v)", err, res)
+	}
+	checkVerdict := func(d *bus.Delivery, from string) {
+		t.Helper()
+		if d.From != from || d.Type != "ReviewResult" || d.DataSchema != swarm.DataSchema() || d.CorrelationID != "C7" || d.CausationID != res.Requests[from] {
+			t.Errorf("verdict %+v, want %s's ReviewResult answering its copy %s in conversation C7", d.Message, from, res.Requests[from])
+		}
+		if err := swarm.Validate(d.Data); err != nil {
+			t.Errorf("verdict of %s: %v", from, err)
+		}
+	}
+	var replied []string
+	for _, d := range res.Replies {
+		replied = append(replied, d.From)
+		checkVerdict(d, d.From)
+	}
+	slices.Sort(replied)
+	if !slices.Equal(replied, []string{"fast-1", "fast-2", "steady"}) {
+		t.Errorf("replied %v", replied)
+	}
+	if len(res.Failed) != 0 || len(res.Offline) != 0 || !slices.Equal(res.TimedOut, []string{"crashy", "slow"}) || len(res.Requests) != 5 {
+		t.Errorf("failed %+v, offline %v, timed out %v, asked %v", res.Failed, res.Offline, res.TimedOut, res.Requests)
+	}
+
+	// The slow verdict, after the round.
+	close(releaseSlow)
+	d, err := lead.Attach(ctx, res.Requests["slow"])
+	if err != nil {
+		t.Fatalf("Attach to the slow copy: %v", err)
+	}
+	checkVerdict(d, "slow")
+
+	// The crashed reviewer's copy waits, unacknowledged, for the ack wait;
+	// the process that takes its place gets it again and answers.
+	again := newBus(t, s, "crashy")
+	subscribe(t, again, func(ctx context.Context, d *bus.Delivery) error { took(d); return verdict(ctx, d) }, bus.WithAckWait(ackWait))
+	d, err = lead.Attach(ctx, res.Requests["crashy"])
+	if err != nil {
+		t.Fatalf("Attach to the crashed reviewer's copy: %v", err)
+	}
+	checkVerdict(d, "crashy")
+
+	// Every copy is the lead's native message, byte for byte, to its
+	// reviewer, in the component's conversation, from the group.
+	mu.Lock()
+	defer mu.Unlock()
+	for name, id := range res.Requests {
+		want := 1
+		if name == "crashy" {
+			want = 2
+		}
+		if len(copies[name]) != want {
+			t.Errorf("%s got %d copies, want %d", name, len(copies[name]), want)
+			continue
+		}
+		for i, c := range copies[name] {
+			if c.ID != id || c.To != name || c.From != "lead" || c.Type != "ComponentHandoff" || c.DataSchema != swarm.DataSchema() ||
+				c.CorrelationID != "C7" || c.Extensions[bus.ExtGroup] != "reviewers" || c.Deliveries != i+1 || !bytes.Equal(c.Data, handoff) {
+				t.Errorf("%s's copy %d: %+v (delivery %d), want %s, the handoff from lead in C7 of group reviewers", name, i+1, c.Message, c.Deliveries, id)
+			}
+			if err := swarm.Validate(c.Data); err != nil {
+				t.Errorf("%s's copy: %v", name, err)
+			}
+		}
+	}
+}
+
+// TestAddMatchingToGroup: an operator makes the registered agents with a
+// skill, or a tag, members of a group; an agent without it, or registered
+// later, is not added; a query that selects nobody adds nobody.
+func TestAddMatchingToGroup(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	admin := adminOf(t, s)
+	for name, skills := range map[string][]bus.Skill{
+		"sec":     {{ID: "review", Tags: []string{"security"}}},
+		"qa":      {{ID: "review", Tags: []string{"tests"}}, {ID: "test"}},
+		"builder": {{ID: "build", Tags: []string{"security"}}},
+		"nocard":  nil,
+	} {
+		if err := newBus(t, s, name).Register(ctx, bus.AgentCard{Skills: skills}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tests := []struct {
+		name    string
+		group   string
+		q       bus.AgentQuery
+		added   []string
+		members []string
+		wantErr error
+	}{
+		{name: "skill", group: "reviewers", q: bus.AgentQuery{Skill: "review"}, added: []string{"qa", "sec"}, members: []string{"qa", "sec"}},
+		{name: "tag", group: "security", q: bus.AgentQuery{Tag: "security"}, added: []string{"builder", "sec"}, members: []string{"builder", "sec"}},
+		{name: "skill and tag", group: "testers", q: bus.AgentQuery{Skill: "review", Tag: "tests"}, added: []string{"qa"}, members: []string{"qa"}},
+		{name: "nobody", group: "deployers", q: bus.AgentQuery{Skill: "deploy"}},
+		{name: "invalid group", group: "bad group\n", q: bus.AgentQuery{Skill: "review"}, wantErr: subjects.ErrInvalidAgentID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			added, err := admin.AddMatchingToGroup(ctx, tt.group, tt.q)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("AddMatchingToGroup = %v, %v; want error %v", added, err, tt.wantErr)
+			}
+			if tt.wantErr != nil {
+				return
+			}
+			if !slices.Equal(added, tt.added) {
+				t.Errorf("added %v, want %v", added, tt.added)
+			}
+			if m, err := admin.GroupMembers(ctx, tt.group); err != nil || !slices.Equal(m, tt.members) {
+				t.Errorf("members %v, %v; want %v", m, err, tt.members)
+			}
+		})
+	}
+
+	// The membership is the operator's, and a later reviewer is not in it.
+	if err := newBus(t, s, "late").Register(ctx, bus.AgentCard{Skills: []bus.Skill{{ID: "review"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := admin.GroupMembers(ctx, "reviewers"); err != nil || !slices.Equal(m, []string{"qa", "sec"}) {
+		t.Errorf("reviewers after a later registration: %v, %v", m, err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var by []string
+	if err := admin.WatchGroups(wctx, "reviewers", func(c bus.GroupChange) {
+		by = append(by, c.Agent+" "+c.By)
+		if len(by) == 2 {
+			stop()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(by, []string{"qa agentbus", "sec agentbus"}) {
+		t.Errorf("memberships %v, want qa and sec added by the operator", by)
 	}
 }

@@ -530,6 +530,29 @@ func (c *client) FindAgents(ctx context.Context, q AgentQuery) ([]AgentInfo, err
 	return slices.DeleteFunc(all, func(a AgentInfo) bool { return !q.matches(a) }), nil
 }
 
+// AddMatchingToGroup makes every registered agent that q selects (as
+// FindAgents does) a member of group, as an operator, and returns their
+// names, sorted; none when q selects nobody. It adds the agents registered
+// now: one that registers later is not added. The zero AgentQuery selects
+// every agent of the registry.
+func (a *Admin) AddMatchingToGroup(ctx context.Context, group string, q AgentQuery) ([]string, error) {
+	if _, err := subjects.GroupMemberKeys(group); err != nil {
+		return nil, err
+	}
+	found, err := a.FindAgents(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(found))
+	for i, ag := range found {
+		names[i] = ag.Card.Name
+	}
+	if err := a.AddToGroup(ctx, group, names...); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
 func (q AgentQuery) matches(a AgentInfo) bool {
 	card := a.Card
 	if q.Online && a.Presence.Status != Online {

@@ -44,15 +44,44 @@ removes anyone. Group names follow the rules of agent IDs.`,
 		c.Flags().StringVar(&agent, "agent", "", "the agent that joins or leaves (required)")
 		_ = c.MarkFlagRequired("agent")
 	}
+	var query bus.AgentQuery
 	add := &cobra.Command{
-		Use:   "add NAME AGENT...",
+		Use:   "add NAME [AGENT...] [--skill SKILL] [--tag TAG]",
 		Short: "Add agents to group NAME, as an operator",
-		Args:  cobra.MinimumNArgs(2),
+		Long: `Add makes the agents named members of group NAME, as an operator. With
+--skill or --tag it also adds every registered agent whose card has that
+skill (a skill ID) or a skill with that tag, both when both are given, and
+prints their names, one per line; an agent that registers later is not
+added. A query that finds no agent, with no AGENT named, exits 1.`,
+		Example: `  agentbus group add reviewers r1 r2
+  agentbus group add reviewers --skill review`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			args := cmd.Flags().Args()
-			return a.withAdmin(func(admin *bus.Admin) error { return admin.AddToGroup(cmd.Context(), args[0], args[1:]...) })
+			byQuery := query.Skill != "" || query.Tag != ""
+			if len(args) == 1 && !byQuery {
+				return usagef("name the agents to add, or select them with --skill or --tag")
+			}
+			return a.withAdmin(func(admin *bus.Admin) error {
+				if err := admin.AddToGroup(cmd.Context(), args[0], args[1:]...); err != nil || !byQuery {
+					return err
+				}
+				added, err := admin.AddMatchingToGroup(cmd.Context(), args[0], query)
+				if err != nil {
+					return err
+				}
+				if len(added) == 0 && len(args) == 1 {
+					return fmt.Errorf("no registered agent has %s", describeQuery(query))
+				}
+				for _, name := range added {
+					fmt.Fprintln(a.stdout, name)
+				}
+				return nil
+			})
 		}),
 	}
+	add.Flags().StringVar(&query.Skill, "skill", "", "add every registered agent with this skill ID")
+	add.Flags().StringVar(&query.Tag, "tag", "", "add every registered agent with a skill tagged so")
 	remove := &cobra.Command{
 		Use:   "remove NAME AGENT...",
 		Short: "Remove agents from group NAME, as an operator",
@@ -125,4 +154,16 @@ each change as it happens, until SIGINT or SIGTERM, one line each:
 	}
 	cmd.AddCommand(join, leave, add, remove, list, watch)
 	return cmd
+}
+
+// describeQuery says what group add --skill/--tag looked for.
+func describeQuery(q bus.AgentQuery) string {
+	var parts []string
+	if q.Skill != "" {
+		parts = append(parts, "skill "+q.Skill)
+	}
+	if q.Tag != "" {
+		parts = append(parts, "a skill tagged "+q.Tag)
+	}
+	return strings.Join(parts, " and ")
 }

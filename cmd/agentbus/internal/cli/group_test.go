@@ -43,3 +43,43 @@ func TestGroupCommands(t *testing.T) {
 		t.Errorf("group list reviewers printed %q", out)
 	}
 }
+
+// TestGroupAddBySkill: group add --skill and --tag add the registered
+// agents that have the skill, or a skill with the tag, and print them;
+// a query that finds nobody exits 1, one without agents or a query is a
+// usage error.
+func TestGroupAddBySkill(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	ctx := testContext(t)
+	for name, skill := range map[string]bus.Skill{
+		"sec":     {ID: "review", Tags: []string{"security"}},
+		"qa":      {ID: "review"},
+		"builder": {ID: "build", Tags: []string{"security"}},
+	} {
+		if err := agentBus(t, url, name).Register(ctx, bus.AgentCard{Skills: []bus.Skill{skill}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   string
+		inStderr string
+	}{
+		{name: "skill", args: []string{"reviewers", "--skill", "review"}, stdout: "qa\nsec\n"},
+		{name: "tag and an agent", args: []string{"security", "lead", "--tag", "security"}, stdout: "builder\nsec\n"},
+		{name: "nobody", args: []string{"deployers", "--skill", "deploy"}, code: exitError, inStderr: "no registered agent has skill deploy"},
+		{name: "no agents", args: []string{"reviewers"}, code: exitUsage, inStderr: "--skill or --tag"},
+	}
+	for _, tt := range tests {
+		r := runIn(t, "", append([]string{"--server", url, "group", "add"}, tt.args...)...)
+		if r.code != tt.code || r.stdout != tt.stdout || !strings.Contains(r.stderr, tt.inStderr) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q", tt.name, r.code, r.stdout, r.stderr, tt.code, tt.stdout, tt.inStderr)
+		}
+	}
+	if out := mustRun(t, "--server", url, "group", "list"); out != "reviewers qa sec\nsecurity builder lead sec\n" {
+		t.Errorf("group list printed %q", out)
+	}
+}

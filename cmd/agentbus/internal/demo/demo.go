@@ -28,7 +28,8 @@ const (
 )
 
 // Conversation is the correlation ID that every message of the demo
-// shares, and so its conversation and its trace.
+// shares, and so its conversation and its trace; but the review round's,
+// which the swarm protocol threads by the component under review.
 const Conversation = "release-42"
 
 // DefaultTimeout bounds a whole run when Options.Timeout is zero.
@@ -85,6 +86,7 @@ var scenes = []scene{
 	{"poison", "a message that always fails is dead-lettered", (*demo).poison},
 	{"presence", "a worker dies: found offline, requests fail fast, a human is called, the worker drains its queue", (*demo).presence},
 	{"tasks", "long work: a review streams progress and is canceled; another's do-by passes while the reviewer is offline", (*demo).tasks},
+	{"review", "a swarm review round: the lead asks 5 reviewers, one crashes, one is slow; it proceeds at 3 verdicts", (*demo).review},
 	{"trace", "one conversation, one trace", (*demo).trace},
 }
 
@@ -150,6 +152,7 @@ type demo struct {
 	workers  []*agent // worker#1, then worker#2 ...
 	reviewer *agent
 	human    *agent
+	panel    []*agent // the reviewers of the review round
 
 	// seen receives what the agents' handlers did, in the order they did
 	// it; the scenes wait on it.
@@ -247,7 +250,7 @@ func (d *demo) setup(ctx context.Context) error {
 		return err
 	}
 	d.emit(Event{From: orchestrator, Event: EventStart,
-		Detail: fmt.Sprintf("orchestrator connects; every message of the demo belongs to conversation %s", Conversation)})
+		Detail: fmt.Sprintf("orchestrator connects; every message of the demo but the swarm review round's belongs to conversation %s", Conversation)})
 	return nil
 }
 
@@ -255,7 +258,7 @@ func (d *demo) setup(ctx context.Context) error {
 // its store.
 func (d *demo) teardown() {
 	d.setScene("teardown")
-	agents := append([]*agent{d.reviewer, d.orch, d.human}, d.workers...)
+	agents := append(append([]*agent{d.reviewer, d.orch, d.human}, d.workers...), d.panel...)
 	for _, a := range agents {
 		if a != nil {
 			a.bus.Close()

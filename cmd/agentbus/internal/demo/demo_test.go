@@ -60,7 +60,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("scene %s: ok %t, detail %q", s.Scene, s.OK, s.Detail)
 		}
 	}
-	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "presence", "tasks", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
+	if want := []string{"priority", "crash", "duplicate", "ttl", "request", "poison", "presence", "tasks", "review", "trace"}; !slices.Equal(ran, want) || !slices.Equal(demo.Scenes(), want) {
 		t.Errorf("scenes %v, Scenes() %v, want %v", ran, demo.Scenes(), want)
 	}
 
@@ -87,6 +87,8 @@ func TestRun(t *testing.T) {
 			demo.EventQueued, demo.EventEscalated, demo.EventHandled, demo.EventRecovered, demo.EventOK},
 		"tasks": {demo.EventScene, demo.EventRequest, demo.EventProgress, demo.EventCancel, demo.EventCanceled, demo.EventOffline,
 			demo.EventDeadline, demo.EventExpired, demo.EventQueued, demo.EventOnline, demo.EventHandled, demo.EventOK},
+		"review": {demo.EventScene, demo.EventOnline, demo.EventRequest, demo.EventCrashed, demo.EventReplied, demo.EventGathered,
+			demo.EventReply, demo.EventDeadline, demo.EventExpired, demo.EventOK},
 		"trace":    {demo.EventScene, demo.EventTrace, demo.EventRecord, demo.EventOK},
 		"teardown": {demo.EventStop},
 	}
@@ -119,6 +121,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("presence scene handled %v, want %v", handled, want)
 	}
 	checkTasks(t, events)
+	checkReview(t, events)
 	// The messages of two protocols reach the trace, with their priorities.
 	records := map[string]demo.Event{}
 	for _, e := range events {
@@ -211,6 +214,46 @@ func checkTasks(t *testing.T, events []demo.Event) {
 	}
 	if types["agentbus.progress"] != 3 || types["agentbus.cancel"] != 1 || len(types) != 2 {
 		t.Errorf("trace records of the bus's own messages %v, want 3 agentbus.progress and 1 agentbus.cancel", types)
+	}
+}
+
+// checkReview checks the review scene: five reviewers join; two verdicts
+// and ui's crash come before api's verdict; the lead proceeds with those
+// three, perf and ui timed out; perf answers after that and the lead reads
+// its verdict with Attach; Attach to ui's copy returns at the reply-by and
+// the copy expires. None of the round's messages is in the trace of
+// release-42: the round is the component's conversation.
+func checkReview(t *testing.T, events []demo.Event) {
+	t.Helper()
+	var lines []string
+	for _, e := range events {
+		if e.Scene == "review" && e.Event != demo.EventScene && e.Event != demo.EventOK {
+			lines = append(lines, e.Event+" "+e.From)
+		}
+		if e.Event == demo.EventRecord && (e.Type == "ComponentHandoff" || e.Type == "ReviewResult") {
+			t.Errorf("trace record of the review round: %+v", e)
+		}
+	}
+	// security and qa answer at once, and ui crashes meanwhile, in any order.
+	if len(lines) > 9 {
+		slices.Sort(lines[6:9])
+	}
+	want := []string{
+		"online security", "online qa", "online api", "online perf", "online ui",
+		"request orchestrator",
+		"crashed ui", "replied qa", "replied security",
+		"replied api",
+		"gathered orchestrator",
+		"replied perf", "reply perf",
+		"deadline orchestrator", "expired orchestrator",
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("review scene:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for _, e := range events {
+		if e.Event == demo.EventGathered && !strings.HasSuffix(e.Detail, "(approved), api (approved); failed none; offline none; timed out perf, ui") {
+			t.Errorf("the lead's round: %s", e.Detail)
+		}
 	}
 }
 

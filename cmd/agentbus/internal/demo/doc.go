@@ -8,12 +8,16 @@
 // connects each agent process on a connection of its own, as separate
 // programs would: an orchestrator, two processes of the agent "worker"
 // (worker#1 and worker#2, which share the agent's durable consumers), a
-// reviewer, and an operator that watches for dead letters and reads what
-// agents' permissions would not let them. The messages are native messages
-// of two agent protocols (docs/protocols.md): Pipeline Broker work items,
-// which carry their own priority, and basemessage escalations, requests and
-// replies, published with [bus.Bus.PublishNative] or decoded with
-// [profiles.Prepare] and published with [bus.Bus.Publish].
+// reviewer, five reviewers of the group "reviewers", and an operator that
+// watches for dead letters and reads what agents' permissions would not
+// let them. The messages are native messages of three agent protocols
+// (docs/protocols.md): Pipeline Broker work items, which carry their own
+// priority, and basemessage escalations, requests and replies, published
+// with [bus.Bus.PublishNative] or decoded with [profiles.Prepare] and
+// published with [bus.Bus.Publish]; and the swarm protocol's
+// ComponentHandoff and ReviewResult, decoded with [profiles.Prepare], asked
+// of a group with [bus.Bus.GatherGroup] and answered with
+// [bus.Delivery.Reply].
 //
 // The scenes, in order:
 //
@@ -49,16 +53,33 @@
 //     goes offline and another review is requested with a do-by a second
 //     away ([bus.DoBy]): the Request returns a [bus.DeadlineError] at it,
 //     the record reads expired, and the reviewer, back, never gets it.
-//   - trace: every message shares the correlation ID [Conversation], so
-//     they form one trace ([bus.ConversationTraceID]);
-//     [bus.Admin.Conversation] lists them with where each ended.
+//   - review: the swarm protocol's review round (docs/groups.md). Five
+//     reviewers join the group "reviewers" ([bus.Bus.JoinGroup]); the
+//     orchestrator, the swarm's Lead, forwards a ComponentHandoff to the
+//     group with [bus.Bus.GatherGroup] and [bus.Want](3): each reviewer
+//     gets its own copy and answers with a ReviewResult. Two answer at
+//     once, one crashes on its copy (its connection closes), a third
+//     answers, and the lead proceeds with three verdicts, told who
+//     replied, failed, was offline and timed out ([bus.GatherResult]). The
+//     slow reviewer answers after that, and the lead reads its verdict
+//     with [bus.Bus.Attach] by its copy's ID (GatherResult.Requests). No
+//     process of the crashed reviewer comes back: Attach to its copy
+//     returns a [bus.DeadlineError] at the round's reply-by, and the copy
+//     expires. The round is a conversation of its own: the swarm profile
+//     takes the correlation ID from component_id.
+//   - trace: every message but the review round's shares the correlation
+//     ID [Conversation], so they form one trace
+//     ([bus.ConversationTraceID]); [bus.Admin.Conversation] lists them
+//     with where each ended.
 //
 // Each scene checks that it saw what it is meant to show, so the demo is
 // also a smoke test of a build: Run returns an error naming the first scene
 // that did not. The scenes wait for events (a handler running, a reply, a
 // publish acknowledgement), never for a fixed time, except the TTL scene,
-// which waits out its TTL, and the tasks scene, whose reviewer takes its
-// time over each step and whose orchestrator waits out a do-by. The bus
+// which waits out its TTL, the tasks scene, whose reviewer takes its time
+// over each step and whose orchestrator waits out a do-by, and the review
+// scene, which waits out its round's reply-by (a second) to show what
+// becomes of the crashed reviewer's copy. The bus
 // writes lifecycle records and dead letters asynchronously; reading one
 // right after the event it describes reads again until it is there.
 //

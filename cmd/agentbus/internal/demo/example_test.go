@@ -13,8 +13,8 @@ import (
 // prints the timeline, passing each event of Options.Events to a Printer.
 // It takes a few seconds: the crash scene waits out an ack wait, the ttl
 // scene a TTL, the presence scene three heartbeats, the tasks scene a
-// do-by. (go test compiles this example but does not run it: TestRun
-// runs the demo and checks what it prints here.)
+// do-by, the review scene a reply-by. (go test compiles this example but
+// does not run it: TestRun runs the demo and checks what it prints here.)
 func ExampleRun() {
 	rep, err := demo.Run(context.Background(), demo.Options{})
 	if err != nil {
@@ -34,6 +34,7 @@ func ExampleRun() {
 	// poison true
 	// presence true
 	// tasks true
+	// review true
 	// trace true
 	// all ok: true
 	// trace of release-42 is 717e81e2c69e106ad7cb5c8c712e0921

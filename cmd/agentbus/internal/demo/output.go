@@ -62,6 +62,7 @@ const (
 	EventCancel       = "cancel"        // a message is canceled (Bus.Cancel)
 	EventCanceled     = "canceled"      // what a cancel ended: the Request, the handler, the record
 	EventDeadline     = "deadline"      // a deadline of a request passed while its requester waited
+	EventGathered     = "gathered"      // a requester of many proceeds with the replies it wanted; Detail says who did what
 	EventStop         = "stop"          // teardown
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/agentbus/agentbus/codec/profiles"
 )
 
-// The agents of the demo speak two of the protocols of docs/protocols.md,
+// The agents of the demo speak three of the protocols of docs/protocols.md,
 // with messages shaped after the examples in the protocols' documents:
 //
 //   - Pipeline Broker messages (pipeline.md) for the work items: the
@@ -19,6 +19,10 @@ import (
 //   - basemessage (base-message.md) for the escalation, the review request
 //     and its reply: the message type decides the priority
 //     (ESCALATION_REQUEST is 1), and correlationId names the conversation.
+//   - swarm (swarm.md) for the review round: the Lead forwards an
+//     implementer's ComponentHandoff to the reviewers, who answer with a
+//     ReviewResult. The messages carry no addressing (it comes from the
+//     transport), and component_id names the conversation.
 
 // pipelineMessage is a Pipeline Broker message.
 type pipelineMessage struct {
@@ -86,6 +90,39 @@ type validationResponse struct {
 	Reasons  []string `json:"reasons"`
 }
 
+// componentHandoff is a swarm ComponentHandoff: an implementer's
+// finished component, which the Lead forwards for review.
+type componentHandoff struct {
+	Schema        string   `json:"schema"`
+	ComponentID   string   `json:"component_id"`
+	Status        string   `json:"status"`
+	FilesCreated  []string `json:"files_created"`
+	FilesModified []string `json:"files_modified"`
+	Summary       string   `json:"summary"`
+	Notes         *string  `json:"notes"`
+	Attempt       int      `json:"attempt"`
+	TurnCount     int      `json:"turn_count"`
+}
+
+// reviewResult is a swarm ReviewResult: a reviewer's verdict on a
+// component.
+type reviewResult struct {
+	Schema      string        `json:"schema"`
+	ComponentID string        `json:"component_id"`
+	Verdict     string        `json:"verdict"`
+	Issues      []reviewIssue `json:"issues"`
+	Notes       *string       `json:"notes"`
+	TurnCount   int           `json:"turn_count"`
+}
+
+type reviewIssue struct {
+	Severity     string `json:"severity"`
+	File         string `json:"file"`
+	Line         *int   `json:"line"`
+	Description  string `json:"description"`
+	SuggestedFix string `json:"suggested_fix"`
+}
+
 // now is a native timestamp: RFC 3339 in UTC, to the millisecond as the
 // documents' examples write it.
 func now() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00") }
@@ -127,6 +164,21 @@ func prepare(p profiles.Profile, native any) (*bus.Message, error) {
 	}
 	if m.CorrelationID == "" {
 		m.CorrelationID = Conversation
+	}
+	return m, nil
+}
+
+// prepareSwarm decodes and validates a swarm message from agent from to
+// agent (or group) to: the format carries no addressing, so it comes from
+// the transport, as profiles.Addressing.
+func prepareSwarm(native any, from, to string) (*bus.Message, error) {
+	data, err := json.Marshal(native)
+	if err != nil {
+		return nil, err
+	}
+	m, err := profiles.Prepare(profiles.Swarm{}, data, profiles.Addressing{From: from, To: to})
+	if err != nil {
+		return nil, fmt.Errorf("swarm message: %w", err)
 	}
 	return m, nil
 }

@@ -320,10 +320,10 @@ func (d *demo) poison(ctx context.Context) (string, error) {
 	return fmt.Sprintf("dev-666 was dead-lettered (%s) after %d deliveries; dev-106 behind it was handled", dl.Reason, dl.Deliveries), nil
 }
 
-// trace: every message of the demo carries one correlation ID, so they form
-// one conversation and one OpenTelemetry trace. The operator reads the
-// conversation's lifecycle records, every message in the order it was
-// created with where it ended.
+// trace: every message of the demo but the review round's carries one
+// correlation ID, so they form one conversation and one OpenTelemetry
+// trace. The operator reads the conversation's lifecycle records, every
+// message in the order it was created with where it ended.
 func (d *demo) trace(ctx context.Context) (string, error) {
 	traceID := bus.ConversationTraceID(Conversation)
 	d.emit(Event{From: operator, Event: EventTrace,
