@@ -102,6 +102,7 @@ type outage struct {
 	reason string
 	timer  *time.Timer
 	policy EscalationPolicy
+	done   chan struct{} // closed when the timer's escalate returned
 }
 
 // change takes one presence change.
@@ -121,10 +122,11 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 		if prev != nil {
 			prev.timer.Stop()
 		}
-		o := &outage{since: c.Presence.Since, reason: c.Presence.Reason, policy: p}
+		o := &outage{since: c.Presence.Since, reason: c.Presence.Reason, policy: p, done: make(chan struct{})}
 		w.timers.Add(1)
 		o.timer = time.AfterFunc(time.Until(o.since.Add(p.After)), func() {
 			defer w.timers.Done()
+			defer close(o.done)
 			w.escalate(ctx, c.Agent, o)
 		})
 		w.outages[c.Agent] = o
@@ -132,12 +134,24 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 		if prev == nil {
 			return
 		}
-		if prev.timer.Stop() {
+		fired := !prev.timer.Stop()
+		if !fired {
 			w.timers.Done() // it will not run
 		}
 		delete(w.outages, c.Agent)
 		recovered := c.Presence.Since
-		w.timers.Go(func() { w.recover(ctx, c.Agent, prev, recovered) })
+		w.timers.Go(func() {
+			if fired {
+				// Its escalation may still be on its way, its record
+				// not written yet: the recovery follows it.
+				select {
+				case <-prev.done:
+				case <-ctx.Done():
+					return
+				}
+			}
+			w.recover(ctx, c.Agent, prev, recovered)
+		})
 	}
 }
 
