@@ -232,7 +232,17 @@ func TestRequestCanceledWhileWaiting(t *testing.T) {
 		t.Run(tt.id, func(t *testing.T) {
 			go func() {
 				<-started
-				if _, err := tt.cancel(testContext(t), tt.id); err != nil {
+				// The sender writes the request's record just after the
+				// publish, and the handler can start before it is
+				// stored: poll until it is there, then cancel.
+				ctx := testContext(t)
+				for {
+					if _, err := admin.Status(ctx, tt.id); err == nil || ctx.Err() != nil {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				if _, err := tt.cancel(ctx, tt.id); err != nil {
 					t.Errorf("Cancel: %v", err)
 				}
 			}()

@@ -193,13 +193,25 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 			// Its work is void now: not retried.
 			err = Permanent(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
 			b.record(m, StateExpired, md, err)
-		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)):
+		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)) && !b.repliedElsewhere(ctx, m):
 			b.record(m, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
 			b.record(m, StateFailed, md, err) // the last failure records dead_lettered
 		}
 	}()
 	return h(context.WithValue(hctx, deliveryKey{}, hs), d)
+}
+
+// repliedElsewhere reports whether request m (it carries ExtReplyBy) was
+// answered from outside its handler, as 'agentbus reply' does from a
+// subscribe --exec command: its record reads replied, which the handler's
+// completion must not overwrite. A plain message costs no lookup.
+func (b *Bus) repliedElsewhere(ctx context.Context, m *Message) bool {
+	if _, ok := m.Extensions[ExtReplyBy]; !ok || b.status == nil {
+		return false
+	}
+	st, err := b.status.get(ctx, m, b.agent)
+	return err == nil && st.State == StateReplied
 }
 
 // doByOf returns the do-by deadline m carries (ExtDoBy), if any.

@@ -73,7 +73,8 @@ func (r *GatherResult) Replied(agent string) bool {
 // GatherOffline) and who did not answer in time. Fewer replies than wanted
 // return the result with an error wrapping ErrTooFewReplies. A reply that
 // comes after Gather ended is not lost: it reaches the agent's handler
-// marked Late, and Attach reads it by the copy's ID (GatherResult.Requests).
+// (marked Late once the reply-by passed), and Attach reads it by the copy's
+// ID (GatherResult.Requests).
 func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...GatherOption) (*GatherResult, error) {
 	var o gatherOptions
 	for _, opt := range opts {
@@ -185,7 +186,9 @@ collect:
 		}
 		if b.status != nil {
 			c := copyFor(m, a)
-			if st, err := b.status.get(rctx, &c, a); err == nil && (st.State.Final() || st.State == StateFailed) {
+			// A copy replied to since the replies stopped being taken
+			// counts as not in time: its reply reached the handler.
+			if st, err := b.status.get(rctx, &c, a); err == nil && st.State != StateReplied && (st.State.Final() || st.State == StateFailed) {
 				res.Failed = append(res.Failed, st)
 				continue
 			}

@@ -206,3 +206,41 @@ func TestRequestTakenReplyRecordedOnce(t *testing.T) {
 		t.Errorf("the requester's handler got %d messages, want none: the reply was taken", n)
 	}
 }
+
+// TestRequestRepliedOutsideHandler: a request answered from another
+// process of its recipient while its handler runs (as 'agentbus reply'
+// from a subscribe --exec command) keeps its replied record when the
+// handler then returns: the completion does not overwrite it.
+func TestRequestRepliedOutsideHandler(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	elsewhere := newBus(t, s, "worker") // the exec command's own process
+	subscribe(t, worker, func(_ context.Context, d *bus.Delivery) error {
+		ctx := testContext(t) // another process's: not the handler's
+		req, err := elsewhere.Received(ctx, d.ID)
+		if err != nil {
+			return err
+		}
+		if _, err = elsewhere.Reply(ctx, &req, bus.Message{Type: "answer"}); err != nil {
+			return err
+		}
+		return elsewhere.Flush(ctx) // the command exits after its reply
+	})
+	reply, err := orch.Request(ctx, bus.Message{ID: "outside-1", To: "worker", Type: "question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*bus.Bus{worker, elsewhere} {
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := waitState(t, orch, "outside-1", bus.StateReplied)
+	if st.ReplyID != reply.ID {
+		t.Errorf("record %+v, want replied with %s", st, reply.ID)
+	}
+	if got := recordHistory(t, s, "outside-1", "outside-1", "orchestrator", "worker"); slices.Contains(got, bus.StateCompleted) {
+		t.Errorf("the request's record history %v: the handler's completion overwrote replied", got)
+	}
+}
