@@ -62,8 +62,22 @@
 // conversation: it inherits the correlation ID and names the handled
 // message as its cause. [Bus.Request] publishes and waits for the reply
 // (5 minutes by default, [WithRequestTimeout]); a handler answers the
-// delivery it holds with [Delivery.Reply]. A reply that comes after the requester gave up still reaches
-// its handler, marked [Delivery].Late.
+// delivery it holds with [Delivery.Reply]. A reply that comes after the
+// requester gave up still reaches its handler, marked [Delivery].Late.
+// Long work reports progress ([Delivery.Progress], followed with
+// [OnProgress]), can be canceled ([Bus.Cancel]), given deadlines ([DoBy],
+// [IdleTimeout]), ask its requester for input ([Delivery.AskInput]), and be
+// taken up again after a restart ([Bus.Attach]) (docs/tasks.md).
+//
+// # Groups and schedules
+//
+// Agents join named groups ([Bus.JoinGroup], [Admin.AddToGroup],
+// [Admin.AddMatchingToGroup]); [Bus.PublishGroup] gives every member its
+// own copy, and [Bus.GatherGroup] asks them all and goes on with the
+// replies it wants ([Want], [StallTimeout]), saying who replied, failed,
+// was offline or did not answer ([GatherResult]) (docs/groups.md).
+// [Bus.Schedule] has the server send a message later, once ([At], [In]) or
+// again and again ([Every], [Cron]) (docs/scheduling.md).
 //
 // # Protocols
 //
