@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -45,38 +48,60 @@ var ErrFinal = errors.New("bus: message already finished")
 // Errors: ErrFinal, ErrNoStatus (no record of the message that names this
 // agent), ErrInvalidOption with lifecycle tracking off, or the server's.
 func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
-	sts, err := b.Status(ctx, id)
-	if err != nil {
-		return Status{}, err
+	mine := func(st Status) bool { return st.From == b.agent || st.To == b.agent }
+	canceled, err := b.cancelByID(ctx, id, b.Status, mine, b.agent, b.Publish)
+	if err == nil || !errors.Is(err, ErrFinal) && !errors.Is(err, ErrNoStatus) && !errors.Is(err, ErrInvalidMessage) {
+		b.req.cancel(id, b.agent) // a Request of this process waiting for it
 	}
-	for _, st := range sts {
-		if cancelable(st) && (st.From == b.agent || st.To == b.agent) {
-			canceled, err := b.cancel(ctx, st, b.agent, b.Publish)
-			if err == nil || !errors.Is(err, ErrFinal) {
-				b.req.cancel(id, b.agent) // a Request of this process waiting for it
-			}
-			return canceled, err
-		}
-	}
-	return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
+	return canceled, err
 }
 
 // Cancel cancels the direct message id as an operator, as Bus.Cancel does
 // for its sender or recipient; the notice comes from "agentbus".
 func (a *Admin) Cancel(ctx context.Context, id string) (Status, error) {
-	sts, err := a.Status(ctx, id)
+	anyone := func(Status) bool { return true }
+	return a.cancelByID(ctx, id, a.Status, anyone, operatorSender, func(ctx context.Context, m Message) (PubAck, error) {
+		m.From = operatorSender
+		return PubAck{}, a.publishAs(ctx, m)
+	})
+}
+
+// cancelAttempts bounds how often a cancel reads a record again that
+// changed between its lookup and the cancel's write: a progress update or
+// a question of the running handler, which leave it cancelable. Each
+// attempt reads the record by its key, a round trip, so a handler that
+// records progress without pause leaves it a narrow window only.
+const cancelAttempts = 50
+
+// errRecordChanged is wrapped by cancel's error when the record changed
+// since it was read.
+var errRecordChanged = errors.New("its record changed meanwhile")
+
+// cancelByID cancels message id, whose records lookup reads, as by: the
+// first cancelable record that may names.
+func (c *client) cancelByID(ctx context.Context, id string, lookup func(context.Context, string) ([]Status, error), may func(Status) bool,
+	by string, publish func(context.Context, Message) (PubAck, error)) (Status, error) {
+	sts, err := lookup(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	for _, st := range sts {
-		if cancelable(st) {
-			return a.cancel(ctx, st, operatorSender, func(ctx context.Context, m Message) (PubAck, error) {
-				m.From = operatorSender
-				return PubAck{}, a.publishAs(ctx, m)
-			})
-		}
+	i := slices.IndexFunc(sts, func(st Status) bool { return cancelable(st) && may(st) })
+	if i < 0 {
+		return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
 	}
-	return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
+	st := sts[i]
+	for attempt := 1; ; attempt++ {
+		canceled, err := c.cancel(ctx, st, by, publish)
+		if !errors.Is(err, errRecordChanged) || attempt == cancelAttempts || ctx.Err() != nil {
+			return canceled, err
+		}
+		m := st.Message()
+		fresh, gerr := c.status.get(ctx, &m, st.To)
+		if gerr != nil {
+			return canceled, err
+		}
+		st = fresh
+	}
 }
 
 // cancelable reports whether the message st records can be canceled: a
@@ -116,7 +141,11 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	canceled := st
 	canceled.State, canceled.Updated, canceled.By, canceled.Reason = StateCanceled, time.Now().UTC(), by, "canceled by "+by
 	if err := c.status.updateStored(ctx, canceled, st.revision); err != nil {
-		return st, fmt.Errorf("cancel %s: %w (its record changed meanwhile; look it up again)", st.ID, err)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return st, fmt.Errorf("cancel %s: %w: %w", st.ID, errRecordChanged, err)
+		}
+		return st, fmt.Errorf("cancel %s: %w", st.ID, err)
 	}
 	if st.State == StateScheduled {
 		// Its recipient cannot remove the schedule; it drops the message
@@ -204,7 +233,15 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	if err := json.Unmarshal(m.Data, &n); err != nil || n.ID == "" || b.status == nil {
 		return
 	}
-	st, err := b.status.get(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, b.agent)
+	canceled := &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}
+	st, err := b.status.get(ctx, canceled, b.agent)
+	if err == nil && st.State != StateCanceled && !st.State.Final() {
+		// A progress update recorded just after the cancel can have
+		// written over it: look for it among the record's recent states.
+		if b.status.wasCanceled(ctx, canceled, b.agent) {
+			st.State = StateCanceled
+		}
+	}
 	if err != nil || st.State != StateCanceled {
 		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record is not canceled (%v)", n.ID, m.From, err))
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/bus"
 )
@@ -105,4 +106,47 @@ func TestCancelAfterCompletion(t *testing.T) {
 	if st, err := adminOf(t, s).Cancel(testContext(t), queued.ID); err != nil || st.State != bus.StateCanceled || st.By != "agentbus" {
 		t.Errorf("Admin.Cancel = %+v, %v", st, err)
 	}
+}
+
+// TestCancelWhileProgressing: a cancel of a request whose handler records
+// a progress update every few milliseconds succeeds, and stops it: the
+// record changes between the cancel's lookup and its write, so the cancel
+// reads it again; an update recorded just after the cancel can write over
+// it, and the recipient and the requester find it among its recent states.
+func TestCancelWhileProgressing(t *testing.T) {
+	s := newServer(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := d.Progress(ctx, bus.Progress{Message: "busy"}); err != nil && ctx.Err() == nil {
+				return err
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+	})
+	updates := make(chan struct{}, 1)
+	canceled := make(chan error, 1)
+	go func() {
+		<-updates
+		_, err := orch.Cancel(testContext(t), "busy-1")
+		canceled <- err
+	}()
+	_, err := orch.Request(testContext(t), bus.Message{ID: "busy-1", To: "worker", Type: "LONG"}, bus.OnProgress(func(u *bus.Delivery) {
+		if _, n, _ := u.ProgressUpdate(); n == 20 {
+			updates <- struct{}{}
+		}
+	}))
+	if err := <-canceled; err != nil {
+		t.Fatalf("Cancel while the handler records progress: %v", err)
+	}
+	if !errors.Is(err, bus.ErrCanceled) {
+		t.Errorf("Request = %v, want ErrCanceled", err)
+	}
+	waitState(t, orch, "busy-1", bus.StateCanceled)
 }

@@ -445,7 +445,22 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 	if err := json.Unmarshal(resp.Data, &s); err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", key, err)
 	}
+	s.revision, _ = strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
 	return s, nil
+}
+
+// wasCanceled reports whether one of the states the bucket keeps of m's
+// record at recipient to (its history, 10 by default) is canceled.
+func (t *tracker) wasCanceled(ctx context.Context, m *Message, to string) bool {
+	key, err := subjects.StatusKey(conversationOf(m), m.ID, m.From, to)
+	if err != nil {
+		return false
+	}
+	found := false
+	err = t.scan(ctx, key, jetstream.DeliverAllPolicy, func(_ string, s Status) {
+		found = found || s.State == StateCanceled
+	})
+	return err == nil && found
 }
 
 // read returns the current record of every key matching one of filters,
