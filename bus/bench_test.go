@@ -531,32 +531,8 @@ func BenchmarkRequestReply(b *testing.B) {
 
 	b.Run("raw-jetstream", func(b *testing.B) {
 		requester, responder := env.name("raw-requester"), env.name("raw-responder")
-		// consume consumes agent's direct messages at the default priority
-		// on a connection of its own with the bus's consumer settings,
-		// decoding each event and passing it to f before the ack.
 		consume := func(agent string, f func(js jetstream.JetStream, m *codec.Message)) {
-			js, err := jetstream.New(embeddedtest.Connect(b, env.srv))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", rawDirectConsumer(b, agent))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cc, err := cons.Consume(func(m jetstream.Msg) {
-				msg, err := codec.Decode(m.Headers(), m.Data())
-				if err != nil {
-					b.Error(err)
-					m.Term()
-					return
-				}
-				f(js, msg)
-				m.Ack()
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { cc.Stop(); <-cc.Closed() })
+			consumeRawAgent(b, env, agent, f)
 		}
 		replySubject := rawDirect(b, requester, responder, "RESULT")
 		consume(responder, func(js jetstream.JetStream, req *codec.Message) {
