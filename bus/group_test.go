@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec/profiles"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -145,30 +146,9 @@ func TestGatherReviewRound(t *testing.T) {
 			return verdict(ctx, d)
 		},
 	}
-	for name, h := range handlers {
-		b := newBus(t, s, name)
-		if err := b.JoinGroup(ctx, "reviewers"); err != nil {
-			t.Fatal(err)
-		}
-		subscribe(t, b, h)
-	}
+	joinReviewers(t, s, handlers)
 	// The crashing reviewer dies in its handler.
-	nc := embeddedtest.Connect(t, s)
-	crashy, err := bus.New(nc, "crashy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer crashy.Close()
-	if err := crashy.JoinGroup(ctx, "reviewers"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := crashy.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
-		nc.Close()
-		<-ctx.Done()
-		return ctx.Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	crashingReviewer(t, s, func(*bus.Delivery) {})
 	// The offline reviewer registered and left.
 	gone := newBus(t, s, "gone", bus.WithHeartbeat(time.Second))
 	if err := gone.JoinGroup(ctx, "reviewers"); err != nil {
@@ -278,7 +258,7 @@ func TestGatherReviewRoundSwarm(t *testing.T) {
 	}
 	crashed, releaseSlow := make(chan struct{}), make(chan struct{})
 	const ackWait = 500 * time.Millisecond // the time to notice the crash
-	for name, h := range map[string]bus.Handler{
+	joinReviewers(t, s, map[string]bus.Handler{
 		"fast-1": func(ctx context.Context, d *bus.Delivery) error { took(d); return verdict(ctx, d) },
 		"fast-2": func(ctx context.Context, d *bus.Delivery) error { took(d); return verdict(ctx, d) },
 		"steady": func(ctx context.Context, d *bus.Delivery) error {
@@ -289,33 +269,13 @@ func TestGatherReviewRoundSwarm(t *testing.T) {
 			took(d)
 			return after(ctx, releaseSlow, d)
 		},
-	} {
-		b := newBus(t, s, name)
-		if err := b.JoinGroup(ctx, "reviewers"); err != nil {
-			t.Fatal(err)
-		}
-		subscribe(t, b, h)
-	}
+	})
 	// The crashing reviewer dies in its handler: its connection closes
 	// with the copy unacknowledged.
-	nc := embeddedtest.Connect(t, s)
-	crashy, err := bus.New(nc, "crashy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer crashy.Close()
-	if err := crashy.JoinGroup(ctx, "reviewers"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := crashy.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+	crashingReviewer(t, s, func(d *bus.Delivery) {
 		took(d)
-		nc.Close()
 		close(crashed)
-		<-ctx.Done()
-		return ctx.Err()
-	}, bus.WithAckWait(ackWait)); err != nil {
-		t.Fatal(err)
-	}
+	}, bus.WithAckWait(ackWait))
 
 	m, err := profiles.Prepare(swarm, handoff, profiles.Addressing{From: "lead", To: "reviewers"})
 	if err != nil {
@@ -460,5 +420,42 @@ func TestAddMatchingToGroup(t *testing.T) {
 	}
 	if !slices.Equal(by, []string{"qa agentbus", "sec agentbus"}) {
 		t.Errorf("memberships %v, want qa and sec added by the operator", by)
+	}
+}
+
+// joinReviewers makes each agent of handlers a member of group "reviewers",
+// subscribed with its handler.
+func joinReviewers(t *testing.T, s *embedded.Server, handlers map[string]bus.Handler) {
+	t.Helper()
+	for name, h := range handlers {
+		b := newBus(t, s, name)
+		if err := b.JoinGroup(testContext(t), "reviewers"); err != nil {
+			t.Fatal(err)
+		}
+		subscribe(t, b, h)
+	}
+}
+
+// crashingReviewer makes agent "crashy" a member of group "reviewers" whose
+// handler calls took, then closes its connection with the message
+// unacknowledged and waits to be stopped.
+func crashingReviewer(t *testing.T, s *embedded.Server, took func(*bus.Delivery), opts ...bus.SubscribeOption) {
+	t.Helper()
+	nc := embeddedtest.Connect(t, s)
+	crashy, err := bus.New(nc, "crashy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { crashy.Close() })
+	if err := crashy.JoinGroup(testContext(t), "reviewers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashy.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+		took(d)
+		nc.Close()
+		<-ctx.Done()
+		return ctx.Err()
+	}, opts...); err != nil {
+		t.Fatal(err)
 	}
 }
