@@ -185,3 +185,22 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 
 // batchWait bounds how long readPending waits for one batch.
 const batchWait = 5 * time.Second
+
+// concurrently calls f(i) for each i in [0, n), at most limit calls at a
+// time, and returns when all have returned.
+func concurrently(n, limit int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(limit, n) {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}

@@ -43,6 +43,9 @@ func GatherOffline() GatherOption {
 	return func(o *gatherOptions) { o.queueIfOffline = true }
 }
 
+// presenceLookups is how many presence records a Gather reads at a time.
+const presenceLookups = 16
+
 // GatherResult is what a Gather got: who replied, in the order the replies
 // came, who failed, who was offline and not asked, who did not answer in
 // time. Requests maps every agent asked to the ID of its copy of the
@@ -98,13 +101,18 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 	defer cancel()
 
 	res := &GatherResult{ID: m.ID, Requests: make(map[string]string, len(agents))}
+	offline := make([]bool, len(agents))
+	if !o.queueIfOffline {
+		concurrently(len(agents), presenceLookups, func(i int) {
+			p, _, err := b.presenceOf(ctx, agents[i])
+			offline[i] = err == nil && p.Status == Offline
+		})
+	}
 	var asked []string
-	for _, a := range agents {
-		if !o.queueIfOffline {
-			if p, _, err := b.presenceOf(ctx, a); err == nil && p.Status == Offline {
-				res.Offline = append(res.Offline, a)
-				continue
-			}
+	for i, a := range agents {
+		if offline[i] {
+			res.Offline = append(res.Offline, a)
+			continue
 		}
 		asked = append(asked, a)
 	}

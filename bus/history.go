@@ -336,36 +336,25 @@ func (b *Admin) fetch(ctx context.Context, entries []HistoryEntry) error {
 		return b.notProvisioned(err)
 	}
 	var (
-		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 	)
-	next := make(chan int)
-	for range min(historyGets, len(entries)) {
-		wg.Go(func() {
-			for i := range next {
-				e := &entries[i]
-				raw, err := s.GetMsg(ctx, e.Sequence)
-				switch {
-				case errors.Is(err, jetstream.ErrMsgNotFound):
-					e.Err = gone(e)
-				case err != nil:
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("get %s sequence %d: %w", e.Stream, e.Sequence, err)
-					}
-					mu.Unlock()
-				default:
-					b.readEntry(e, raw.Subject, raw.Header, raw.Data)
-				}
+	concurrently(len(entries), historyGets, func(i int) {
+		e := &entries[i]
+		raw, err := s.GetMsg(ctx, e.Sequence)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			e.Err = gone(e)
+		case err != nil:
+			mu.Lock()
+			if first == nil {
+				first = fmt.Errorf("get %s sequence %d: %w", e.Stream, e.Sequence, err)
 			}
-		})
-	}
-	for i := range entries {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+			mu.Unlock()
+		default:
+			b.readEntry(e, raw.Subject, raw.Header, raw.Data)
+		}
+	})
 	return first
 }
 
