@@ -77,13 +77,15 @@ func TestScheduleAt(t *testing.T) {
 }
 
 // TestScheduleCancel: a schedule its sender cancels never fires, and its
-// record reads canceled; a message scheduled after it, for later, comes.
+// record reads canceled; a message scheduled after it, for the same time
+// or later, comes first (had the canceled one fired, it would have come
+// before: the server fires a second's schedules in stream order).
 // A cancel after it fired is ErrFinal.
 func TestScheduleCancel(t *testing.T) {
 	_, alice, rec, _ := scheduling(t)
 	ctx := testContext(t)
 
-	canceled, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("never")}, bus.In(time.Second))
+	canceled, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("never")}, bus.In(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func TestScheduleBroadcast(t *testing.T) {
 	rb, rc := newRecorder(), newRecorder()
 	subscribe(t, bob, rb.handle)
 	subscribe(t, carol, rc.handle)
-	dropped, err := alice.Schedule(ctx, bus.Message{To: bus.Broadcast, Type: "all-hands", Data: []byte("canceled")}, bus.In(time.Second))
+	dropped, err := alice.Schedule(ctx, bus.Message{To: bus.Broadcast, Type: "all-hands", Data: []byte("canceled")}, bus.In(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +367,7 @@ func TestSchedulePermissions(t *testing.T) {
 	rec := newRecorder()
 	subscribe(t, bob, rec.handle)
 
-	dropped, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(time.Second))
+	dropped, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(2*time.Second))
 	if err != nil {
 		t.Fatalf("a scheduler's Schedule: %v", err)
 	}
