@@ -431,18 +431,8 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		// The subject is one mallory may use; the server itself refuses a
 		// configured filter that is not the subject's.
 		subject := "$JS.API.CONSUMER.CREATE." + stream + ".mallory_p3.agentbus.agent.mallory.p3.>"
-		body, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
+		hiddenFilterRefused(t, mallory.nc, subject, map[string]any{"stream_name": stream, "config": map[string]any{
 			"durable_name": "mallory_p3", "filter_subject": "agentbus.agent.alice.p3.>", "ack_policy": "explicit"}})
-		m, err := mallory.nc.RequestWithContext(ctx, subject, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var resp struct {
-			Error *jetstream.APIError `json:"error"`
-		}
-		if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error == nil || resp.Error.ErrorCode != 10131 {
-			t.Fatalf("response %s, want error 10131 (filter does not match the subject's)", m.Data)
-		}
 	})
 	t.Run("publish as alice", func(t *testing.T) {
 		for _, subject := range []string{"agentbus.agent.bob.p1.alice.order", "agentbus.all.p1.alice.order"} {
@@ -552,18 +542,8 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		// Its own sent-messages consumer, with alice's messages hidden in
 		// the request body: the server's own check.
 		subject := "$JS.API.CONSUMER.CREATE." + stream + ".mallory_hs.agentbus.agent.*.*.mallory.*"
-		body, _ := json.Marshal(map[string]any{"stream_name": stream, "config": map[string]any{
+		hiddenFilterRefused(t, mallory.nc, subject, map[string]any{"stream_name": stream, "config": map[string]any{
 			"name": "mallory_hs", "filter_subject": "agentbus.agent.alice.>", "ack_policy": "none"}})
-		m, err := mallory.nc.RequestWithContext(ctx, subject, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var resp struct {
-			Error *jetstream.APIError `json:"error"`
-		}
-		if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error == nil || resp.Error.ErrorCode != 10131 {
-			t.Fatalf("response %s, want error 10131 (filter does not match the subject's)", m.Data)
-		}
 	})
 	t.Run("file a dead letter as alice", func(t *testing.T) {
 		mallory.denied(t, "agentbus.dlq.alice.bob.secret", func(ctx context.Context) error {
@@ -684,6 +664,24 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		if errs.total() != 0 {
 			t.Errorf("%s: background errors %v", agent, errs)
 		}
+	}
+}
+
+// hiddenFilterRefused sends a consumer create request on subject, which
+// the agent's permissions allow, with a body whose filter is not the
+// subject's, and checks that the server refuses it (10131).
+func hiddenFilterRefused(t *testing.T, nc *nats.Conn, subject string, body map[string]any) {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	m, err := nc.RequestWithContext(testContext(t), subject, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error == nil || resp.Error.ErrorCode != 10131 {
+		t.Fatalf("response %s, want error 10131 (filter does not match the subject's)", m.Data)
 	}
 }
 
