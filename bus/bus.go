@@ -234,12 +234,17 @@ func parseVersion(v string) ([3]int, bool) {
 	return out, true
 }
 
-// notProvisioned tells apart the two reasons no stream answers: the stream
-// does not exist (ErrNotProvisioned), or it exists but cannot answer now,
-// such as a replicated stream that lost its quorum (ErrUnavailable). Only
-// on this error path does it ask the server which.
+// notProvisioned tells apart the two reasons the message stream does not
+// answer, as streamMissing does.
 func (b *client) notProvisioned(err error) error {
-	stream := b.opts.scheme.Stream()
+	return b.streamMissing(b.opts.scheme.Stream(), err)
+}
+
+// streamMissing tells apart the two reasons no stream answers: stream does
+// not exist (ErrNotProvisioned), or it exists but cannot answer now, such
+// as a replicated stream that lost its quorum (ErrUnavailable). Only on
+// this error path does it ask the server which.
+func (b *client) streamMissing(stream string, err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return &notProvisionedError{stream: stream, cause: err}

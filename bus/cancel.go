@@ -233,16 +233,8 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	if err := json.Unmarshal(m.Data, &n); err != nil || n.ID == "" || b.status == nil {
 		return
 	}
-	canceled := &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}
-	st, err := b.status.get(ctx, canceled, b.agent)
-	if err == nil && st.State != StateCanceled && !st.State.Final() {
-		// A progress update recorded just after the cancel can have
-		// written over it: look for it among the record's recent states.
-		if b.status.wasCanceled(ctx, canceled, b.agent) {
-			st.State = StateCanceled
-		}
-	}
-	if err != nil || st.State != StateCanceled {
+	canceled, err := b.status.canceled(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, b.agent)
+	if !canceled {
 		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record is not canceled (%v)", n.ID, m.From, err))
 		return
 	}

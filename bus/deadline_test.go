@@ -230,23 +230,22 @@ func TestRequestCanceledWhileWaiting(t *testing.T) {
 		{"by-operator", "agentbus", admin.Cancel},
 	} {
 		t.Run(tt.id, func(t *testing.T) {
+			requested := make(chan error, 1)
 			go func() {
-				<-started
-				// The sender writes the request's record just after the
-				// publish, and the handler can start before it is
-				// stored: poll until it is there, then cancel.
-				ctx := testContext(t)
-				for {
-					if _, err := admin.Status(ctx, tt.id); err == nil || ctx.Err() != nil {
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-				if _, err := tt.cancel(ctx, tt.id); err != nil {
-					t.Errorf("Cancel: %v", err)
-				}
+				_, err := orch.Request(testContext(t), bus.Message{ID: tt.id, To: "worker", Type: "LONG"})
+				requested <- err
 			}()
-			_, err := orch.Request(testContext(t), bus.Message{ID: tt.id, To: "worker", Type: "LONG"})
+			<-started
+			// The sender writes the request's record just after the
+			// publish, and the handler can start before it is stored.
+			waitFor(t, "the request's record", func() (bool, string) {
+				_, err := admin.Status(testContext(t), tt.id)
+				return err == nil, fmt.Sprint(err)
+			})
+			if _, err := tt.cancel(testContext(t), tt.id); err != nil {
+				t.Errorf("Cancel: %v", err)
+			}
+			err := <-requested
 			var ce *bus.CanceledError
 			if !errors.As(err, &ce) || ce.By != tt.by || ce.ID != tt.id || !errors.Is(err, bus.ErrCanceled) {
 				t.Fatalf("Request error %v, want a *CanceledError by %s", err, tt.by)

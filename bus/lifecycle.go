@@ -449,18 +449,25 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 	return s, nil
 }
 
-// wasCanceled reports whether one of the states the bucket keeps of m's
-// record at recipient to (its history, 10 by default) is canceled.
-func (t *tracker) wasCanceled(ctx context.Context, m *Message, to string) bool {
+// canceled reports whether m's record at recipient to says canceled. A
+// record that has not ended is also looked for among the states the bucket
+// keeps of it (its history, 10 by default): a progress update of the
+// running handler, recorded just after the cancel, can have written
+// working over it.
+func (t *tracker) canceled(ctx context.Context, m *Message, to string) (bool, error) {
+	st, err := t.get(ctx, m, to)
+	if err != nil || st.State.Final() {
+		return err == nil && st.State == StateCanceled, err
+	}
 	key, err := subjects.StatusKey(conversationOf(m), m.ID, m.From, to)
 	if err != nil {
-		return false
+		return false, err
 	}
 	found := false
 	err = t.scan(ctx, key, jetstream.DeliverAllPolicy, func(_ string, s Status) {
 		found = found || s.State == StateCanceled
 	})
-	return err == nil && found
+	return found, err
 }
 
 // read returns the current record of every key matching one of filters,

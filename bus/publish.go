@@ -62,7 +62,7 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	}
 	ack, err := b.send(ctx, msg)
 	if err != nil {
-		err = b.publishError(msg, m.ID, err)
+		err = b.publishError(b.opts.scheme.Stream(), msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
@@ -94,7 +94,7 @@ func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 	case ack := <-f.f.Ok():
 		return PubAck{ID: f.id, Subject: f.subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 	case err := <-f.f.Err():
-		return PubAck{}, f.b.publishError(nil, f.id, err)
+		return PubAck{}, f.b.publishError(f.b.opts.scheme.Stream(), nil, f.id, err)
 	case <-ctx.Done():
 		return PubAck{}, ctx.Err()
 	}
@@ -124,7 +124,7 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		b.status.release(msg)
-		err = b.publishError(msg, m.ID, err)
+		err = b.publishError(b.opts.scheme.Stream(), msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)
 		return nil, err
@@ -302,10 +302,10 @@ func ttlSeconds(d time.Duration) string {
 }
 
 // publishError says what became of the publish of msg (nil when only the
-// ID is known), message id, that failed with err. An oversize message is
-// measured here, on the error path, rather than before every publish:
-// nats.go checks the size anyway.
-func (b *Bus) publishError(msg *nats.Msg, id string, err error) error {
+// ID is known), message id, to stream, that failed with err. An oversize
+// message is measured here, on the error path, rather than before every
+// publish: nats.go checks the size anyway.
+func (b *Bus) publishError(stream string, msg *nats.Msg, id string, err error) error {
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload) && msg != nil:
 		hn := headerSize(msg.Header)
@@ -316,5 +316,5 @@ func (b *Bus) publishError(msg *nats.Msg, id string, err error) error {
 	case errors.Is(err, nats.ErrConnectionClosed) && b.isClosed():
 		return ErrClosed
 	}
-	return fmt.Errorf("publish %s: %w", id, b.notProvisioned(err))
+	return fmt.Errorf("publish %s: %w", id, b.streamMissing(stream, err))
 }

@@ -609,13 +609,8 @@ func (b *Bus) canceledRecord(ctx context.Context, m *Message) bool {
 	}
 	sent := *m
 	sent.From = b.agent
-	st, err := b.status.get(ctx, &sent, m.To)
-	if err != nil || st.State.Final() {
-		return err == nil && st.State == StateCanceled
-	}
-	// A progress update recorded just after the cancel can have written
-	// over it.
-	return st.State == StateCanceled || b.status.wasCanceled(ctx, &sent, m.To)
+	canceled, _ := b.status.canceled(ctx, &sent, m.To)
+	return canceled
 }
 
 // recordTaken marks a reply a Request took as completed, so the stored copy

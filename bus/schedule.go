@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -156,7 +155,7 @@ func (b *Bus) Schedule(ctx context.Context, m Message, w When) (PubAck, error) {
 	}
 	ack, err := b.send(ctx, msg)
 	if err != nil {
-		err = b.publishError(msg, m.ID, b.scheduleStreamMissing(err))
+		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
@@ -229,15 +228,6 @@ var (
 	minScheduleServer  = [3]int{2, 12, 0}
 	minRecurringServer = [3]int{2, 14, 0}
 )
-
-// scheduleStreamMissing says that the schedule stream is missing when err
-// is the server's "no stream" for a schedule subject.
-func (b *Bus) scheduleStreamMissing(err error) error {
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%w: no stream %s (run agentbus provision): %w", ErrNotProvisioned, b.opts.scheme.ScheduleStream(), err)
-	}
-	return err
-}
 
 // firing is what a fired message's headers say of its schedule.
 type firing struct {

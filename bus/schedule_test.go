@@ -82,7 +82,7 @@ func TestScheduleAt(t *testing.T) {
 // before: the server fires a second's schedules in stream order).
 // A cancel after it fired is ErrFinal.
 func TestScheduleCancel(t *testing.T) {
-	_, alice, rec, _ := scheduling(t)
+	_, alice, rec, admin := scheduling(t)
 	ctx := testContext(t)
 
 	canceled, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Data: []byte("never")}, bus.In(2*time.Second))
@@ -101,11 +101,12 @@ func TestScheduleCancel(t *testing.T) {
 	if got[0].ID != later.ID {
 		t.Errorf("first delivery %s (%q), want the later message; the canceled one fired", got[0].ID, got[0].Data)
 	}
+	waitFor(t, "the later message's record completed", func() (bool, string) {
+		st := statusOf(t, admin, later.ID)
+		return st.State == bus.StateCompleted, fmt.Sprint(st)
+	})
 	if _, err := alice.Cancel(ctx, later.ID); !errors.Is(err, bus.ErrFinal) {
-		// Handled: completed, or still pending if bob's record is in flight.
-		if err == nil {
-			t.Errorf("Cancel after it fired succeeded")
-		}
+		t.Errorf("Cancel after it was handled = %v, want ErrFinal", err)
 	}
 	if n := len(rec.deliveries()); n != 1 {
 		t.Errorf("%d deliveries, want 1", n)
@@ -383,5 +384,20 @@ func TestSchedulePermissions(t *testing.T) {
 	}
 	if _, err := mallory.Schedule(ctx, bus.Message{To: "bob", Type: "reminder"}, bus.In(time.Hour)); !errors.Is(err, bus.ErrPermissionDenied) {
 		t.Errorf("Schedule by an agent that is no scheduler = %v, want ErrPermissionDenied", err)
+	}
+}
+
+// TestScheduleNotProvisioned: without the schedule stream, Schedule says
+// which stream to provision.
+func TestScheduleNotProvisioned(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	js, _ := jetstream.New(embeddedtest.Connect(t, s))
+	if err := js.DeleteStream(ctx, subjects.Default().ScheduleStream()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newBus(t, s, "alice").Schedule(ctx, bus.Message{To: "bob", Type: "t"}, bus.In(time.Hour))
+	if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), subjects.Default().ScheduleStream()) {
+		t.Errorf("Schedule without the schedule stream = %v, want ErrNotProvisioned naming it", err)
 	}
 }
