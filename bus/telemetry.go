@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -21,6 +24,10 @@ type telemetry struct {
 	scheme subjects.Scheme
 	tracer trace.Tracer
 	meter  metric.Meter
+	// untraced reports whether tracer makes no spans now (see
+	// newUntraced); the send and process paths then skip the trace
+	// context altogether.
+	untraced func() bool
 
 	sendOpts    []trace.SpanStartOption
 	processOpts []trace.SpanStartOption
@@ -73,12 +80,43 @@ func (destinationMetrics) withError(set attribute.Set, et string) metric.Measure
 	return metric.WithAttributes(kvs...)
 }
 
+// newUntraced returns the test of whether tp makes no spans: always for
+// the no-op providers, and for OpenTelemetry's global provider until a
+// program sets one (otel.SetTracerProvider), which may come after New.
+// Any other provider is taken to trace, sampled or not.
+//
+// With no spans made, the bus neither reads the producer's trace context
+// nor puts the conversation's in the handler's context: a span would carry
+// it and there is none. What a message carries is unchanged: the bus writes
+// no trace context while tracing is off (see startSend).
+func newUntraced(tp trace.TracerProvider) func() bool {
+	switch tp.(type) {
+	case noop.TracerProvider, *noop.TracerProvider:
+		return func() bool { return true }
+	}
+	if isGlobalDelegate(tp) {
+		return func() bool { return otel.GetTracerProvider() == tp }
+	}
+	return func() bool { return false }
+}
+
+// isGlobalDelegate reports whether tp is OpenTelemetry's global tracer
+// provider as a program finds it before setting one: a delegate that makes
+// no spans until otel.SetTracerProvider, after which otel.GetTracerProvider
+// returns the provider set.
+func isGlobalDelegate(tp trace.TracerProvider) bool {
+	t := reflect.TypeOf(tp)
+	return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" &&
+		t.Elem().Name() == "tracerProvider"
+}
+
 func newTelemetry(o *options, agent string) (*telemetry, error) {
 	t := &telemetry{
 		agent:  agent,
 		scheme: o.scheme,
 		tracer: o.tracerProvider.Tracer(instrumentationName,
 			trace.WithSchemaURL(semconv.SchemaURL)),
+		untraced:    newUntraced(o.tracerProvider),
 		sendOpts:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)},
 		processOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
 	}

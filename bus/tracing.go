@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
@@ -130,6 +131,9 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	if dest != nil {
 		name = dest.sendName
 	}
+	if t.untraced() {
+		return sendOp{span: noop.Span{}, start: time.Now(), dest: dest}
+	}
 	root := conversationRoot(conversationOf(m))
 	ctx, link := parentUnder(ctx, trace.SpanContextFromContext(ctx), root)
 	ctx, span := t.tracer.Start(ctx, name, t.sendOpts...)
@@ -207,6 +211,9 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 		if cm.Metadata.Deliveries > 1 {
 			t.redeliveries.Add(ctx, 1, t.levels[dest.priority-1].opts...)
 		}
+	}
+	if t.untraced() {
+		return ctx, processOp{span: noop.Span{}, start: time.Now(), dest: dest}
 	}
 	carrier := incomingCarrier{h: cm.Header}
 	if m != nil {

@@ -1,8 +1,15 @@
 package bus
 
 import (
+	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/nats-io/nats.go"
 
@@ -73,5 +80,35 @@ func TestIncomingCarrier(t *testing.T) {
 	}
 	if got := (incomingCarrier{h: nats.Header{"TRACEPARENT": {"p"}}}).Get("traceparent"); got != "p" {
 		t.Errorf("Get(traceparent) of TRACEPARENT = %q, want p", got)
+	}
+}
+
+// TestUntraced: the no-op providers make no spans, an SDK provider does,
+// and the global provider makes none until a program sets one, which the
+// test checks in a child process so as to leave this one's global alone.
+func TestUntraced(t *testing.T) {
+	if !newUntraced(noop.NewTracerProvider())() || !newUntraced(&noop.TracerProvider{})() {
+		t.Error("a no-op provider is taken to trace")
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	if newUntraced(tp)() {
+		t.Error("an SDK provider is taken to make no spans")
+	}
+	if os.Getenv("AGENTBUS_TEST_SET_GLOBAL_TRACER") != "" {
+		untraced := newUntraced(otel.GetTracerProvider())
+		if !untraced() {
+			t.Fatal("the global provider before it is set is taken to trace")
+		}
+		otel.SetTracerProvider(tp)
+		if untraced() {
+			t.Fatal("the global provider still taken to make no spans after otel.SetTracerProvider")
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUntraced$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AGENTBUS_TEST_SET_GLOBAL_TRACER=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }

@@ -3,6 +3,8 @@ package consumers
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +129,43 @@ func FuzzParseMetadata(f *testing.F) {
 		if err != nil && md != (Metadata{}) {
 			t.Errorf("error %v with non-zero metadata %+v", err, md)
 		}
+		want, werr := parseMetadataBySplit(reply)
+		if (err == nil) != (werr == nil) || md != want {
+			t.Errorf("ParseMetadata(%q) = %+v, %v; splitting it gives %+v, %v", reply, md, err, want, werr)
+		}
 	})
+}
+
+// parseMetadataBySplit is ParseMetadata written the plain way, with
+// strings.Split, which the fuzz target checks it against.
+func parseMetadataBySplit(reply string) (Metadata, error) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return Metadata{}, ErrNotJetStreamMsg
+	}
+	tok := strings.Split(rest, ".")
+	var md Metadata
+	switch {
+	case len(tok) == 7:
+	case len(tok) >= 9:
+		if tok[0] != "_" {
+			md.Domain = tok[0]
+		}
+		tok = tok[2:]
+	default:
+		return Metadata{}, ErrNotJetStreamMsg
+	}
+	md.Stream, md.Consumer = tok[0], tok[1]
+	var nums [5]uint64
+	for i := range nums {
+		n, err := strconv.ParseUint(tok[2+i], 10, 64)
+		if err != nil {
+			return Metadata{}, err
+		}
+		nums[i] = n
+	}
+	md.Deliveries, md.StreamSeq, md.ConsumerSeq = nums[0], nums[1], nums[2]
+	md.Timestamp = time.Unix(0, int64(nums[3])).UTC()
+	md.NumPending = nums[4]
+	return md, nil
 }

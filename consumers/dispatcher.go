@@ -457,7 +457,11 @@ func (d *Dispatcher) pickLocked() *held {
 	q.buf = q.buf[1:]
 	q.lane.buffered--
 	d.inflight[h] = struct{}{}
-	signal(q.lane.room)
+	if q.lane.shouldPullLocked(d.prefetch()) {
+		// Only then: waking the puller for every message taken would
+		// cost a goroutine switch per message for nothing.
+		signal(q.lane.room)
+	}
 	return h
 }
 

@@ -92,26 +92,46 @@ func ParseMetadata(reply string) (Metadata, error) {
 	if !ok {
 		return Metadata{}, fmt.Errorf("%w: reply subject %q", ErrNotJetStreamMsg, reply)
 	}
-	tok := strings.Split(rest, ".")
-	var md Metadata
-	switch {
-	case len(tok) == 7:
-	case len(tok) >= 9:
-		if tok[0] != "_" {
-			md.Domain = tok[0]
+	// Split without allocating: this runs for every message delivered.
+	// Tokens past the twelfth are counted, not kept: neither form reads
+	// them.
+	var tok [12]string
+	n := 0
+	for {
+		i := strings.IndexByte(rest, '.')
+		field := rest
+		if i >= 0 {
+			field = rest[:i]
 		}
-		tok = tok[2:]
-	default:
-		return Metadata{}, fmt.Errorf("%w: reply subject %q has %d tokens", ErrNotJetStreamMsg, reply, len(tok)+2)
+		if n < len(tok) {
+			tok[n] = field
+		}
+		n++
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
 	}
-	md.Stream, md.Consumer = tok[0], tok[1]
+	var md Metadata
+	t := tok[:min(n, len(tok))]
+	switch {
+	case n == 7:
+	case n >= 9:
+		if t[0] != "_" {
+			md.Domain = t[0]
+		}
+		t = t[2:]
+	default:
+		return Metadata{}, fmt.Errorf("%w: reply subject %q has %d tokens", ErrNotJetStreamMsg, reply, n+2)
+	}
+	md.Stream, md.Consumer = t[0], t[1]
 	var nums [5]uint64
 	for i := range nums {
-		n, err := strconv.ParseUint(tok[2+i], 10, 64)
+		v, err := strconv.ParseUint(t[2+i], 10, 64)
 		if err != nil {
 			return Metadata{}, fmt.Errorf("%w: reply subject %q: %w", ErrNotJetStreamMsg, reply, err)
 		}
-		nums[i] = n
+		nums[i] = v
 	}
 	md.Deliveries, md.StreamSeq, md.ConsumerSeq = nums[0], nums[1], nums[2]
 	md.Timestamp = time.Unix(0, int64(nums[3])).UTC()

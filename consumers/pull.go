@@ -112,7 +112,8 @@ func (l *lane) end(kind endKind, seq uint64, err error) {
 // or the status that ends a pull request. A message's metadata is parsed
 // here, once: its stream sequence orders the lanes of a level.
 func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
-	l.activity.Store(time.Now().UnixNano())
+	now := time.Now()
+	l.activity.Store(now.UnixNano())
 	if len(m.Data) == 0 && len(m.Header) > 0 {
 		if status := m.Header.Get("Status"); status != "" {
 			seq, _ := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
@@ -146,7 +147,7 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 			q = l.queues[len(l.queues)-1]
 		}
 	}
-	q.buf = append(q.buf, &held{msg: m, md: md, touched: time.Now()})
+	q.buf = append(q.buf, &held{msg: m, md: md, touched: now})
 	l.buffered++
 	l.reqGot++
 	filled := l.reqGot == l.reqBatch
@@ -265,11 +266,11 @@ func (d *Dispatcher) request(l *lane, n int, noWait bool) ending {
 func (d *Dispatcher) waitRoom(l *lane) (room int, drained, ok bool) {
 	for {
 		prefetch := d.prefetch()
-		threshold := max(1, prefetch/2)
 		d.mu.Lock()
 		room, drained = prefetch-l.buffered, l.drained
+		pull := l.shouldPullLocked(prefetch)
 		d.mu.Unlock()
-		if room >= threshold || (drained && room > 0) {
+		if pull {
 			return room, drained, true
 		}
 		select {
@@ -278,6 +279,14 @@ func (d *Dispatcher) waitRoom(l *lane) (room int, drained, ok bool) {
 			return 0, false, false
 		}
 	}
+}
+
+// shouldPullLocked reports whether l, holding up to prefetch messages,
+// should ask for more: it has room for half of them, or, drained, room for
+// any (a drained lane keeps a request waiting at the server).
+func (l *lane) shouldPullLocked(prefetch int) bool {
+	room := prefetch - l.buffered
+	return room >= max(1, prefetch/2) || (l.drained && room > 0)
 }
 
 func (d *Dispatcher) setDrained(l *lane, drained bool) {
