@@ -16,6 +16,10 @@ package bus_test
 //	               and a unique Nats-Msg-Id), so the same bytes reach the
 //	               server and it does the same dedup work, and on consume
 //	               the bus's consumer settings and codec.Decode of each event
+//	raw-headers-record
+//	               (PublishAsync only) raw-headers plus, for each message,
+//	               the sender's pending status record as the bus writes it:
+//	               what any design that stores a record per message pays
 //	bus-defaults   (Consume only) agentbus Subscribe with no options at all
 //	bus            agentbus (Consume: with a prefetch of 500)
 //	bus-untracked  agentbus without lifecycle tracking (bus.WithoutLifecycle;
@@ -26,7 +30,11 @@ package bus_test
 // throughput (msg/s of the bus divided by raw's: below 1 is slower), and
 // "p50-bus/raw", "p99-bus/raw", ... for latency (above 1 is slower). Run a
 // bus sub-benchmark alone and it reports no ratio. Latency benchmarks also
-// report their own "p50-µs" and "p99-µs".
+// report their own "p50-µs" and "p99-µs". The consume benchmark also
+// reports the CPU time of the whole process (client and in-process server)
+// per message, "cpu-µs/msg", and the bus its ratio, "cpu-bus/raw...": a
+// bus that uses as much CPU as raw nats.go but runs slower is waiting, one
+// that uses more is working.
 //
 // bus/raw is what agentbus costs over the plainest JetStream use; bus/raw-
 // headers is what the library itself costs. docs/performance.md records
@@ -34,6 +42,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -279,6 +288,26 @@ func (env *benchEnv) publishRaw(b *testing.B, subject string, headers func() nat
 	}
 }
 
+// rawPendingRecord returns the sender's pending record of m, a message
+// with the bus's headers, as the bus writes it: JSON under the message's
+// status key (prefix and subjects.StatusKey), created only if absent.
+func rawPendingRecord(prefix string, m *nats.Msg) (*nats.Msg, error) {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	key, err := subjects.StatusKey(id, id, senderAgent, receiverAgent)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	data, err := json.Marshal(bus.Status{ID: id, From: senderAgent, To: receiverAgent, Type: benchType,
+		Priority: subjects.DefaultPriority, CorrelationID: id, State: bus.StatePending, Time: now,
+		Updated: now, By: senderAgent, Stream: "RAW", Sequence: 1})
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: prefix + key, Data: data,
+		Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}}, nil
+}
+
 // BenchmarkPublishAsync measures async publish throughput: b.N publishes
 // and the wait until every one is acknowledged, and for the bus every
 // lifecycle record it wrote stored (Flush), all inside the timed region.
@@ -304,6 +333,44 @@ func BenchmarkPublishAsync(b *testing.B) {
 	}
 	rawPublish("raw", nil)
 	rawPublish("raw-headers", busHeaders(b))
+	b.Run("raw-headers-record", func(b *testing.B) {
+		// What any design that writes a record per message pays: raw
+		// nats.go publishing each message as raw-headers does, plus the
+		// sender's pending record (the same key, JSON and create-only
+		// header as the bus's) to a status bucket configured alike.
+		kvCfg, err := bus.StreamConfig{Root: rawRoot}.StatusBucketConfig()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := env.raw.CreateOrUpdateKeyValue(ctx, kvCfg); err != nil {
+			b.Fatal(err)
+		}
+		prefix := rawScheme(b).StatusSubjectPrefix()
+		headers := busHeaders(b)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		for range b.N {
+			m := &nats.Msg{Subject: subject, Header: headers(), Data: payload}
+			if _, err := env.raw.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+			rec, err := rawPendingRecord(prefix, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := env.raw.PublishMsgAsync(rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-env.raw.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatalf("%d publishes still unacknowledged after a minute", env.raw.PublishAsyncPending())
+		}
+		b.StopTimer()
+		base.set("", "raw-headers-record", rate(b))
+	})
 	env.runBuses(b, func(b *testing.B, bb *bus.Bus) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
@@ -352,6 +419,44 @@ func BenchmarkPublishSync(b *testing.B) {
 	}
 	rawPublish("raw", nil)
 	rawPublish("raw-headers", busHeaders(b))
+	b.Run("raw-headers-record", func(b *testing.B) {
+		// What any design that writes a record per message pays: raw
+		// nats.go publishing each message as raw-headers does, plus the
+		// sender's pending record (the same key, JSON and create-only
+		// header as the bus's) to a status bucket configured alike.
+		kvCfg, err := bus.StreamConfig{Root: rawRoot}.StatusBucketConfig()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := env.raw.CreateOrUpdateKeyValue(ctx, kvCfg); err != nil {
+			b.Fatal(err)
+		}
+		prefix := rawScheme(b).StatusSubjectPrefix()
+		headers := busHeaders(b)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(payload)))
+		b.ResetTimer()
+		for range b.N {
+			m := &nats.Msg{Subject: subject, Header: headers(), Data: payload}
+			if _, err := env.raw.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+			rec, err := rawPendingRecord(prefix, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := env.raw.PublishMsgAsync(rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-env.raw.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatalf("%d publishes still unacknowledged after a minute", env.raw.PublishAsyncPending())
+		}
+		b.StopTimer()
+		base.set("", "raw-headers-record", rate(b))
+	})
 	env.runBuses(b, func(b *testing.B, bb *bus.Bus) {
 		b.ReportAllocs()
 		var lat []time.Duration
@@ -403,6 +508,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
+			cpu := processCPU()
 			cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", cfg)
 			if err != nil {
 				b.Fatal(err)
@@ -423,6 +529,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			<-done
 			b.StopTimer()
+			base.set("cpu-", name, cpuPer(b, processCPU()-cpu, b.N, time.Microsecond, "cpu-µs/msg"))
 			cc.Stop()
 			<-cc.Closed()
 			base.set("", name, rate(b))
@@ -464,6 +571,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 	b.ReportAllocs()
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
+	cpu := processCPU()
 	sub, err := rb.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error {
 		if n.Add(1) == int64(b.N) {
 			close(done)
@@ -478,6 +586,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	base.report(b, "cpu-", cpuPer(b, processCPU()-cpu, b.N, time.Microsecond, "cpu-µs/msg"))
 	sub.Stop()
 	<-sub.Done()
 	base.report(b, "", rate(b))

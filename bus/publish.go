@@ -71,7 +71,9 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	// which a lookup finds the recipient's progress, and the caller does not
 	// wait for the record. A recipient's state written in between wins:
 	// pending is only ever created, never overwrites.
-	b.status.recordPending(statusOf(&m, m.To, StatePending, b.agent), ack)
+	if b.status != nil {
+		b.status.recordPending(statusOf(&m, m.To, StatePending, b.agent), ack)
+	}
 	op.end(b.tel, ctx, nil, ack.Duplicate)
 	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
@@ -120,7 +122,9 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 	// Held before the message goes out, so the ack finds it: the pending
 	// record is written once the ack gives the stream sequence, as in
 	// Publish.
-	b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
+	if b.status != nil {
+		b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
+	}
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		b.status.release(msg)

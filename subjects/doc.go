@@ -48,15 +48,17 @@
 //
 // One stream, [Scheme.Stream] ("AGENTBUS"), stores the direct and broadcast
 // subjects ([Scheme.StreamSubjects]); dead letters go to a second stream,
-// [Scheme.DeadLetterStream] ("AGENTBUS_DLQ"). Each agent reads through ten
-// durable consumers, listed by [Scheme.Consumers]: per priority a direct one
-// ("reviewer_p2", filter "agentbus.agent.reviewer.p2.>") and a broadcast one
-// ("reviewer_b2", filter "agentbus.all.p2.>"). [Scheme.ParseConsumer] takes a
-// name apart again. Keeping the priorities apart lets a reader serve p1
-// before p2, and the stream sequence merges the two consumers of a priority
-// back into publish order. With one filter per consumer, server permissions
-// can pin a consumer's name and filter together and so stop an agent from
-// creating a consumer that reads another agent's messages.
+// [Scheme.DeadLetterStream] ("AGENTBUS_DLQ"). Each agent reads through six
+// durable consumers, listed by [Scheme.Consumers]: one per priority for its
+// direct messages ("reviewer_p2", filter "agentbus.agent.reviewer.p2.>")
+// and one for the broadcasts of every priority ("reviewer_b", filter
+// "agentbus.all.>"). Keeping the priorities apart lets a reader serve p1
+// before p2 whatever the length of a backlog; the broadcast consumer's
+// messages are placed by the priority in their subject, and the stream
+// sequence merges them with the direct ones back into publish order. With
+// one filter per consumer, server permissions can pin a consumer's name and
+// filter together and so stop an agent from creating a consumer that reads
+// another agent's messages.
 //
 // # Permissions
 //
