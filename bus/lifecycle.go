@@ -187,6 +187,9 @@ type tracker struct {
 	mu         sync.Mutex
 	acking     map[string]Status
 	ackingDone chan struct{}
+	// released is closed at the next release, for a lookup waiting on one
+	// held record (written); nil while nobody waits.
+	released chan struct{}
 
 	scheme subjects.Scheme
 	stream string // the messages stream, whose consumers tell progress
@@ -272,6 +275,33 @@ func (t *tracker) release(m *nats.Msg) {
 	if len(t.acking) == 0 && t.ackingDone != nil {
 		close(t.ackingDone)
 		t.ackingDone = nil
+	}
+	if t.released != nil {
+		close(t.released)
+		t.released = nil
+	}
+}
+
+// written waits until the pending record of message id, if this process
+// holds one, is under way, so that a lookup right after a publish reads
+// it; or until ctx ends.
+func (t *tracker) written(ctx context.Context, id string) {
+	for {
+		t.mu.Lock()
+		if _, ok := t.acking[id]; !ok {
+			t.mu.Unlock()
+			return
+		}
+		if t.released == nil {
+			t.released = make(chan struct{})
+		}
+		released := t.released
+		t.mu.Unlock()
+		select {
+		case <-released:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -424,6 +454,7 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 	if err != nil {
 		return Status{}, err
 	}
+	t.written(ctx, m.ID)
 	resp, err := t.nc.RequestWithContext(ctx, t.directGet+key, nil)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return Status{}, fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
@@ -667,6 +698,7 @@ func (b *client) lookup(ctx context.Context, id string, filters ...string) ([]St
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
+	b.status.written(ctx, id)
 	out, err := b.status.read(ctx, filters...)
 	if err != nil {
 		return nil, refusedCall(ctx, err)

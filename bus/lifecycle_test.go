@@ -219,6 +219,39 @@ func TestLifecyclePendingAfterAsyncAck(t *testing.T) {
 	}
 }
 
+// TestLifecyclePendingRightAfterPublish: Publish writes the pending record
+// on a goroutine of its own, after it returns; a lookup from the same bus
+// straight after it still reads the record, every time, and Close leaves
+// every record stored.
+func TestLifecyclePendingRightAfterPublish(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	var ids []string
+	for i := range 50 {
+		ack, err := orch.Publish(testContext(t), bus.Message{To: "worker", Type: "SYNC"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ack.ID)
+		if i%2 == 1 {
+			continue // looked up by another bus after Close
+		}
+		sts, err := orch.Status(testContext(t), ack.ID)
+		if err != nil || len(sts) != 1 || sts[0].State != bus.StatePending || sts[0].Sequence != ack.Sequence {
+			t.Fatalf("Status of message %d right after Publish = %+v, %v; want pending at sequence %d", i, sts, err, ack.Sequence)
+		}
+	}
+	if err := orch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	admin := newAdmin(t, embeddedtest.Connect(t, s))
+	for i, id := range ids {
+		if sts, err := admin.Status(testContext(t), id); err != nil || len(sts) != 1 || sts[0].State != bus.StatePending {
+			t.Errorf("Status of message %d after Close = %+v, %v; want pending", i, sts, err)
+		}
+	}
+}
+
 // recordHistory returns the states written to the status record of message
 // id from from to to in conversation conv, oldest first.
 func recordHistory(t *testing.T, s *embedded.Server, conv, id, from, to string) []bus.State {
