@@ -41,6 +41,9 @@ const setupAgents = 1000
 //	raw-consume  the same, and Consume on each consumer with its defaults,
 //	             as a raw user who wants the messages does
 //	bus          bus.New and Subscribe with defaults, one agent after another
+//	bus-16-at-once
+//	             the same, 16 agents at a time, as agents starting together
+//	             in processes of their own would
 //
 // Each reports the time per agent (µs/agent), the growth per agent of the
 // server process's resident memory (/varz "mem", server-rss-KiB/agent),
@@ -54,21 +57,23 @@ func BenchmarkSetupAgents(b *testing.B) {
 	natsServer := buildNATSServer(b)
 	base := newBaselines()
 	ctx := context.Background()
-	b.Run("raw", func(b *testing.B) { benchSetup(b, natsServer, base, "raw", setupRaw(ctx, false)) })
-	b.Run("raw-consume", func(b *testing.B) { benchSetup(b, natsServer, base, "raw-consume", setupRaw(ctx, true)) })
-	b.Run("bus", func(b *testing.B) {
-		benchSetup(b, natsServer, base, "", func(b *testing.B, nc *nats.Conn, agent string) func() {
-			ab, err := bus.New(nc, agent)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sub, err := ab.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func() { sub.Stop(); <-sub.Done(); ab.Close() }
-		})
-	})
+	b.Run("raw", func(b *testing.B) { benchSetup(b, natsServer, base, "raw", 1, setupRaw(ctx, false)) })
+	b.Run("raw-consume", func(b *testing.B) { benchSetup(b, natsServer, base, "raw-consume", 1, setupRaw(ctx, true)) })
+	setupBus := func(b *testing.B, nc *nats.Conn, agent string) func() {
+		ab, err := bus.New(nc, agent)
+		if err != nil {
+			b.Error(err)
+			return func() {}
+		}
+		sub, err := ab.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
+		if err != nil {
+			b.Error(err)
+			return func() { ab.Close() }
+		}
+		return func() { sub.Stop(); <-sub.Done(); ab.Close() }
+	}
+	b.Run("bus", func(b *testing.B) { benchSetup(b, natsServer, base, "", 1, setupBus) })
+	b.Run("bus-16-at-once", func(b *testing.B) { benchSetup(b, natsServer, base, "", 16, setupBus) })
 }
 
 // setupRaw returns the set-up of one agent on the raw side: its consumers
@@ -83,7 +88,9 @@ func setupRaw(ctx context.Context, consume bool) func(b *testing.B, nc *nats.Con
 		if js[nc] == nil {
 			j, err := jetstream.New(nc)
 			if err != nil {
-				b.Fatal(err)
+				mu.Unlock()
+				b.Error(err)
+				return func() {}
 			}
 			js[nc] = j
 		}
@@ -104,7 +111,7 @@ func setupRaw(ctx context.Context, consume bool) func(b *testing.B, nc *nats.Con
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			b.Fatal(err)
+			b.Error(err) // called off the benchmark's goroutine: benchSetup stops
 		}
 		return func() {
 			for _, cc := range ccs {
@@ -121,7 +128,7 @@ func setupRaw(ctx context.Context, consume bool) func(b *testing.B, nc *nats.Con
 // stream, sets up setupAgents agents with setup and reports the figures
 // BenchmarkSetupAgents describes: into base for a raw sub-benchmark name,
 // against base for the bus (name "").
-func benchSetup(b *testing.B, natsServer string, base *baselines, name string, setup func(b *testing.B, nc *nats.Conn, agent string) (stop func())) {
+func benchSetup(b *testing.B, natsServer string, base *baselines, name string, atOnce int, setup func(b *testing.B, nc *nats.Conn, agent string) (stop func())) {
 	srv := startServerProcess(b, natsServer)
 	nc, err := nats.Connect(srv.url)
 	if err != nil {
@@ -148,13 +155,23 @@ func benchSetup(b *testing.B, natsServer string, base *baselines, name string, s
 		iteration++
 		serverBefore := srv.stats(b)
 		clientBefore := clientStats()
-		stops := make([]func(), 0, setupAgents)
+		stops := make([]func(), setupAgents)
 		b.StartTimer()
 		start := time.Now()
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, atOnce)
 		for i := range setupAgents {
-			stops = append(stops, setup(b, nc, fmt.Sprintf("agent-%d-%d", iteration, i)))
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				stops[i] = setup(b, nc, fmt.Sprintf("agent-%d-%d", iteration, i))
+			})
 		}
+		wg.Wait()
 		elapsed := time.Since(start)
+		if b.Failed() {
+			b.FailNow()
+		}
 		b.StopTimer()
 		serverAfter, clientAfter := srv.stats(b), clientStats()
 		perAgent := func(after, before float64) float64 { return (after - before) / setupAgents }
@@ -179,7 +196,6 @@ func benchSetup(b *testing.B, natsServer string, base *baselines, name string, s
 				base.report(b, f.figure, f.v)
 			}
 		}
-		var wg sync.WaitGroup
 		for _, stop := range stops {
 			wg.Go(stop)
 		}
