@@ -44,6 +44,8 @@ const setupAgents = 1000
 //	bus-16-at-once
 //	             the same, 16 agents at a time, as agents starting together
 //	             in processes of their own would
+//	interleaved  raw-consume and bus alternately on one server, for the
+//	             time alone (benchSetupInterleaved)
 //
 // Each reports the time per agent (µs/agent), the growth per agent of the
 // server process's resident memory (/varz "mem", server-rss-KiB/agent),
@@ -74,6 +76,71 @@ func BenchmarkSetupAgents(b *testing.B) {
 	}
 	b.Run("bus", func(b *testing.B) { benchSetup(b, natsServer, base, "", 1, setupBus) })
 	b.Run("bus-16-at-once", func(b *testing.B) { benchSetup(b, natsServer, base, "", 16, setupBus) })
+	b.Run("interleaved", func(b *testing.B) { benchSetupInterleaved(b, natsServer, setupRaw(ctx, true), setupBus) })
+}
+
+// benchSetupInterleaved sets up setupAgents agents with raw and as many
+// with bus on one server, alternately, each side first every other time,
+// and reports each side's time per agent (raw-consume-µs/agent,
+// bus-µs/agent) and their ratio (time-bus/raw-consume): the same server,
+// the same number of consumers and the same state of the disk for both,
+// which the sub-benchmarks above, each on a fresh server one after
+// another, cannot promise.
+func benchSetupInterleaved(b *testing.B, natsServer string, raw, bb func(b *testing.B, nc *nats.Conn, agent string) func()) {
+	srv := startServerProcess(b, natsServer)
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := newAdmin(b, nc).Provision(context.Background(), bus.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := bus.StreamConfig{Root: rawRoot}.JetStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+		b.Fatal(err)
+	}
+	iteration := 0
+	for b.Loop() {
+		iteration++
+		var rawTime, busTime time.Duration
+		stops := make([]func(), 0, 2*setupAgents)
+		timed := func(setup func(*testing.B, *nats.Conn, string) func(), agent string) time.Duration {
+			start := time.Now()
+			stops = append(stops, setup(b, nc, agent))
+			if b.Failed() {
+				b.FailNow()
+			}
+			return time.Since(start)
+		}
+		for i := range setupAgents {
+			agent := fmt.Sprintf("agent-%d-%d", iteration, i)
+			if i%2 == 0 {
+				rawTime += timed(raw, agent+"-raw")
+				busTime += timed(bb, agent+"-bus")
+			} else {
+				busTime += timed(bb, agent+"-bus")
+				rawTime += timed(raw, agent+"-raw")
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(rawTime.Microseconds())/setupAgents, "raw-consume-µs/agent")
+		b.ReportMetric(float64(busTime.Microseconds())/setupAgents, "bus-µs/agent")
+		b.ReportMetric(float64(busTime)/float64(rawTime), "time-bus/raw-consume")
+		var wg sync.WaitGroup
+		for _, stop := range stops {
+			wg.Go(stop)
+		}
+		wg.Wait()
+		b.StartTimer()
+	}
 }
 
 // setupRaw returns the set-up of one agent on the raw side: its consumers
