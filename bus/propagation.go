@@ -38,6 +38,15 @@ func (c extensionCarrier) Keys() []string {
 	return out
 }
 
+// traceParentKey is the W3C traceparent field: the extension attribute
+// and the plain header.
+const traceParentKey = "traceparent"
+
+// noExtensions stands for the extensions of a decoded message that has
+// none, so that incomingCarrier tells it from an undecodable one. It is
+// only read.
+var noExtensions = map[string]string{}
+
 // incomingCarrier reads the trace context of a delivered message: the
 // event's distributed tracing extension if it has one (ext, the decoded
 // extensions; or, for a message that could not be decoded, its ce-

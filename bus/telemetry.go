@@ -85,10 +85,10 @@ func (destinationMetrics) withError(set attribute.Set, et string) metric.Measure
 // program sets one (otel.SetTracerProvider), which may come after New.
 // Any other provider is taken to trace, sampled or not.
 //
-// With no spans made, the bus neither reads the producer's trace context
-// nor puts the conversation's in the handler's context: a span would carry
-// it and there is none. What a message carries is unchanged: the bus writes
-// no trace context while tracing is off (see startSend).
+// With no spans made, the bus computes no conversation root and starts no
+// span; it only relays a trace context that a message carries to what its
+// handler publishes, as a no-op tracer relays its parent's (startProcess,
+// startSend). What messages carry is unchanged.
 func newUntraced(tp trace.TracerProvider) func() bool {
 	switch tp.(type) {
 	case noop.TracerProvider, *noop.TracerProvider:

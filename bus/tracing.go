@@ -132,6 +132,14 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 		name = dest.sendName
 	}
 	if t.untraced() {
+		// No span to start. A trace context that ctx carries (a handler's,
+		// received with its message) is relayed as a no-op tracer relays
+		// its parent's, and only then is the conversation's root computed.
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			root := conversationRoot(conversationOf(m))
+			ctx, _ = parentUnder(ctx, sc, root)
+			writeTraceContext(ctx, m, root)
+		}
 		return sendOp{span: noop.Span{}, start: time.Now(), dest: dest}
 	}
 	root := conversationRoot(conversationOf(m))
@@ -140,18 +148,26 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	if link.IsValid() && span.IsRecording() {
 		span.AddLink(trace.Link{SpanContext: link})
 	}
-	// A tracer that made no span of its own (the no-op tracer: tracing is
-	// off) leaves the conversation root in place. The receiver derives that
-	// from the correlation ID anyway, so nothing is written: two more
-	// headers on every message for nothing.
-	if sc := span.SpanContext(); sc.IsValid() && sc.SpanID() != root.SpanID() {
-		ext := make(map[string]string, len(m.Extensions)+2)
-		maps.Copy(ext, m.Extensions)
-		delete(ext, extTraceState) // the caller's, if any, is not this span's
-		traceContext.Inject(ctx, extensionCarrier(ext))
-		m.Extensions = ext
-	}
+	writeTraceContext(ctx, m, root)
 	return sendOp{span: span, start: time.Now(), dest: dest}
+}
+
+// writeTraceContext writes the trace context of ctx's span into m as the
+// distributed tracing extension, on a copy of m.Extensions, unless it is
+// the conversation's root: a tracer that made no span of its own (the
+// no-op tracer: tracing is off) leaves the root in place, which the
+// receiver derives from the correlation ID anyway, so nothing is written:
+// two more headers on every message for nothing.
+func writeTraceContext(ctx context.Context, m *Message, root trace.SpanContext) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() || sc.SpanID() == root.SpanID() {
+		return
+	}
+	ext := make(map[string]string, len(m.Extensions)+2)
+	maps.Copy(ext, m.Extensions)
+	delete(ext, extTraceState) // the caller's, if any, is not this span's
+	traceContext.Inject(ctx, extensionCarrier(ext))
+	m.Extensions = ext
 }
 
 // describe puts the attributes of m, encoded as msg, on the span.
@@ -212,15 +228,27 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 			t.redeliveries.Add(ctx, 1, t.levels[dest.priority-1].opts...)
 		}
 	}
-	if t.untraced() {
-		return ctx, processOp{span: noop.Span{}, start: time.Now(), dest: dest}
-	}
 	carrier := incomingCarrier{h: cm.Header}
 	if m != nil {
 		carrier.ext = m.Extensions
 		if carrier.ext == nil {
-			carrier.ext = map[string]string{}
+			carrier.ext = noExtensions
 		}
+	}
+	if t.untraced() {
+		// No span to start. The producer's trace context, if the message
+		// carries one, is put in the handler's context as a no-op tracer
+		// would, to be relayed by what the handler publishes (startSend);
+		// a message without one costs nothing more.
+		if carrier.Get(traceParentKey) != "" {
+			producer := trace.SpanContextFromContext(traceContext.Extract(ctx, carrier))
+			if m != nil {
+				ctx, _ = parentFor(ctx, producer, conversationOf(m))
+			} else if producer.IsValid() {
+				ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
+			}
+		}
+		return ctx, processOp{span: noop.Span{}, start: time.Now(), dest: dest}
 	}
 	producer := trace.SpanContextFromContext(traceContext.Extract(ctx, carrier))
 	var link trace.SpanContext

@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
@@ -332,6 +333,70 @@ func TestTracingRawPublisher(t *testing.T) {
 				t.Errorf("links %v, want %v", links, want)
 			}
 			checkAttrs(t, sp, map[string]any{"messaging.message.conversation_id": conv, "agentbus.from": "raw"})
+		})
+	}
+}
+
+// TestTracingRelayedWhileOff: an agent with tracing off (a no-op tracer
+// provider) makes no spans but relays the trace context it receives, as a
+// no-op tracer relays its parent's: what its handler publishes carries the
+// producer's traceparent when that is in the conversation's trace, and
+// none when the message carried none or one of another trace (the
+// conversation's root is what a receiver derives anyway).
+func TestTracingRelayedWhileOff(t *testing.T) {
+	s := newServer(t)
+	relay := newBus(t, s, "relay", bus.WithTracerProvider(noop.NewTracerProvider()))
+	sink := newBus(t, s, "sink")
+	subscribe(t, relay, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := relay.Publish(ctx, bus.Message{To: "sink", Type: "ONWARD"})
+		return err
+	})
+	got := make(chan bus.Message, 1)
+	subscribe(t, sink, func(_ context.Context, d *bus.Delivery) error {
+		got <- d.Message
+		return nil
+	})
+	raw := embeddedtest.Connect(t, s)
+	const conv = "conv-relayed"
+	inTrace := trace.NewSpanContext(trace.SpanContextConfig{TraceID: bus.ConversationTraceID(conv), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled})
+	other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9, 9, 9}, SpanID: trace.SpanID{8, 8, 8}, TraceFlags: trace.FlagsSampled})
+	traceparent := func(sc trace.SpanContext) string {
+		return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+	}
+	tests := []struct {
+		name string
+		sc   trace.SpanContext // carried as ce-traceparent, if valid
+		want string            // the onward message's traceparent
+	}{
+		{name: "in the conversation's trace", sc: inTrace, want: traceparent(inTrace)},
+		{name: "none"},
+		{name: "of another trace", sc: other},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &codec.Message{ID: fmt.Sprintf("relayed-%d", i), From: "raw", To: "relay", Type: "IN", CorrelationID: conv}
+			m.SetDefaults(time.Now())
+			h, data, err := codec.Binary{}.Encode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.sc.IsValid() {
+				h["ce-traceparent"] = []string{traceparent(tt.sc)}
+			}
+			if err := raw.PublishMsg(&nats.Msg{Subject: "agentbus.agent.relay.p3.raw.IN", Header: h, Data: data}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case onward := <-got:
+				if onward.CorrelationID != conv {
+					t.Errorf("onward message in conversation %q, want %q", onward.CorrelationID, conv)
+				}
+				if tp := onward.Extensions["traceparent"]; tp != tt.want {
+					t.Errorf("onward traceparent %q, want %q", tp, tt.want)
+				}
+			case <-testContext(t).Done():
+				t.Fatal("no onward message")
+			}
 		})
 	}
 }
