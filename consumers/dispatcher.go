@@ -228,6 +228,11 @@ type Dispatcher struct {
 	ready    *sync.Cond // on mu: a message arrived, a lane's state changed, or stopping
 	stopping bool       // guarded by mu: no more messages are picked or kept
 	inflight map[*held]struct{}
+	// While stopping, until the lanes' subscriptions are gone (closed),
+	// messages given back wait in givenBack (both guarded by mu): see
+	// deferGiveBack.
+	closed    bool
+	givenBack []giveBackMsg
 
 	pullCtx    context.Context // cancelled to stop pulling and picking
 	stopPull   context.CancelFunc
@@ -305,6 +310,7 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 	go func() {
 		d.pulling.Wait()
 		d.closeLanes()
+		d.sendGivenBack()
 		d.releaseBuffered()
 		d.workers.Wait()
 		close(keeperStop)
@@ -489,7 +495,7 @@ func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 // returns without settling, or whose handler panicked, is given back.
 func (d *Dispatcher) handle(h *held) {
 	nm := h.msg
-	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply, nc: d.nc}
+	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply, d: d}
 	start := time.Now()
 	panicked := d.call(m)
 	if d.opts.Prefetch == 0 {
@@ -561,8 +567,50 @@ func (d *Dispatcher) prefetch() int {
 // giveBack naks m so the server redelivers it at once, to this agent's other
 // processes or later to this one.
 func (d *Dispatcher) giveBack(m *nats.Msg) {
+	if d.deferGiveBack(m.Subject, m.Reply, nakBody) {
+		return
+	}
 	if err := d.nc.Publish(m.Reply, nakBody); err != nil {
 		d.opts.Logger.Debug("give back message", "subject", m.Subject, "error", err)
+	}
+}
+
+// giveBackMsg is a nak held back until the lanes are closed.
+type giveBackMsg struct {
+	subject, reply string
+	body           []byte
+}
+
+// deferGiveBack holds back a nak (body) of the message with ack subject
+// reply while the dispatcher stops and its lanes' subscriptions may still
+// exist, and reports whether it did; sendGivenBack sends it once they are
+// gone. Sent at once, the nak could make the server redeliver the message
+// straight to a pull request of this process still waiting at the server,
+// whose inbox is being unsubscribed: the message would then reach nobody
+// and wait out AckWait, where it should go to the agent's next process at
+// once.
+func (d *Dispatcher) deferGiveBack(subject, reply string, body []byte) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.stopping || d.closed {
+		return false
+	}
+	d.givenBack = append(d.givenBack, giveBackMsg{subject: subject, reply: reply, body: body})
+	return true
+}
+
+// sendGivenBack marks the lanes closed and sends the naks held back until
+// then.
+func (d *Dispatcher) sendGivenBack() {
+	d.mu.Lock()
+	d.closed = true
+	msgs := d.givenBack
+	d.givenBack = nil
+	d.mu.Unlock()
+	for _, m := range msgs {
+		if err := d.nc.Publish(m.reply, m.body); err != nil {
+			d.opts.Logger.Debug("give back message", "subject", m.subject, "error", err)
+		}
 	}
 }
 

@@ -70,4 +70,8 @@
 // Stop gives back buffered messages (nak, for immediate redelivery) and
 // cancels handler contexts; Drain lets running handlers finish; Done is
 // closed when every goroutine has exited and every message is settled.
+// While it stops, a dispatcher sends its naks only once its subscriptions
+// are gone: sent earlier, a nak could make the server redeliver the message
+// to one of its own pull requests still waiting there, and the message
+// would reach nobody until AckWait passed.
 package consumers

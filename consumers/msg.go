@@ -26,7 +26,7 @@ type Msg struct {
 	Metadata Metadata
 
 	reply   string // the ack subject
-	nc      *nats.Conn
+	d       *Dispatcher
 	settled bool
 }
 
@@ -55,12 +55,17 @@ func (m *Msg) Term(reason string) error {
 }
 
 // settle sends body, the acknowledgement protocol's message, for m, once.
+// A nak while the dispatcher stops waits until its subscriptions are gone
+// (Dispatcher.deferGiveBack).
 func (m *Msg) settle(body []byte) error {
 	if m.settled {
 		return ErrSettled
 	}
 	m.settled = true
-	return m.nc.Publish(m.reply, body)
+	if body[0] == '-' && m.d.deferGiveBack(m.Subject, m.reply, body) {
+		return nil
+	}
+	return m.d.nc.Publish(m.reply, body)
 }
 
 // Metadata describes one delivery, as JetStream encodes it in the ack
