@@ -190,6 +190,10 @@ type tracker struct {
 	// released is closed at the next release, for a lookup waiting on one
 	// held record (written); nil while nobody waits.
 	released chan struct{}
+	// writes carries the pending records of sync publishes to the
+	// goroutine that writes them, while it runs (nil otherwise); see
+	// writeLater.
+	writes chan ackedPublish
 
 	scheme subjects.Scheme
 	stream string // the messages stream, whose consumers tell progress
@@ -319,6 +323,66 @@ func (t *tracker) acked(m *nats.Msg, ack *jetstream.PubAck) {
 		t.recordPending(s, ack)
 	}
 	t.release(m)
+}
+
+// ackedPublish is a publish the server acknowledged, whose held pending
+// record is still to be written.
+type ackedPublish struct {
+	m   *nats.Msg
+	ack *jetstream.PubAck
+}
+
+// maxQueued bounds the records waiting for writeLater's goroutine; past
+// it the caller writes its own, which slows a publisher that outruns them.
+const maxQueued = 1024
+
+// writerIdle is how long writeLater's goroutine waits for another record
+// before it exits.
+const writerIdle = 100 * time.Millisecond
+
+// writeLater has the held pending record of m, which the server stored as
+// ack says, written by a goroutine of the tracker's (acked), so that a sync
+// publisher does not wait for it. The goroutine starts with the first
+// record, writes them in order and exits once none came for writerIdle: an
+// idle bus has none.
+func (t *tracker) writeLater(m *nats.Msg, ack *jetstream.PubAck) {
+	t.mu.Lock()
+	if t.writes == nil {
+		t.writes = make(chan ackedPublish, maxQueued)
+		go t.writeQueued(t.writes)
+	}
+	select {
+	case t.writes <- ackedPublish{m, ack}:
+		t.mu.Unlock()
+	default: // full
+		t.mu.Unlock()
+		t.acked(m, ack)
+	}
+}
+
+// writeQueued writes the records sent on writes until none came for
+// writerIdle. Records are sent, and the decision to exit taken, under t.mu,
+// so none is left behind.
+func (t *tracker) writeQueued(writes chan ackedPublish) {
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case p := <-writes:
+			t.acked(p.m, p.ack)
+			idle.Reset(writerIdle)
+		case <-idle.C:
+			t.mu.Lock()
+			if len(writes) > 0 {
+				t.mu.Unlock()
+				idle.Reset(writerIdle)
+				continue
+			}
+			t.writes = nil
+			t.mu.Unlock()
+			return
+		}
+	}
 }
 
 // unsent records an asynchronous publish that failed with err as failed.

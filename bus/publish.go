@@ -68,15 +68,15 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		return PubAck{}, err
 	}
 	// After the message, so that the record holds its stream sequence, by
-	// which a lookup finds the recipient's progress, and on a goroutine of
-	// its own, so that the caller waits neither for the record nor for the
-	// work of writing it. A recipient's state written in between wins:
-	// pending is only ever created, never overwrites. Held until it is
-	// under way, the record is what Flush and Close wait for and what a
-	// lookup from this process waits to read (tracker.written).
+	// which a lookup finds the recipient's progress, and by the tracker's
+	// writer (writeLater), so that the caller waits neither for the record
+	// nor for the work of writing it. A recipient's state written in
+	// between wins: pending is only ever created, never overwrites. Held
+	// until it is under way, the record is what Flush and Close wait for
+	// and what a lookup from this process waits to read (tracker.written).
 	if b.status != nil {
 		b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
-		go b.status.acked(msg, ack)
+		b.status.writeLater(msg, ack)
 	}
 	op.end(b.tel, ctx, nil, ack.Duplicate)
 	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
