@@ -219,10 +219,10 @@ func TestLifecyclePendingAfterAsyncAck(t *testing.T) {
 	}
 }
 
-// TestLifecyclePendingRightAfterPublish: Publish writes the pending record
-// on a goroutine of its own, after it returns; a lookup from the same bus
-// straight after it still reads the record, every time, and Close leaves
-// every record stored.
+// TestLifecyclePendingRightAfterPublish: Publish has the pending record
+// written by the tracker's writer after it returns; a lookup from the same
+// bus straight after it still reads the record, every time, and Close
+// leaves every record stored.
 func TestLifecyclePendingRightAfterPublish(t *testing.T) {
 	s := newServer(t)
 	orch := newBus(t, s, "orchestrator")
