@@ -253,13 +253,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := bus.StreamConfig{Root: rawRoot}.JetStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := raw.CreateStream(ctx, cfg); err != nil {
-		b.Fatal(err)
-	}
+	createRawStream(b, raw)
 	bb, err := bus.New(embeddedtest.Connect(b, s), senderAgent)
 	if err != nil {
 		b.Fatal(err)
@@ -280,6 +274,30 @@ func (env *benchEnv) runBuses(b *testing.B, f func(b *testing.B, bb *bus.Bus)) {
 	b.Run("bus-untracked", func(b *testing.B) { f(b, env.untracked) })
 }
 
+// waitAcked waits until every asynchronous publish js made is acknowledged,
+// and stops b with what is missing after a minute.
+func waitAcked(b *testing.B, js jetstream.JetStream) {
+	b.Helper()
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		b.Fatalf("%d publishes still unacknowledged after a minute", js.PublishAsyncPending())
+	}
+}
+
+// createRawStream creates the raw side's stream, configured as the bus's
+// under rawRoot.
+func createRawStream(b *testing.B, js jetstream.JetStream) {
+	b.Helper()
+	cfg, err := bus.StreamConfig{Root: rawRoot}.JetStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // publishRaw publishes b.N payloads to subject asynchronously with raw
 // nats.go, each with headers() if headers is not nil.
 func (env *benchEnv) publishRaw(b *testing.B, subject string, headers func() nats.Header) {
@@ -294,17 +312,30 @@ func (env *benchEnv) publishRaw(b *testing.B, subject string, headers func() nat
 	}
 }
 
-// rawStatusBucket creates the raw side's status bucket, configured as the
-// bus's, and returns the subject prefix of its keys.
-func rawStatusBucket(b *testing.B, env *benchEnv) string {
+// rawStatusBucket creates the raw side's status bucket with js, configured
+// as the bus's, and returns it and the subject prefix of its keys.
+func rawStatusBucket(b *testing.B, js jetstream.JetStream) (jetstream.KeyValue, string) {
 	cfg, err := bus.StreamConfig{Root: rawRoot}.StatusBucketConfig()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := env.raw.CreateOrUpdateKeyValue(context.Background(), cfg); err != nil {
+	kv, err := js.CreateOrUpdateKeyValue(context.Background(), cfg)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return rawScheme(b).StatusSubjectPrefix()
+	return kv, rawScheme(b).StatusSubjectPrefix()
+}
+
+// publishPendingRecord publishes the pending record of m asynchronously
+// with js, as the bus writes it (rawPendingRecord).
+func publishPendingRecord(b *testing.B, js jetstream.JetStream, prefix string, m *nats.Msg) {
+	rec, err := rawPendingRecord(prefix, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.PublishMsgAsync(rec); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // rawPendingRecord returns the sender's pending record of m, a message
@@ -341,11 +372,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
 			env.publishRaw(b, subject, headers)
-			select {
-			case <-env.raw.PublishAsyncComplete():
-			case <-time.After(time.Minute):
-				b.Fatalf("%d publishes still unacknowledged after a minute", env.raw.PublishAsyncPending())
-			}
+			waitAcked(b, env.raw)
 			b.StopTimer()
 			base.set("", name, rate(b))
 		})
@@ -357,7 +384,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 		// nats.go publishing each message as raw-headers does, plus the
 		// sender's pending record (the same key, JSON and create-only
 		// header as the bus's) to a status bucket configured alike.
-		prefix := rawStatusBucket(b, env)
+		_, prefix := rawStatusBucket(b, env.raw)
 		headers := busHeaders(b)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
@@ -367,19 +394,9 @@ func BenchmarkPublishAsync(b *testing.B) {
 			if _, err := env.raw.PublishMsgAsync(m); err != nil {
 				b.Fatal(err)
 			}
-			rec, err := rawPendingRecord(prefix, m)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := env.raw.PublishMsgAsync(rec); err != nil {
-				b.Fatal(err)
-			}
+			publishPendingRecord(b, env.raw, prefix, m)
 		}
-		select {
-		case <-env.raw.PublishAsyncComplete():
-		case <-time.After(time.Minute):
-			b.Fatalf("%d publishes still unacknowledged after a minute", env.raw.PublishAsyncPending())
-		}
+		waitAcked(b, env.raw)
 		b.StopTimer()
 		base.set("", "raw-headers-record", rate(b))
 	})
@@ -435,7 +452,7 @@ func BenchmarkPublishSync(b *testing.B) {
 		// The ceiling of a record per message: each message published as
 		// raw-headers does and, once acknowledged, its pending record
 		// written asynchronously, untimed, as the bus does.
-		prefix := rawStatusBucket(b, env)
+		_, prefix := rawStatusBucket(b, env.raw)
 		headers := busHeaders(b)
 		b.ReportAllocs()
 		var lat []time.Duration
@@ -446,13 +463,7 @@ func BenchmarkPublishSync(b *testing.B) {
 				b.Fatal(err)
 			}
 			lat = append(lat, time.Since(start))
-			rec, err := rawPendingRecord(prefix, m)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := env.raw.PublishMsgAsync(rec); err != nil {
-				b.Fatal(err)
-			}
+			publishPendingRecord(b, env.raw, prefix, m)
 		}
 		<-env.raw.PublishAsyncComplete()
 		p50, p99 := latencyFigures(b, lat)

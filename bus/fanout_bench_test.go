@@ -256,11 +256,7 @@ func BenchmarkPublishGroup(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			select {
-			case <-env.raw.PublishAsyncComplete():
-			case <-time.After(time.Minute):
-				b.Fatalf("%d copies still unacknowledged after a minute", env.raw.PublishAsyncPending())
-			}
+			waitAcked(b, env.raw)
 		}
 		reportGroup(b, base, "raw", processCPU()-cpu)
 	})

@@ -3,7 +3,6 @@ package bus_test
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -71,18 +69,14 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			for i := range ids {
 				ids[i] = uuid.NewString()
 			}
-			var kv jetstream.KeyValue
-			prefix := rawScheme(b).StatusSubjectPrefix()
+			var (
+				kv     jetstream.KeyValue
+				prefix string
+			)
 			if record {
-				cfg, err := bus.StreamConfig{Root: rawRoot}.StatusBucketConfig()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if kv, err = js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-					b.Fatal(err)
-				}
+				kv, prefix = rawStatusBucket(b, js)
 			}
-			heapBefore := liveHeap()
+			heapBefore := clientStats().heap
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
@@ -92,23 +86,13 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					b.Fatal(err)
 				}
 				if record {
-					rec, err := rawPendingRecord(prefix, m)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := js.PublishMsgAsync(rec); err != nil {
-						b.Fatal(err)
-					}
+					publishPendingRecord(b, js, prefix, m)
 				}
 			}
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-time.After(time.Minute):
-				b.Fatal("publishes unacknowledged after a minute")
-			}
+			waitAcked(b, js)
 			b.StopTimer()
 			publish := rate(b)
-			heap := (liveHeap() - heapBefore) / float64(b.N)
+			heap := (clientStats().heap - heapBefore) / float64(b.N)
 			b.ReportMetric(publish, "publish-msg/s")
 			b.ReportMetric(heap, "server-heap-B/msg")
 
@@ -172,12 +156,4 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			}
 		})
 	}
-}
-
-// liveHeap returns the bytes of live heap after a GC.
-func liveHeap() float64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return float64(m.HeapAlloc)
 }

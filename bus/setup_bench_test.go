@@ -87,26 +87,7 @@ func BenchmarkSetupAgents(b *testing.B) {
 // which the sub-benchmarks above, each on a fresh server one after
 // another, cannot promise.
 func benchSetupInterleaved(b *testing.B, natsServer string, raw, bb func(b *testing.B, nc *nats.Conn, agent string) func()) {
-	srv := startServerProcess(b, natsServer)
-	nc, err := nats.Connect(srv.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	if _, err := newAdmin(b, nc).Provision(context.Background(), bus.StreamConfig{}); err != nil {
-		b.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := bus.StreamConfig{Root: rawRoot}.JetStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
-		b.Fatal(err)
-	}
+	_, nc := startProvisioned(b, natsServer)
 	iteration := 0
 	for b.Loop() {
 		iteration++
@@ -191,17 +172,16 @@ func setupRaw(ctx context.Context, consume bool) func(b *testing.B, nc *nats.Con
 	}
 }
 
-// benchSetup starts a server process, provisions the bus's and the raw
-// stream, sets up setupAgents agents with setup and reports the figures
-// BenchmarkSetupAgents describes: into base for a raw sub-benchmark name,
-// against base for the bus (name "").
-func benchSetup(b *testing.B, natsServer string, base *baselines, name string, atOnce int, setup func(b *testing.B, nc *nats.Conn, agent string) (stop func())) {
+// startProvisioned starts natsServer as a process of its own, provisions
+// the bus's streams and the raw one on it and returns it and a connection
+// to it, closed when b ends.
+func startProvisioned(b *testing.B, natsServer string) (*serverProcess, *nats.Conn) {
 	srv := startServerProcess(b, natsServer)
 	nc, err := nats.Connect(srv.url)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer nc.Close()
+	b.Cleanup(nc.Close)
 	if _, err := newAdmin(b, nc).Provision(context.Background(), bus.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}
@@ -209,13 +189,16 @@ func benchSetup(b *testing.B, natsServer string, base *baselines, name string, a
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := bus.StreamConfig{Root: rawRoot}.JetStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := js.CreateStream(context.Background(), cfg); err != nil {
-		b.Fatal(err)
-	}
+	createRawStream(b, js)
+	return srv, nc
+}
+
+// benchSetup starts a server process, provisions the bus's and the raw
+// stream, sets up setupAgents agents with setup and reports the figures
+// BenchmarkSetupAgents describes: into base for a raw sub-benchmark name,
+// against base for the bus (name "").
+func benchSetup(b *testing.B, natsServer string, base *baselines, name string, atOnce int, setup func(b *testing.B, nc *nats.Conn, agent string) (stop func())) {
+	srv, nc := startProvisioned(b, natsServer)
 	iteration := 0
 	for b.Loop() {
 		b.StopTimer()

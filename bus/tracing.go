@@ -131,23 +131,23 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	if dest != nil {
 		name = dest.sendName
 	}
-	if t.untraced() {
-		// No span to start. A trace context that ctx carries (a handler's,
-		// received with its message) is relayed as a no-op tracer relays
-		// its parent's, and only then is the conversation's root computed.
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-			root := conversationRoot(conversationOf(m))
-			ctx, _ = parentUnder(ctx, sc, root)
-			writeTraceContext(ctx, m, root)
-		}
+	sc := trace.SpanContextFromContext(ctx)
+	untraced := t.untraced()
+	if untraced && !sc.IsValid() {
+		// No span to start and no trace context to relay: nothing to do.
 		return sendOp{span: noop.Span{}, start: time.Now(), dest: dest}
 	}
 	root := conversationRoot(conversationOf(m))
-	ctx, link := parentUnder(ctx, trace.SpanContextFromContext(ctx), root)
-	ctx, span := t.tracer.Start(ctx, name, t.sendOpts...)
-	if link.IsValid() && span.IsRecording() {
-		span.AddLink(trace.Link{SpanContext: link})
+	ctx, link := parentUnder(ctx, sc, root)
+	var span trace.Span = noop.Span{}
+	if !untraced {
+		ctx, span = t.tracer.Start(ctx, name, t.sendOpts...)
+		if link.IsValid() && span.IsRecording() {
+			span.AddLink(trace.Link{SpanContext: link})
+		}
 	}
+	// Untraced, the trace context ctx carries (a handler's, received with
+	// its message) is relayed, as a no-op tracer relays its parent's.
 	writeTraceContext(ctx, m, root)
 	return sendOp{span: span, start: time.Now(), dest: dest}
 }
@@ -235,25 +235,16 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 			carrier.ext = noExtensions
 		}
 	}
-	if t.untraced() {
-		// No span to start. The producer's trace context, if the message
-		// carries one, is put in the handler's context as a no-op tracer
-		// would, to be relayed by what the handler publishes (startSend);
-		// a message without one costs nothing more.
-		if carrier.Get(traceParentKey) != "" {
-			producer := trace.SpanContextFromContext(traceContext.Extract(ctx, carrier))
-			if m != nil {
-				ctx, _ = parentFor(ctx, producer, conversationOf(m))
-			} else if producer.IsValid() {
-				ctx = trace.ContextWithRemoteSpanContext(ctx, producer)
-			}
-		}
-		return ctx, processOp{span: noop.Span{}, start: time.Now(), dest: dest}
+	// Untraced, a message without a trace context costs nothing more:
+	// there is no span to parent and nothing to relay.
+	untraced := t.untraced()
+	var producer trace.SpanContext
+	if !untraced || carrier.Get(traceParentKey) != "" {
+		producer = trace.SpanContextFromContext(traceContext.Extract(ctx, carrier))
 	}
-	producer := trace.SpanContextFromContext(traceContext.Extract(ctx, carrier))
 	var link trace.SpanContext
 	switch {
-	case m != nil:
+	case m != nil && (!untraced || producer.IsValid()):
 		ctx, link = parentFor(ctx, producer, conversationOf(m))
 		if !link.IsValid() {
 			link = producer // the parent: linked too, as the conventions ask
@@ -261,6 +252,12 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 	case producer.IsValid():
 		// Undecodable: no conversation is known, so follow the producer.
 		ctx, link = trace.ContextWithRemoteSpanContext(ctx, producer), producer
+	}
+	if untraced {
+		// No span; the trace context now in ctx is relayed by what the
+		// handler publishes (startSend), as a no-op tracer relays its
+		// parent's.
+		return ctx, processOp{span: noop.Span{}, start: time.Now(), dest: dest}
 	}
 	ctx, span := t.tracer.Start(ctx, name, t.processOpts...)
 	if span.IsRecording() {

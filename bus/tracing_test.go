@@ -266,6 +266,37 @@ func TestTracingStartedInsideAnotherTrace(t *testing.T) {
 	}
 }
 
+// traceparentOf is sc as a W3C traceparent value, sampled.
+func traceparentOf(sc trace.SpanContext) string {
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+}
+
+// foreignSpans returns a remote span context in the trace of conversation
+// conv and one of another trace, as a raw publisher's traceparent carries.
+func foreignSpans(conv string) (inTrace, other trace.SpanContext) {
+	inTrace = trace.NewSpanContext(trace.SpanContextConfig{TraceID: bus.ConversationTraceID(conv), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled})
+	other = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9, 9, 9}, SpanID: trace.SpanID{8, 8, 8}, TraceFlags: trace.FlagsSampled})
+	return inTrace, other
+}
+
+// publishRawEvent publishes m, defaults filled in and encoded in binary
+// mode, with the extra headers h, to subject with raw nats.go, as a
+// foreign producer would.
+func publishRawEvent(t *testing.T, nc *nats.Conn, subject string, m *codec.Message, h map[string]string) {
+	t.Helper()
+	m.SetDefaults(time.Now())
+	hdr, data, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		hdr[k] = []string{v}
+	}
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Header: hdr, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestTracingRawPublisher: an uninstrumented nats.go client publishes a
 // CloudEvent without a traceparent; its handling still lands in the trace of
 // its correlation ID. A traceparent written "Traceparent" is read, and one of
@@ -278,11 +309,7 @@ func TestTracingRawPublisher(t *testing.T) {
 
 	const conv = "conv-raw"
 	traceID := bus.ConversationTraceID(conv)
-	inTrace := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled})
-	other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9, 9, 9}, SpanID: trace.SpanID{8, 8, 8}, TraceFlags: trace.FlagsSampled})
-	traceparent := func(sc trace.SpanContext) string {
-		return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
-	}
+	inTrace, other := foreignSpans(conv)
 	tests := []struct {
 		name       string
 		header     string // the traceparent header's key; "" for none
@@ -299,21 +326,15 @@ func TestTracingRawPublisher(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &codec.Message{ID: fmt.Sprintf("raw-%d", i), From: "raw", To: "worker", Type: "RAW", CorrelationID: conv}
-			m.SetDefaults(time.Now())
-			h, data, err := codec.Binary{}.Encode(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := map[string]string{}
 			if tt.header != "" {
-				h[tt.header] = []string{traceparent(tt.sc)}
+				h[tt.header] = traceparentOf(tt.sc)
 			}
 			if tt.plain.IsValid() {
-				h["traceparent"] = []string{traceparent(tt.plain)}
+				h["traceparent"] = traceparentOf(tt.plain)
 			}
-			if err := raw.PublishMsg(&nats.Msg{Subject: "agentbus.agent.worker.p3.raw.RAW", Header: h, Data: data}); err != nil {
-				t.Fatal(err)
-			}
+			publishRawEvent(t, raw, "agentbus.agent.worker.p3.raw.RAW",
+				&codec.Message{ID: fmt.Sprintf("raw-%d", i), From: "raw", To: "worker", Type: "RAW", CorrelationID: conv}, h)
 			sp := workerTel.waitSpans(t, i+1)[i]
 			if sp.SpanContext().TraceID() != traceID {
 				t.Errorf("process span in trace %s, want %s", sp.SpanContext().TraceID(), traceID)
@@ -358,34 +379,24 @@ func TestTracingRelayedWhileOff(t *testing.T) {
 	})
 	raw := embeddedtest.Connect(t, s)
 	const conv = "conv-relayed"
-	inTrace := trace.NewSpanContext(trace.SpanContextConfig{TraceID: bus.ConversationTraceID(conv), SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled})
-	other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9, 9, 9}, SpanID: trace.SpanID{8, 8, 8}, TraceFlags: trace.FlagsSampled})
-	traceparent := func(sc trace.SpanContext) string {
-		return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
-	}
+	inTrace, other := foreignSpans(conv)
 	tests := []struct {
 		name string
 		sc   trace.SpanContext // carried as ce-traceparent, if valid
 		want string            // the onward message's traceparent
 	}{
-		{name: "in the conversation's trace", sc: inTrace, want: traceparent(inTrace)},
+		{name: "in the conversation's trace", sc: inTrace, want: traceparentOf(inTrace)},
 		{name: "none"},
 		{name: "of another trace", sc: other},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &codec.Message{ID: fmt.Sprintf("relayed-%d", i), From: "raw", To: "relay", Type: "IN", CorrelationID: conv}
-			m.SetDefaults(time.Now())
-			h, data, err := codec.Binary{}.Encode(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := map[string]string{}
 			if tt.sc.IsValid() {
-				h["ce-traceparent"] = []string{traceparent(tt.sc)}
+				h["ce-traceparent"] = traceparentOf(tt.sc)
 			}
-			if err := raw.PublishMsg(&nats.Msg{Subject: "agentbus.agent.relay.p3.raw.IN", Header: h, Data: data}); err != nil {
-				t.Fatal(err)
-			}
+			publishRawEvent(t, raw, "agentbus.agent.relay.p3.raw.IN",
+				&codec.Message{ID: fmt.Sprintf("relayed-%d", i), From: "raw", To: "relay", Type: "IN", CorrelationID: conv}, h)
 			select {
 			case onward := <-got:
 				if onward.CorrelationID != conv {
@@ -429,8 +440,7 @@ func TestTracingWritesTheCloudEventsExtension(t *testing.T) {
 		return msg
 	}
 	want := func(at *agentTelemetry) string {
-		sc := at.waitSpans(t, 1)[0].SpanContext()
-		return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+		return traceparentOf(at.waitSpans(t, 1)[0].SpanContext())
 	}
 
 	if _, err := traced.Publish(testContext(t), bus.Message{To: "worker", Type: "T", Extensions: mine}); err != nil {

@@ -228,11 +228,11 @@ type Dispatcher struct {
 	ready    *sync.Cond // on mu: a message arrived, a lane's state changed, or stopping
 	stopping bool       // guarded by mu: no more messages are picked or kept
 	inflight map[*held]struct{}
-	// While stopping, until the lanes' subscriptions are gone (closed),
-	// messages given back wait in givenBack (both guarded by mu): see
-	// deferGiveBack.
-	closed    bool
-	givenBack []giveBackMsg
+	// While stopping, until the lanes' subscriptions are gone
+	// (lanesClosed), messages given back wait in givenBack (both guarded
+	// by mu): see deferGiveBack.
+	lanesClosed bool
+	givenBack   []giveBackMsg
 
 	pullCtx    context.Context // cancelled to stop pulling and picking
 	stopPull   context.CancelFunc
@@ -592,7 +592,7 @@ type giveBackMsg struct {
 func (d *Dispatcher) deferGiveBack(subject, reply string, body []byte) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.stopping || d.closed {
+	if !d.stopping || d.lanesClosed {
 		return false
 	}
 	d.givenBack = append(d.givenBack, giveBackMsg{subject: subject, reply: reply, body: body})
@@ -603,7 +603,7 @@ func (d *Dispatcher) deferGiveBack(subject, reply string, body []byte) bool {
 // then.
 func (d *Dispatcher) sendGivenBack() {
 	d.mu.Lock()
-	d.closed = true
+	d.lanesClosed = true
 	msgs := d.givenBack
 	d.givenBack = nil
 	d.mu.Unlock()

@@ -34,15 +34,15 @@ type Msg struct {
 var ErrSettled = errors.New("consumers: message already settled")
 
 // Ack acknowledges m: the server will not deliver it again.
-func (m *Msg) Ack() error { return m.settle(ackBody) }
+func (m *Msg) Ack() error { return m.settle(ackBody, false) }
 
 // Nak gives m back to the server, to be delivered again after delay (at
 // once for zero); the delivery counts towards the consumer's MaxDeliver.
 func (m *Msg) Nak(delay time.Duration) error {
 	if delay <= 0 {
-		return m.settle(nakBody)
+		return m.settle(nakBody, true)
 	}
-	return m.settle(nakDelayBody(delay))
+	return m.settle(nakDelayBody(delay), true)
 }
 
 // Term terminates m: the server will not deliver it again, and reports
@@ -51,18 +51,18 @@ func (m *Msg) Term(reason string) error {
 	if len(reason) > maxReasonLen {
 		reason = reason[:maxReasonLen]
 	}
-	return m.settle(termBody(reason))
+	return m.settle(termBody(reason), false)
 }
 
 // settle sends body, the acknowledgement protocol's message, for m, once.
-// A nak while the dispatcher stops waits until its subscriptions are gone
-// (Dispatcher.deferGiveBack).
-func (m *Msg) settle(body []byte) error {
+// A give-back (a nak) while the dispatcher stops waits until its
+// subscriptions are gone (Dispatcher.deferGiveBack).
+func (m *Msg) settle(body []byte, giveBack bool) error {
 	if m.settled {
 		return ErrSettled
 	}
 	m.settled = true
-	if body[0] == '-' && m.d.deferGiveBack(m.Subject, m.reply, body) {
+	if giveBack && m.d.deferGiveBack(m.Subject, m.reply, body) {
 		return nil
 	}
 	return m.d.nc.Publish(m.reply, body)
