@@ -307,9 +307,9 @@ func (a *Admin) publishAs(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
-	subject, err := a.opts.scheme.Direct(m.To, m.From, m.Type, m.Priority)
+	subject, err := subjectOf(a.opts.scheme, &m)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		return err
 	}
 	h[jetstream.MsgIDHeader] = []string{m.ID}
 	_, err = a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})

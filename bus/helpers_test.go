@@ -14,6 +14,7 @@ import (
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func TestMain(m *testing.M) {
@@ -179,4 +180,31 @@ func consumerInfo(t *testing.T, b *bus.Bus, name string) (*jetstream.ConsumerInf
 		return nil, err
 	}
 	return c.Info(testContext(t))
+}
+
+// indexedSubject returns the subject the bus publishes message id from
+// from to to on, in the conversation correlationID names.
+func indexedSubject(t *testing.T, to, from, typ string, priority int, id, correlationID string) string {
+	t.Helper()
+	subject, err := subjects.Default().IndexedDirect(to, from, typ, priority, id, correlationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subject
+}
+
+// withoutIndex returns subject, a direct or broadcast subject under the
+// default root, without the message's index, if it has one.
+func withoutIndex(t *testing.T, subject string) string {
+	t.Helper()
+	a, err := subjects.Default().Parse(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Index = subjects.Index{}
+	subject, err = a.Subject(subjects.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subject
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +177,7 @@ type tracker struct {
 	bucket    string
 	prefix    string // "$KV.<bucket>."
 	directGet string // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", then the key
+	streamGet string // "$JS.API.DIRECT.GET.<stream>.", then an indexed subject or filter
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	onError   func(error)
@@ -204,6 +206,7 @@ func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
 		scheme: o.scheme, stream: o.scheme.Stream()}
 	t.prefix = o.scheme.StatusSubjectPrefix()
 	t.directGet = o.scheme.StatusDirectGetPrefix()
+	t.streamGet = o.scheme.StreamDirectGetPrefix()
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
 		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
@@ -583,11 +586,17 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 			return nil, err
 		}
 	}
+	t.settle(ctx, out)
+	return out, nil
+}
+
+// settle brings the statuses in out up to date (derive) and sorts them
+// by the messages' time, ID and recipient.
+func (t *tracker) settle(ctx context.Context, out []Status) {
 	t.derive(ctx, out)
 	slices.SortFunc(out, func(a, b Status) int {
 		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.ID, b.ID), cmp.Compare(a.To, b.To))
 	})
-	return out, nil
 }
 
 // scan passes to add every record of a key matching filter that policy
@@ -729,10 +738,17 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 // broadcast the sender's and every recipient's (to the sender) or the
 // agent's own (to a recipient). These are the records an agent's server
 // permissions let it read (docs/security.md). The records this bus wrote
-// before the call are among them (it waits for their writes). It returns
-// ErrNoStatus when there are none.
+// before the call are among them (it waits for their writes). A direct
+// message is found by its indexed subject (docs/subjects.md) and its
+// record read by key; a broadcast, or a message whose subject has no index,
+// by a look through the bucket's keys. It returns ErrNoStatus when there
+// are none.
 func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	filters, err := subjects.StatusKeysOfAgent(id, b.agent)
+	if err != nil {
+		return nil, err
+	}
+	messages, err := b.opts.scheme.MessageFiltersOfAgent(id, b.agent)
 	if err != nil {
 		return nil, err
 	}
@@ -744,26 +760,60 @@ func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status of %s: records still being written: %w", id, err)
 	}
-	return b.lookup(ctx, id, filters...)
+	return b.lookup(ctx, id, filters, func(ctx context.Context) ([]Status, error) {
+		return b.status.stored(ctx, id, messages...)
+	})
 }
 
 // Status returns every lifecycle record of message id, whoever sent or
-// received it, or ErrNoStatus. It reads the whole status bucket's keys
-// for the ID, which an operator may and an agent may not.
+// received it, or ErrNoStatus. A direct message is found by its indexed
+// subject; any other by reading the whole status bucket's keys for the
+// ID, which an operator may and an agent may not.
 func (b *Admin) Status(ctx context.Context, id string) ([]Status, error) {
-	return b.lookup(ctx, id, subjects.StatusKeysOfMessage(id))
+	return b.lookup(ctx, id, []string{subjects.StatusKeysOfMessage(id)}, func(ctx context.Context) ([]Status, error) {
+		return b.status.storedAll(ctx, id, b.opts.scheme.MessageFilter(id))
+	})
 }
 
-func (b *client) lookup(ctx context.Context, id string, filters ...string) ([]Status, error) {
+// streamLookupTimeout bounds a lookup's read of the stream by indexed
+// subject, before it turns to the records.
+const streamLookupTimeout = 2 * time.Second
+
+// lookup returns the statuses of message id: of the messages find finds in
+// the stream by their indexed subjects, with their records read by key,
+// or if it finds none, the records whose keys match records.
+func (b *client) lookup(ctx context.Context, id string, records []string, find func(context.Context) ([]Status, error)) ([]Status, error) {
 	if b.status == nil {
 		return nil, fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	b.status.written(ctx, id)
+	// The stream is asked on its own time: a refusal of its direct gets
+	// (permissions from before the index, or an agent's, which allow no
+	// batch), a stream provisioned before the index (none answers) or one
+	// that does not answer leaves the lookup to the records.
+	sctx, stopS := b.watchRefusals(ctx, strings.TrimSuffix(b.opts.scheme.StreamDirectGetPrefix(), "."))
+	sctx, cancelS := context.WithTimeout(sctx, streamLookupTimeout)
+	found, serr := find(sctx)
+	cancelS()
+	stopS()
+	if serr != nil && ctx.Err() != nil {
+		return nil, serr
+	}
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	b.status.written(ctx, id)
-	out, err := b.status.read(ctx, filters...)
+	var (
+		out []Status
+		err error
+	)
+	if len(found) > 0 {
+		if out, err = b.status.withRecords(ctx, found); err == nil {
+			b.status.settle(ctx, out)
+		}
+	} else {
+		out, err = b.status.read(ctx, records...)
+	}
 	if err != nil {
 		return nil, refusedCall(ctx, err)
 	}

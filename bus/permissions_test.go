@@ -184,7 +184,7 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	})
 	var originals []string
 	for _, dl := range dls {
-		originals = append(originals, dl.Subject)
+		originals = append(originals, withoutIndex(t, dl.Subject))
 		if dl.Agent != worker.Agent() || dl.Reason != bus.ReasonRejected {
 			t.Errorf("dead letter of %s by %q, reason %s; want the worker, rejected", dl.Subject, dl.Agent, dl.Reason)
 		}
@@ -604,7 +604,10 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		}
 	})
 	t.Run("look up alice's status records", func(t *testing.T) {
-		mallory.denied(t, "$JS.API.CONSUMER.CREATE.KV_"+s.StatusBucket()+".*.$KV."+s.StatusBucket()+".*."+sent.ID+".*.*", func(ctx context.Context) error {
+		// The lookup asks the stream for every message whose indexed
+		// subject names the ID first, a direct get with the filter in its
+		// body, then the bucket's keys; both are refused.
+		mallory.denied(t, strings.TrimSuffix(s.StreamDirectGetPrefix(), "."), func(ctx context.Context) error {
 			_, err := mallory.admin.Status(ctx, sent.ID)
 			return err
 		})

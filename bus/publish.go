@@ -189,7 +189,7 @@ func (b *Bus) prepareAt(ctx context.Context, m *Message, start time.Time) (*nats
 		op.abandon(err)
 		return nil, sendOp{}, err
 	}
-	op.describe(m, msg)
+	op.describe(b.opts.scheme, m, msg)
 	return msg, op, nil
 }
 
@@ -199,14 +199,9 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	var subject string
-	if m.To == subjects.Broadcast {
-		subject, err = b.opts.scheme.Broadcast(m.From, m.Type, m.Priority)
-	} else {
-		subject, err = b.opts.scheme.Direct(m.To, m.From, m.Type, m.Priority)
-	}
+	subject, err := subjectOf(b.opts.scheme, m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		return nil, err
 	}
 	// The keys are canonical already; assigning skips Set's canonicalizing.
 	h[jetstream.MsgIDHeader] = []string{m.ID}
@@ -214,6 +209,25 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(time.Until(m.ExpiresAt()))}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// subjectOf returns the subject m is published on: a broadcast's, or a
+// direct message's indexed subject, which names its ID and conversation so
+// that a status lookup finds it in the stream (docs/subjects.md).
+func subjectOf(scheme subjects.Scheme, m *Message) (string, error) {
+	var (
+		subject string
+		err     error
+	)
+	if m.To == subjects.Broadcast {
+		subject, err = scheme.Broadcast(m.From, m.Type, m.Priority)
+	} else {
+		subject, err = scheme.IndexedDirect(m.To, m.From, m.Type, m.Priority, m.ID, conversationOf(m))
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	}
+	return subject, nil
 }
 
 // headerSize is the size of h on the wire: "NATS/1.0\r\n", a line

@@ -119,6 +119,12 @@ type retryPublisher struct {
 	attempt time.Duration // deadline of one Publish call
 	giveUp  time.Duration // deadline of all attempts at one message
 
+	// holdAt, with hold, has the publisher wait before message holdAt
+	// until hold is closed: a test that stops the server there knows the
+	// publisher has not finished meanwhile.
+	holdAt int
+	hold   chan struct{}
+
 	errs errorTally
 
 	mu         sync.Mutex
@@ -176,6 +182,15 @@ func (p *retryPublisher) run(ctx context.Context, stop <-chan struct{}, max int)
 		case <-stop:
 			return
 		default:
+		}
+		if p.hold != nil && n == p.holdAt {
+			select {
+			case <-p.hold:
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 		if err := p.publishOne(ctx, n); err != nil {
 			p.mu.Lock()
@@ -346,7 +361,8 @@ func TestReliabilityServerRestart(t *testing.T) {
 	}()
 
 	const total, restartAt = 400, 100
-	p := &retryPublisher{b: sender, to: "agent", prefix: "restart-", attempt: time.Second, giveUp: 15 * time.Second}
+	p := &retryPublisher{b: sender, to: "agent", prefix: "restart-", attempt: time.Second, giveUp: 15 * time.Second,
+		holdAt: restartAt, hold: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
 	defer cancel()
 	stop := make(chan struct{})
@@ -361,6 +377,7 @@ func TestReliabilityServerRestart(t *testing.T) {
 	opts := s.Options()
 	down := time.Now()
 	s.Shutdown()
+	close(p.hold)
 	// Stay down long enough for the publisher to fail twice: its
 	// unanswered attempts wait in the reconnect buffer meanwhile.
 	waitFor(t, "the publisher to fail while the server is down", func() (bool, string) {

@@ -250,7 +250,7 @@ func (b *Bus) checkSchedule(h nats.Header, md consumers.Metadata, m *Message) (f
 	if err != nil {
 		return firing{}, true, fmt.Errorf("%w: %w", ErrScheduleMismatch, err)
 	}
-	if from != m.From || idTok != subjects.ScheduleIDToken(m.ID) {
+	if from != m.From || idTok != subjects.IDToken(m.ID) {
 		return firing{}, true, fmt.Errorf("%w: message %s from %q was scheduled as %s", ErrScheduleMismatch, m.ID, m.From, scheduler)
 	}
 	f = firing{scheduleID: m.ID, recurring: h.Get(jetstream.ScheduleNextHeader) != scheduleNextPurge}

@@ -134,6 +134,9 @@ func (c StreamConfig) JetStream() (jetstream.StreamConfig, error) {
 		MaxMsgSize:   orDefault(c.MaxMsgSize, -1),
 		MaxMsgs:      -1,
 		AllowMsgTTL:  true,
+		// A status lookup reads a message by its indexed subject
+		// (subjects.Scheme.MessageFilter) with a direct get.
+		AllowDirect: true,
 	}, nil
 }
 

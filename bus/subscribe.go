@@ -55,7 +55,7 @@ type Subscription struct {
 	// notices takes cancel notices as they are published, so that a
 	// running handler is cancelled even while every handler slot is busy;
 	// the stored copy comes through the dispatcher later.
-	notices *nats.Subscription
+	notices []*nats.Subscription
 }
 
 // Stop stops consuming at once: messages held in memory are given back for
@@ -81,22 +81,20 @@ func (s *Subscription) Done() <-chan struct{} { return s.d.Done() }
 func (s *Subscription) Buffered() []int { return s.d.Buffered() }
 
 func (s *Subscription) forget() {
-	if s.notices != nil {
-		_ = s.notices.Unsubscribe()
-	}
+	unsubscribe(s.notices)
 	s.b.mu.Lock()
 	delete(s.b.subs, s)
 	s.b.mu.Unlock()
 }
 
 // listenForCancels subscribes to the cancel notices to the agent as they
-// are published.
-func (b *Bus) listenForCancels() (*nats.Subscription, error) {
-	filter, err := b.opts.scheme.TypeFilter(b.agent, TypeCancel, 1)
+// are published, on indexed subjects and others.
+func (b *Bus) listenForCancels() ([]*nats.Subscription, error) {
+	filters, err := b.opts.scheme.TypeFilters(b.agent, TypeCancel, 1)
 	if err != nil {
 		return nil, err
 	}
-	return b.nc.Subscribe(filter, func(nm *nats.Msg) {
+	take := func(nm *nats.Msg) {
 		m, err := codec.Decode(nm.Header, nm.Data)
 		if err != nil {
 			return // the stored copy is dead-lettered through the dispatcher
@@ -107,7 +105,24 @@ func (b *Bus) listenForCancels() (*nats.Subscription, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 		defer cancel()
 		b.takeNotice(ctx, m)
-	})
+	}
+	var subs []*nats.Subscription
+	for _, f := range filters {
+		sub, err := b.nc.Subscribe(f, take)
+		if err != nil {
+			unsubscribe(subs)
+			return nil, err
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
+// unsubscribe ends the subscriptions subs.
+func unsubscribe(subs []*nats.Subscription) {
+	for _, sub := range subs {
+		_ = sub.Unsubscribe()
+	}
 }
 
 // Subscribe starts consuming the agent's inbox. It makes sure the agent's
@@ -165,7 +180,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		_ = s.notices.Unsubscribe()
+		unsubscribe(s.notices)
 		d.Stop()
 		<-d.Done()
 		return nil, ErrClosed

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -49,7 +50,7 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 		t.Errorf("delivery info seq=%d delivered=%d subject=%q, want seq=%d delivered=1 subject=%q",
 			d.Sequence, d.Deliveries, d.Subject, ack.Sequence, ack.Subject)
 	}
-	if want := "agentbus.agent.%40worker-1.p2.build%20orchestrator.TASK_ASSIGNMENT"; ack.Subject != want {
+	if want := "agentbus.agent.%40worker-1.p2.build%20orchestrator.TASK_ASSIGNMENT." + ack.ID + "." + subjects.ConversationKey(ack.ID); ack.Subject != want {
 		t.Errorf("subject = %q, want %q", ack.Subject, want)
 	}
 }

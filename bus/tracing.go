@@ -170,10 +170,12 @@ func writeTraceContext(ctx context.Context, m *Message, root trace.SpanContext) 
 	m.Extensions = ext
 }
 
-// describe puts the attributes of m, encoded as msg, on the span.
-func (op sendOp) describe(m *Message, msg *nats.Msg) {
+// describe puts the attributes of m, encoded as msg, on the span. The
+// destination is msg's subject without the message's index (s.WithoutIndex),
+// as on the recipient's span.
+func (op sendOp) describe(s subjects.Scheme, m *Message, msg *nats.Msg) {
 	if op.span.IsRecording() {
-		op.span.SetAttributes(messageAttrs(op.dest, msg.Subject, m, len(msg.Data),
+		op.span.SetAttributes(messageAttrs(op.dest, s.WithoutIndex(msg.Subject), m, len(msg.Data),
 			semconv.MessagingOperationName("send"), semconv.MessagingOperationTypeSend)...)
 	}
 }
@@ -268,7 +270,7 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 			messagingSystem,
 			semconv.MessagingOperationName("process"),
 			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingDestinationName(cm.Subject),
+			semconv.MessagingDestinationName(t.scheme.WithoutIndex(cm.Subject)),
 			semconv.MessagingConsumerGroupName(cm.Metadata.Consumer),
 			semconv.MessagingMessageBodySize(len(cm.Data)),
 			attrDeliveryCount.Int64(int64(cm.Metadata.Deliveries)),

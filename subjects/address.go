@@ -11,7 +11,7 @@ type Kind int
 
 // The subject forms.
 const (
-	KindDirect     Kind = iota + 1 // <root>.agent.<to>.p<N>.<from>.<type>
+	KindDirect     Kind = iota + 1 // <root>.agent.<to>.p<N>.<from>.<type>[.<id>.<conversation>]
 	KindBroadcast                  // <root>.all.p<N>.<from>.<type>
 	KindDeadLetter                 // <root>.dlq.<to>.<from>.<type>
 )
@@ -44,6 +44,39 @@ type Address struct {
 	// Priority is 1..5 for KindDirect and KindBroadcast and 0 for
 	// KindDeadLetter, whose subjects carry no priority.
 	Priority int
+	// Index is what an indexed direct subject says of its message
+	// ([Scheme.IndexedDirect]); zero for any other subject.
+	Index Index
+}
+
+// Index is what an indexed direct subject names besides its address: the
+// message ID as its [IDToken] (the ID itself cannot always be recovered:
+// a long one is hashed) and the [ConversationKey] of the message's
+// correlation ID.
+type Index struct {
+	ID           string
+	Conversation string
+}
+
+// parseIndex checks the two index tokens of a subject.
+func parseIndex(idTok, conv string) (Index, error) {
+	if len(conv) != 32 || strings.Trim(conv, "0123456789abcdef") != "" {
+		return Index{}, fmt.Errorf("%w: conversation token %q is not 32 lower-case hex digits", ErrInvalidToken, conv)
+	}
+	if h, ok := strings.CutPrefix(idTok, hashedIDPrefix); ok {
+		if len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+			return Index{}, fmt.Errorf("%w: hashed message ID token %q", ErrInvalidToken, idTok)
+		}
+		return Index{ID: idTok, Conversation: conv}, nil
+	}
+	id, err := DecodeToken(fromKeyToken(idTok))
+	if err == nil && (id == "" || IDToken(id) != idTok) {
+		err = fmt.Errorf("%w: %q is not the canonical token of a message ID", ErrInvalidToken, idTok)
+	}
+	if err != nil {
+		return Index{}, fmt.Errorf("message ID: %w", err)
+	}
+	return Index{ID: idTok, Conversation: conv}, nil
 }
 
 // Subject rebuilds the subject of a under s with [Scheme.Direct],
@@ -54,7 +87,14 @@ type Address struct {
 func (a Address) Subject(s Scheme) (string, error) {
 	switch a.Kind {
 	case KindDirect:
-		return s.Direct(a.To, a.From, a.Type, a.Priority)
+		subject, err := s.Direct(a.To, a.From, a.Type, a.Priority)
+		if err != nil || a.Index == (Index{}) {
+			return subject, err
+		}
+		if _, err := parseIndex(a.Index.ID, a.Index.Conversation); err != nil {
+			return "", err
+		}
+		return subject + "." + a.Index.ID + "." + a.Index.Conversation, nil
 	case KindBroadcast:
 		if a.To != Broadcast {
 			return "", fmt.Errorf("%w: broadcast address has recipient %q, want %q", ErrInvalidAgentID, a.To, Broadcast)
@@ -71,7 +111,7 @@ func (a Address) Subject(s Scheme) (string, error) {
 
 // Parse takes apart a subject built by s. It accepts exactly the subjects
 // the builders of s return: the root of s, one of the three forms with the
-// right number of tokens, a priority "p1".."p5" where one belongs, and
+// right number of tokens (a direct subject with or without its index), a priority "p1".."p5" where one belongs, and
 // canonical tokens that decode to valid IDs and types. Anything else,
 // including a subject under another root, returns an error wrapping
 // [ErrInvalidSubject]; when a token is at fault the error also wraps the
@@ -82,8 +122,8 @@ func (s Scheme) Parse(subject string) (Address, error) {
 	if len(subject) <= len(root) || subject[len(root)] != '.' || subject[:len(root)] != root {
 		return Address{}, fmt.Errorf("%w: %q is not under root %q", ErrInvalidSubject, subject, root)
 	}
-	// A valid subject has at most 5 tokens after the root.
-	var tok [5]string
+	// A valid subject has at most 7 tokens after the root.
+	var tok [7]string
 	n := 0
 	for rest := subject[len(root)+1:]; ; n++ {
 		if n == len(tok) {
@@ -104,10 +144,15 @@ func (s Scheme) Parse(subject string) (Address, error) {
 	)
 	switch tok[0] {
 	case kindAgent:
-		if n != 5 {
-			return Address{}, arity(subject, KindDirect, n, 5)
+		if n != 5 && n != 7 {
+			return Address{}, fmt.Errorf("%w: %q has %d tokens after the root, a direct subject has 5, or 7 when indexed", ErrInvalidSubject, subject, n)
 		}
 		a.Kind = KindDirect
+		if n == 7 {
+			if a.Index, err = parseIndex(tok[5], tok[6]); err != nil {
+				break
+			}
+		}
 		if a.To, err = decodeID("recipient", tok[1]); err != nil {
 			break
 		}

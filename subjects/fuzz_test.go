@@ -143,6 +143,9 @@ func FuzzParse(f *testing.F) {
 		"",
 		"prod.bus-1.agent.a.p4.b.c",
 		"agentbus.agent.a.p1.b.c.d.e.f",
+		"agentbus.agent.a.p1.b.c.m-1.0123456789abcdef0123456789abcdef",
+		"agentbus.agent.a.p1.b.c.=H" + strings.Repeat("0f", 32) + ".0123456789abcdef0123456789abcdef",
+		"agentbus.agent.a.p1.b.c.a=2Eb.0123456789abcdef0123456789abcdef",
 		"agentbus.dlq." + strings.Repeat("a", MaxTokenLen+1) + ".b.c",
 	}
 	for _, s := range seeds {

@@ -22,7 +22,7 @@ func TestHistoryConsumers(t *testing.T) {
 		wantErr    error
 	}{
 		{"received", s.ReceivedHistoryConsumer, "build bot", "build%20bot_h", "prod.bus-1.agent.build%20bot.>", nil},
-		{"sent", s.SentHistoryConsumer, "build bot", "build%20bot_hs", "prod.bus-1.agent.*.*.build%20bot.*", nil},
+		{"sent", s.SentHistoryConsumer, "build bot", "build%20bot_hs", "prod.bus-1.agent.*.*.build%20bot.>", nil},
 		{"broadcasts", s.BroadcastHistoryConsumer, "build bot", "build%20bot_ha", "prod.bus-1.all.>", nil},
 		{"received, invalid", s.ReceivedHistoryConsumer, "*", "", "", ErrInvalidAgentID},
 		{"sent, invalid", s.SentHistoryConsumer, "", "", "", ErrInvalidAgentID},

@@ -58,7 +58,8 @@ func InboxPrefix(agent string) (string, error) {
 // the status bucket and P each of the agent's two [StatusKeyPatterns], it
 // may publish to:
 //
-//   - R.agent.*.*.t.* and R.all.*.t.*: messages that name it as the sender;
+//   - R.agent.*.*.t.*, R.agent.*.*.t.*.*.* (indexed) and R.all.*.t.*:
+//     messages that name it as the sender;
 //   - R.dlq.t.*.*: the dead letters it files (see [Scheme.DeadLetter]);
 //   - for each of its consumers C with filter F ([Scheme.Consumers]):
 //     $JS.API.CONSUMER.CREATE.S.C.F, create or update C with filter F and
@@ -69,7 +70,11 @@ func InboxPrefix(agent string) (string, error) {
 //     $JS.API.CONSUMER.MSG.NEXT.S.t_h and $JS.API.CONSUMER.DELETE.S.t_h:
 //     the short-lived consumer that reads its own past messages
 //     ([Scheme.HistoryConsumer]);
-//   - $JS.API.CONSUMER.CREATE.S.t_hs.R.agent.*.*.t.* and
+//   - $JS.API.DIRECT.GET.S.R.agent.t.> and $JS.API.DIRECT.GET.S.R.agent.*.*.t.>:
+//     read the last message of a subject, or filter, that names it as the
+//     recipient or the sender: a status lookup finds a message by its
+//     indexed subject ([Scheme.MessageFiltersOfAgent]);
+//   - $JS.API.CONSUMER.CREATE.S.t_hs.R.agent.*.*.t.> and
 //     $JS.API.CONSUMER.CREATE.S.t_ha.R.all.>, each with MSG.NEXT and DELETE:
 //     the short-lived consumers that read again the direct messages it sent
 //     and the broadcasts, for its part of a conversation's history
@@ -118,6 +123,7 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 	root, tok, stream := s.Root(), EncodeToken(agent), s.Stream()
 	pub := []string{
 		root + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tok + "." + anyToken,
+		root + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tok + "." + anyToken + "." + anyToken + "." + anyToken,
 		root + "." + kindAll + "." + anyToken + "." + tok + "." + anyToken,
 		root + "." + kindDLQ + "." + tok + "." + anyToken + "." + anyToken,
 	}
@@ -133,7 +139,9 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 		jsConsumerCreate+stream+"."+history+"."+root+"."+kindAgent+"."+tok+"."+tail,
 		jsConsumerNext+stream+"."+history,
 		jsConsumerDelete+stream+"."+history,
-		jsConsumerInfo+stream+"."+anyToken)
+		jsConsumerInfo+stream+"."+anyToken,
+		s.StreamDirectGetPrefix()+root+"."+kindAgent+"."+tok+"."+tail,
+		s.StreamDirectGetPrefix()+root+"."+kindAgent+"."+anyToken+"."+anyToken+"."+tok+"."+tail)
 	sent, sentFilter, _ := s.SentHistoryConsumer(agent) // agent is valid
 	all, allFilter, _ := s.BroadcastHistoryConsumer(agent)
 	for _, c := range [][2]string{{sent, sentFilter}, {all, allFilter}} {

@@ -14,6 +14,7 @@ func TestAgentPermissionsGolden(t *testing.T) {
 	}
 	want := []string{
 		"agentbus.agent.*.*.a.*",
+		"agentbus.agent.*.*.a.*.*.*",
 		"agentbus.all.*.a.*",
 		"agentbus.dlq.a.*.*",
 	}
@@ -33,7 +34,9 @@ func TestAgentPermissionsGolden(t *testing.T) {
 		"$JS.API.CONSUMER.MSG.NEXT.AGENTBUS.a_h",
 		"$JS.API.CONSUMER.DELETE.AGENTBUS.a_h",
 		"$JS.API.CONSUMER.INFO.AGENTBUS.*",
-		"$JS.API.CONSUMER.CREATE.AGENTBUS.a_hs.agentbus.agent.*.*.a.*",
+		"$JS.API.DIRECT.GET.AGENTBUS.agentbus.agent.a.>",
+		"$JS.API.DIRECT.GET.AGENTBUS.agentbus.agent.*.*.a.>",
+		"$JS.API.CONSUMER.CREATE.AGENTBUS.a_hs.agentbus.agent.*.*.a.>",
 		"$JS.API.CONSUMER.MSG.NEXT.AGENTBUS.a_hs",
 		"$JS.API.CONSUMER.DELETE.AGENTBUS.a_hs",
 		"$JS.API.CONSUMER.CREATE.AGENTBUS.a_ha.agentbus.all.>",

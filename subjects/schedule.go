@@ -53,7 +53,7 @@ func (s Scheme) Schedule(from, id string) (string, error) {
 	if id == "" {
 		return "", fmt.Errorf("%w: empty message ID", ErrInvalidToken)
 	}
-	return s.Root() + "." + kindSchedule + "." + EncodeToken(from) + "." + keyID(id), nil
+	return s.Root() + "." + kindSchedule + "." + EncodeToken(from) + "." + IDToken(id), nil
 }
 
 // Fired returns the subject a schedule of message id fires to, for the
@@ -68,12 +68,13 @@ func (s Scheme) Fired(id, subject string) (string, error) {
 		return "", fmt.Errorf("%w: %q is not a direct or broadcast subject under %q", ErrInvalidSubject, subject, s.Root())
 	}
 	root := s.Root()
-	return root + "." + kindFired + "." + keyID(id) + subject[len(root):], nil
+	return root + "." + kindFired + "." + IDToken(id) + subject[len(root):], nil
 }
 
 // ScheduleSourceTransforms returns the source filter and destination pairs
 // with which the message stream takes in fired messages from the schedule
-// stream: <root>.fired.*.agent.*.*.*.* to <root>.agent.<...> and
+// stream: <root>.fired.*.agent.*.*.*.* (and its indexed form,
+// <root>.fired.*.agent.*.*.*.*.*.*) to <root>.agent.<...> and
 // <root>.fired.*.all.*.*.* to <root>.all.<...>, dropping the fired token and
 // the message ID.
 func (s Scheme) ScheduleSourceTransforms() [][2]string {
@@ -81,13 +82,14 @@ func (s Scheme) ScheduleSourceTransforms() [][2]string {
 	fired := root + "." + kindFired + "." + anyToken + "."
 	return [][2]string{
 		{fired + kindAgent + ".*.*.*.*", root + "." + kindAgent + ".{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}.{{wildcard(5)}}"},
+		{fired + kindAgent + ".*.*.*.*.*.*", root + "." + kindAgent + ".{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}.{{wildcard(5)}}.{{wildcard(6)}}.{{wildcard(7)}}"},
 		{fired + kindAll + ".*.*.*", root + "." + kindAll + ".{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}"},
 	}
 }
 
 // ParseSchedule returns the sender and the message ID token of a schedule
 // subject, as the server's Nats-Scheduler header names it on a fired
-// message. Compare the token with [ScheduleIDToken]. The error wraps
+// message. Compare the token with [IDToken]. The error wraps
 // [ErrInvalidSubject] or [ErrInvalidAgentID].
 func (s Scheme) ParseSchedule(subject string) (from, idToken string, err error) {
 	prefix := s.Root() + "." + kindSchedule + "."
@@ -100,12 +102,6 @@ func (s Scheme) ParseSchedule(subject string) (from, idToken string, err error) 
 		return "", "", fmt.Errorf("%w: %w", ErrInvalidSubject, err)
 	}
 	return from, idTok, nil
-}
-
-// ScheduleIDToken returns the token that stands for message id in schedule
-// and fired subjects.
-func ScheduleIDToken(id string) string {
-	return keyID(id)
 }
 
 // SchedulePermissions returns what agent may publish, besides

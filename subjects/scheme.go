@@ -16,10 +16,17 @@ const maxRootLen = 64
 // templates; this file is the only place that spells them out.
 //
 //	direct:      <root>.agent.<to>.p<N>.<from>.<type>
+//	indexed:     <root>.agent.<to>.p<N>.<from>.<type>.<id>.<conversation>
 //	broadcast:   <root>.all.p<N>.<from>.<type>
 //	dead letter: <root>.dlq.<to>.<from>.<type>
 //
 // <to>, <from> and <type> are [EncodeToken] tokens, N is the priority 1..5.
+// An indexed subject is a direct one that also names its message: <id> is
+// [IDToken] of the message ID and <conversation> the [ConversationKey] of
+// its correlation ID, so that the stream's own subject index finds a
+// message by its ID and the messages of a conversation ([Scheme.MessageFilter],
+// [Scheme.ConversationFilter]). Package bus sends every direct message so;
+// a publisher that does not is still delivered, only not found that way.
 const (
 	kindAgent = "agent" // token after the root in a direct subject
 	kindAll   = "all"   // token after the root in a broadcast subject
@@ -112,6 +119,23 @@ func (s Scheme) Direct(to, from, typ string, priority int) (string, error) {
 	return b.String(), nil
 }
 
+// IndexedDirect returns the indexed subject of message id from agent from
+// to agent to in the conversation correlationID names:
+// <root>.agent.<to>.p<N>.<from>.<type>.<id>.<conversation>, the subject of
+// [Scheme.Direct] followed by [IDToken](id) and
+// [ConversationKey](correlationID). Inputs are validated as in
+// [Scheme.Direct], and id must not be empty ([ErrInvalidToken]).
+func (s Scheme) IndexedDirect(to, from, typ string, priority int, id, correlationID string) (string, error) {
+	if id == "" {
+		return "", fmt.Errorf("%w: empty message ID", ErrInvalidToken)
+	}
+	subject, err := s.Direct(to, from, typ, priority)
+	if err != nil {
+		return "", err
+	}
+	return subject + "." + IDToken(id) + "." + ConversationKey(correlationID), nil
+}
+
 // Broadcast returns the subject of a message from agent from to every agent:
 // <root>.all.p<N>.<from>.<type>. Inputs are validated as in [Scheme.Direct].
 func (s Scheme) Broadcast(from, typ string, priority int) (string, error) {
@@ -182,21 +206,86 @@ func (s Scheme) DeadLetterStream() string {
 }
 
 // StreamSubjects returns the subjects of the stream named by [Scheme.Stream]:
-// every direct subject, <root>.agent.*.p<N>.*.*, and every broadcast
-// subject, <root>.all.p<N>.*.*, for N in 1..5, direct ones first. They
-// capture only subjects of the scheme's shape: a publish to a priority
-// outside 1..5 or with a token too many or too few finds no stream and
-// fails at the publisher, rather than being stored and acknowledged where
-// no agent's consumer would ever deliver it.
+// every direct subject, <root>.agent.*.p<N>.*.*, every indexed one,
+// <root>.agent.*.p<N>.*.*.*.*, and every broadcast subject,
+// <root>.all.p<N>.*.*, for N in 1..5, in that order. They capture only
+// subjects of the scheme's shape: a publish to a priority outside 1..5 or
+// with a token too many or too few finds no stream and fails at the
+// publisher, rather than being stored and acknowledged where no agent's
+// consumer would ever deliver it.
 func (s Scheme) StreamSubjects() []string {
 	root := s.Root()
-	out := make([]string, 0, 2*LowestPriority)
-	for _, kind := range []string{kindAgent + "." + anyToken, kindAll} {
+	two := "." + anyToken + "." + anyToken
+	out := make([]string, 0, 3*LowestPriority)
+	for _, kind := range []struct{ prefix, tail string }{
+		{kindAgent + "." + anyToken, two}, {kindAgent + "." + anyToken, two + two}, {kindAll, two},
+	} {
 		for p := HighestPriority; p <= LowestPriority; p++ {
-			out = append(out, root+"."+kind+"."+priorityPrefix+string(rune('0'+p))+"."+anyToken+"."+anyToken)
+			out = append(out, root+"."+kind.prefix+"."+priorityPrefix+string(rune('0'+p))+kind.tail)
 		}
 	}
 	return out
+}
+
+// WithoutIndex returns subject without the index an indexed direct subject
+// ends in ([Scheme.IndexedDirect]), and any other subject as it is: the
+// destination a message was sent to, shared by every message from one
+// agent to another of one type and priority. It reads only the kind and
+// counts tokens; Parse checks them.
+func (s Scheme) WithoutIndex(subject string) string {
+	if k, _ := s.Route(subject); k != KindDirect {
+		return subject
+	}
+	at := len(s.Root()) + 1
+	for n, i := 0, at; i < len(subject); i++ {
+		if subject[i] == '.' {
+			if n++; n == 5 {
+				return subject[:i]
+			}
+		}
+	}
+	return subject
+}
+
+// MessageFilter returns the filter subject of the indexed subjects of
+// message id, whoever sent it to whom: <root>.agent.*.*.*.*.<id>.*, <id>
+// its [IDToken]. The stream's subject index answers it: a status lookup
+// finds a message by its ID this way. An agent may read only the subjects
+// that name it ([Scheme.MessageFiltersOfAgent]).
+func (s Scheme) MessageFilter(id string) string {
+	return s.Root() + "." + kindAgent + ".*.*.*.*." + IDToken(id) + "." + anyToken
+}
+
+// MessageFiltersOfAgent returns the two filter subjects of the indexed
+// subjects of message id that name agent: as the recipient
+// (<root>.agent.<agent>.*.*.*.<id>.*) and as the sender
+// (<root>.agent.*.*.<agent>.*.<id>.*). An agent's permissions let it read
+// messages by these ([Scheme.AgentPermissions]). The error wraps
+// [ErrInvalidAgentID].
+func (s Scheme) MessageFiltersOfAgent(id, agent string) ([]string, error) {
+	if err := ValidateID(agent); err != nil {
+		return nil, err
+	}
+	prefix, tok, idTok := s.Root()+"."+kindAgent+".", EncodeToken(agent), IDToken(id)
+	return []string{
+		prefix + tok + ".*.*.*." + idTok + "." + anyToken,
+		prefix + "*.*." + tok + ".*." + idTok + "." + anyToken,
+	}, nil
+}
+
+// ConversationFilter returns the filter subject of the indexed subjects of
+// the messages of the conversation correlationID names:
+// <root>.agent.*.*.*.*.*.<conversation>.
+func (s Scheme) ConversationFilter(correlationID string) string {
+	return s.Root() + "." + kindAgent + ".*.*.*.*.*." + ConversationKey(correlationID)
+}
+
+// StreamDirectGetPrefix returns the prefix of the JetStream API subject
+// that reads the last message of a subject, or of a filter, of the stream
+// of s directly: "$JS.API.DIRECT.GET.<stream>.", followed by the subject.
+// An agent's permissions allow it for [Scheme.MessageFiltersOfAgent].
+func (s Scheme) StreamDirectGetPrefix() string {
+	return jsDirectGet + s.Stream() + "."
 }
 
 // DeadLetterSubjects returns the subjects of the stream named by
@@ -381,21 +470,23 @@ func (s Scheme) MaxDeliveriesAdvisories() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.Stream() + "." + anyToken
 }
 
-// TypeFilter returns the filter subject of the direct messages to agent of
-// type typ at priority, from any sender: <root>.agent.<to>.p<N>.*.<type>.
-// The errors wrap [ErrInvalidAgentID], [ErrInvalidToken] or
+// TypeFilters returns the two filter subjects of the direct messages to
+// agent of type typ at priority, from any sender, indexed or not:
+// <root>.agent.<to>.p<N>.*.<type> and the same followed by ".*.*". The
+// errors wrap [ErrInvalidAgentID], [ErrInvalidToken] or
 // [ErrInvalidPriority].
-func (s Scheme) TypeFilter(to, typ string, priority int) (string, error) {
+func (s Scheme) TypeFilters(to, typ string, priority int) ([]string, error) {
 	if err := ValidateID(to); err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := ValidateType(typ); err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := ValidatePriority(priority); err != nil {
-		return "", err
+		return nil, err
 	}
-	return s.Root() + "." + kindAgent + "." + EncodeToken(to) + "." + priorityPrefix + strconv.Itoa(priority) + "." + anyToken + "." + EncodeToken(typ), nil
+	f := s.Root() + "." + kindAgent + "." + EncodeToken(to) + "." + priorityPrefix + strconv.Itoa(priority) + "." + anyToken + "." + EncodeToken(typ)
+	return []string{f, f + "." + anyToken + "." + anyToken}, nil
 }
 
 // HistoryConsumer returns the name of the short-lived consumer agent reads
@@ -441,8 +532,8 @@ func (s Scheme) ReceivedHistoryConsumer(agent string) (name, filter string, err 
 
 // SentHistoryConsumer returns the name and the filter of the short-lived
 // consumer agent reads the direct messages it sent with:
-// "<token>_hs" and <root>.agent.*.*.<token>.*, every recipient, priority
-// and type with agent in the sender's place. The agent's permissions allow
+// "<token>_hs" and <root>.agent.*.*.<token>.>, every recipient, priority
+// and type with agent in the sender's place, indexed or not. The agent's permissions allow
 // exactly this filter ([Scheme.AgentPermissions]), the subjects it may
 // publish to. The error wraps [ErrInvalidAgentID].
 func (s Scheme) SentHistoryConsumer(agent string) (name, filter string, err error) {
@@ -450,7 +541,7 @@ func (s Scheme) SentHistoryConsumer(agent string) (name, filter string, err erro
 		return "", "", err
 	}
 	tok := EncodeToken(agent)
-	return tok + sentHistorySep, s.Root() + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tok + "." + anyToken, nil
+	return tok + sentHistorySep, s.Root() + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tok + "." + tail, nil
 }
 
 // BroadcastHistoryConsumer returns the name and the filter of the

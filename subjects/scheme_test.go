@@ -209,6 +209,9 @@ func streamSubjects(root string) []string {
 		out = append(out, root+".agent.*.p"+p+".*.*")
 	}
 	for _, p := range []string{"1", "2", "3", "4", "5"} {
+		out = append(out, root+".agent.*.p"+p+".*.*.*.*")
+	}
+	for _, p := range []string{"1", "2", "3", "4", "5"} {
 		out = append(out, root+".all.p"+p+".*.*")
 	}
 	return out
@@ -229,15 +232,16 @@ func TestStreamSubjectsCaptureTheScheme(t *testing.T) {
 	}
 	for p := HighestPriority; p <= LowestPriority; p++ {
 		d, _ := s.Direct("build orchestrator", "a.b", "TASK ASSIGNMENT", p)
+		ix, _ := s.IndexedDirect("build orchestrator", "a.b", "TASK ASSIGNMENT", p, "id 1", "conv")
 		b, _ := s.Broadcast("a", "t", p)
-		for _, subj := range []string{d, b} {
+		for _, subj := range []string{d, ix, b} {
 			if !captured(subj) {
 				t.Errorf("%s is not captured by %q", subj, s.StreamSubjects())
 			}
 		}
 	}
 	for _, subj := range []string{
-		"agentbus.agent.x.p0.a.t", "agentbus.agent.x.p9.a.t", "agentbus.agent.x.p1.a", "agentbus.agent.x.p1.a.t.u",
+		"agentbus.agent.x.p0.a.t", "agentbus.agent.x.p9.a.t", "agentbus.agent.x.p1.a", "agentbus.agent.x.p1.a.t.u", "agentbus.agent.x.p1.a.t.u.v.w",
 		"agentbus.all.p7.a.t", "agentbus.all.p1.a", "agentbus.all.p1.a.t.u", "agentbus.agent.x.p12.a.t",
 	} {
 		if captured(subj) {
@@ -274,6 +278,7 @@ func TestStreams(t *testing.T) {
 		{"agentbus", "AGENTBUS", "AGENTBUS_DLQ",
 			[]string{
 				"agentbus.agent.*.p1.*.*", "agentbus.agent.*.p2.*.*", "agentbus.agent.*.p3.*.*", "agentbus.agent.*.p4.*.*", "agentbus.agent.*.p5.*.*",
+				"agentbus.agent.*.p1.*.*.*.*", "agentbus.agent.*.p2.*.*.*.*", "agentbus.agent.*.p3.*.*.*.*", "agentbus.agent.*.p4.*.*.*.*", "agentbus.agent.*.p5.*.*.*.*",
 				"agentbus.all.p1.*.*", "agentbus.all.p2.*.*", "agentbus.all.p3.*.*", "agentbus.all.p4.*.*", "agentbus.all.p5.*.*",
 			}, []string{"agentbus.dlq.>"}},
 		{"prod.bus-1", "PROD_BUS-1", "PROD_BUS-1_DLQ",
@@ -547,11 +552,11 @@ func TestRouteTemplateAndFilters(t *testing.T) {
 			t.Errorf("Route(%q) = %v, %d; want %v, %d", c.subject, kind, p, c.kind, c.priority)
 		}
 	}
-	if got, err := s.TypeFilter("a b", "x.y", 1); err != nil || got != "prod.bus-1.agent.a%20b.p1.*.x%2Ey" {
-		t.Errorf("TypeFilter = %q, %v", got, err)
+	if got, err := s.TypeFilters("a b", "x.y", 1); err != nil || !slices.Equal(got, []string{"prod.bus-1.agent.a%20b.p1.*.x%2Ey", "prod.bus-1.agent.a%20b.p1.*.x%2Ey.*.*"}) {
+		t.Errorf("TypeFilters = %q, %v", got, err)
 	}
-	if _, err := s.TypeFilter("a", "x", 0); !errors.Is(err, ErrInvalidPriority) {
-		t.Errorf("TypeFilter at priority 0: %v", err)
+	if _, err := s.TypeFilters("a", "x", 0); !errors.Is(err, ErrInvalidPriority) {
+		t.Errorf("TypeFilters at priority 0: %v", err)
 	}
 	if got := s.Template(KindDirect, 2); got != "prod.bus-1.agent.{to}.p2.{from}.{type}" {
 		t.Errorf("direct template %q", got)
@@ -582,5 +587,78 @@ func TestRouteTemplateAndFilters(t *testing.T) {
 	}
 	if got := s.StatusDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_STATUS.$KV.PROD_BUS-1_STATUS." {
 		t.Errorf("direct get prefix %q", got)
+	}
+}
+
+// TestIndexedDirect: an indexed subject is the direct one followed by the
+// message's ID token and conversation key, parses back to them, and the
+// lookup filters find it: by ID, by ID for its sender and its recipient
+// (and for no other agent), by conversation; as do the sent history and
+// type filters.
+func TestIndexedDirect(t *testing.T) {
+	s := mustNew(t, "prod.bus-1")
+	id, conv := "msg 1.x", "conversation-7"
+	subj, err := s.IndexedDirect("re viewer", "lead", "review.request", 2, id, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, _ := s.Direct("re viewer", "lead", "review.request", 2)
+	if want := direct + ".msg=201=2Ex." + ConversationKey(conv); subj != want {
+		t.Fatalf("IndexedDirect = %q, want %q", subj, want)
+	}
+	a, err := s.Parse(subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Index != (Index{ID: IDToken(id), Conversation: ConversationKey(conv)}) || a.To != "re viewer" || a.From != "lead" {
+		t.Errorf("Parse = %+v", a)
+	}
+	if got := s.WithoutIndex(subj); got != direct {
+		t.Errorf("WithoutIndex(%q) = %q, want %q", subj, got, direct)
+	}
+	b, _ := s.Broadcast("lead", "x", 1)
+	for _, other := range []string{direct, b, "other.agent.a.p1.b.c.d.e"} {
+		if got := s.WithoutIndex(other); got != other {
+			t.Errorf("WithoutIndex(%q) = %q, want it unchanged", other, got)
+		}
+	}
+	matches := func(f string) bool { return subjectMatches(f, subj) }
+	if f := s.MessageFilter(id); !matches(f) {
+		t.Errorf("MessageFilter %q does not match %q", f, subj)
+	}
+	if f := s.MessageFilter("msg 2"); matches(f) {
+		t.Errorf("MessageFilter of another ID %q matches %q", f, subj)
+	}
+	for _, agent := range []string{"re viewer", "lead"} {
+		fs, err := s.MessageFiltersOfAgent(id, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !matches(fs[0]) && !matches(fs[1]) {
+			t.Errorf("MessageFiltersOfAgent(%q) = %q, neither matches %q", agent, fs, subj)
+		}
+	}
+	if fs, _ := s.MessageFiltersOfAgent(id, "other"); matches(fs[0]) || matches(fs[1]) {
+		t.Errorf("MessageFiltersOfAgent(other) = %q matches %q", fs, subj)
+	}
+	if f := s.ConversationFilter(conv); !matches(f) {
+		t.Errorf("ConversationFilter %q does not match %q", f, subj)
+	}
+	if _, f, _ := s.SentHistoryConsumer("lead"); !matches(f) || !subjectMatches(f, direct) {
+		t.Errorf("SentHistoryConsumer filter %q does not match both %q and %q", f, direct, subj)
+	}
+	if fs, _ := s.TypeFilters("re viewer", "review.request", 2); !subjectMatches(fs[0], direct) || !matches(fs[1]) {
+		t.Errorf("TypeFilters = %q, want them to match %q and %q", fs, direct, subj)
+	}
+	if _, err := s.IndexedDirect("a", "b", "c", 1, "", conv); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("IndexedDirect with an empty ID: %v, want ErrInvalidToken", err)
+	}
+	if _, err := s.IndexedDirect("*", "b", "c", 1, id, conv); !errors.Is(err, ErrInvalidAgentID) {
+		t.Errorf("IndexedDirect to Broadcast: %v, want ErrInvalidAgentID", err)
+	}
+	long := strings.Repeat("x", 300)
+	subj, _ = s.IndexedDirect("a", "b", "c", 1, long, conv)
+	if a, err := s.Parse(subj); err != nil || a.Index.ID != IDToken(long) || !strings.HasPrefix(a.Index.ID, "=H") {
+		t.Errorf("Parse of a long ID's subject = %+v, %v", a, err)
 	}
 }

@@ -79,7 +79,7 @@ func StatusKey(correlationID, id, from, to string) (string, error) {
 			return "", err
 		}
 	}
-	return ConversationKey(correlationID) + "." + keyID(id) + "." + keyToken(from) + "." + keyToken(to), nil
+	return ConversationKey(correlationID) + "." + IDToken(id) + "." + keyToken(from) + "." + keyToken(to), nil
 }
 
 // StatusKeysOfConversation returns the key filter that matches every status
@@ -107,7 +107,7 @@ func StatusKeysOfAgentInConversation(correlationID, agent string) ([]string, err
 // wildcard makes the server look through the bucket's keys; prefer
 // StatusKey when the correlation ID is known.
 func StatusKeysOfMessage(id string) string {
-	return "*." + keyID(id) + ".*.*"
+	return "*." + IDToken(id) + ".*.*"
 }
 
 // StatusKeyPatterns returns the two key patterns that match the status keys
@@ -123,7 +123,7 @@ func StatusKeyPatterns(agent string) ([]string, error) {
 // the recipient ("*.<id>.*.<agent>"). Both lie within [StatusKeyPatterns]
 // of agent. The error wraps [ErrInvalidAgentID].
 func StatusKeysOfAgent(id, agent string) ([]string, error) {
-	return agentKeys(keyID(id), agent)
+	return agentKeys(IDToken(id), agent)
 }
 
 // agentKeys returns the sender and recipient key filters of agent for the
@@ -181,9 +181,13 @@ func fromKeyToken(t string) string {
 	return strings.ReplaceAll(t, string(keyEscape), "%")
 }
 
-// keyID is the key token of a message ID: keyToken(id), or for an ID that
-// encodes to more than maxKeyIDLen bytes, "=H" and its SHA-256 in hex.
-func keyID(id string) string {
+// IDToken returns the token that stands for message id in status keys,
+// indexed direct subjects ([Scheme.IndexedDirect]) and schedule subjects:
+// [EncodeToken] of id with the escape '%' written '=' (status keys allow no
+// '%'), or for an ID that so encodes to more than 200 bytes, "=H" and the
+// hex SHA-256 of the ID. The mapping is one to one but for the hashed
+// form.
+func IDToken(id string) string {
 	if encodedLen(id) <= maxKeyIDLen {
 		return keyToken(id)
 	}

@@ -31,10 +31,10 @@ func Example() {
 	}
 
 	worker, _ := setup.Agent("worker-1")
-	// The first two subjects are the messages it sends, direct and
-	// broadcast; the rest are the JetStream API of its consumers and
+	// The first three subjects are the messages it sends, direct (with
+	// and without the message's index) and broadcast; the rest are the JetStream API of its consumers and
 	// status records.
-	fmt.Println("worker-1 sends on:", worker.Permissions.Publish[:2])
+	fmt.Println("worker-1 sends on:", worker.Permissions.Publish[:3])
 	fmt.Println("worker-1 receives on:", worker.Permissions.Subscribe)
 
 	for _, f := range setup.Files() {
@@ -45,7 +45,7 @@ func Example() {
 	// system user        user sys       account SYS
 	// agent "planner"    user planner   account AGENTBUS
 	// agent "worker-1"   user worker-1  account AGENTBUS
-	// worker-1 sends on: [agentbus.agent.*.*.worker-1.* agentbus.all.*.worker-1.*]
+	// worker-1 sends on: [agentbus.agent.*.*.worker-1.* agentbus.agent.*.*.worker-1.*.*.* agentbus.all.*.worker-1.*]
 	// worker-1 receives on: [_INBOX.worker-1.> agentbus.agent.worker-1.> $SRV.* $SRV.*.agentbus $SRV.*.agentbus.*]
 	// file: auth.conf
 	// file: admin.env

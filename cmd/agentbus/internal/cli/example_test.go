@@ -37,7 +37,7 @@ func ExampleMain() {
 	run("publish", "--from", "planner", "--to", "worker-1", "--type", "TASK", "--id", "task-1", "--data", "build it")
 	run("publish", "--from", "planner", "--to", "worker-1", "--data", "no type")
 	// Output:
-	// exit 0: stream AGENTBUS subjects=agentbus.agent.*.p1.*.*,agentbus.agent.*.p2.*.*,agentbus.agent.*.p3.*.*,agentbus.agent.*.p4.*.*,agentbus.agent.*.p5.*.*,agentbus.all.p1.*.*,agentbus.all.p2.*.*,agentbus.all.p3.*.*,agentbus.all.p4.*.*,agentbus.all.p5.*.* storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0 schedules=AGENTBUS_SCHED
+	// exit 0: stream AGENTBUS subjects=agentbus.agent.*.p1.*.*,agentbus.agent.*.p2.*.*,agentbus.agent.*.p3.*.*,agentbus.agent.*.p4.*.*,agentbus.agent.*.p5.*.*,agentbus.agent.*.p1.*.*.*.*,agentbus.agent.*.p2.*.*.*.*,agentbus.agent.*.p3.*.*.*.*,agentbus.agent.*.p4.*.*.*.*,agentbus.agent.*.p5.*.*.*.*,agentbus.all.p1.*.*,agentbus.all.p2.*.*,agentbus.all.p3.*.*,agentbus.all.p4.*.*,agentbus.all.p5.*.* storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0 schedules=AGENTBUS_SCHED
 	// exit 0: id=task-1 seq=1
 	// exit 0: id=task-1 seq=1 duplicate
 	// exit 2: agentbus: required flag "type" not set

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func TestHistory(t *testing.T) {
@@ -65,7 +66,7 @@ func TestHistory(t *testing.T) {
 	}
 	ev, err := codec.UnmarshalJSON(first.Event)
 	if err != nil || first.ID != "h-1" || first.From != "alice" || first.To != "bob" || first.Priority != 1 || first.Sequence != 1 ||
-		first.Subject != "agentbus.agent.bob.p1.alice.TASK" || first.Error != "" || ev.ID != "h-1" || string(ev.Data) != "build it" {
+		first.Subject != "agentbus.agent.bob.p1.alice.TASK.h-1."+subjects.ConversationKey("conv-h") || first.Error != "" || ev.ID != "h-1" || string(ev.Data) != "build it" {
 		t.Errorf("first JSON line %s (event %+v, %v), want h-1 with its event", jl[0], ev, err)
 	}
 	var next map[string]string

@@ -30,7 +30,7 @@ defaults shown.
 
 On success it prints one line describing the stream, for example:
 
-  stream AGENTBUS subjects=agentbus.agent.*.p1.*.*,agentbus.agent.*.p2.*.*,agentbus.agent.*.p3.*.*,agentbus.agent.*.p4.*.*,agentbus.agent.*.p5.*.*,agentbus.all.p1.*.*,agentbus.all.p2.*.*,agentbus.all.p3.*.*,agentbus.all.p4.*.*,agentbus.all.p5.*.* storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0
+  stream AGENTBUS subjects=agentbus.agent.*.p1.*.*,agentbus.agent.*.p2.*.*,agentbus.agent.*.p3.*.*,agentbus.agent.*.p4.*.*,agentbus.agent.*.p5.*.*,agentbus.agent.*.p1.*.*.*.*,agentbus.agent.*.p2.*.*.*.*,agentbus.agent.*.p3.*.*.*.*,agentbus.agent.*.p4.*.*.*.*,agentbus.agent.*.p5.*.*.*.*,agentbus.all.p1.*.*,agentbus.all.p2.*.*,agentbus.all.p3.*.*,agentbus.all.p4.*.*,agentbus.all.p5.*.* storage=file replicas=1 max-age=720h dedup-window=1h max-consumers=120000 messages=0
 
 With --agent it also creates the durable consumers of each agent named, as its
 first subscribe would, and prints a line per agent. Messages sent to an agent

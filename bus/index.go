@@ -1,0 +1,156 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// The message as its own index. A direct message the bus sends has an
+// indexed subject, <root>.agent.<to>.p<N>.<from>.<type>.<id>.<conversation>
+// (subjects.Scheme.IndexedDirect), so the stream's subject index finds it
+// by its ID: a lookup reads the message itself, the last of the subjects a
+// filter such as <root>.agent.*.*.*.*.<id>.* matches, with one direct get,
+// and learns from it its sender, recipient, conversation and sequence. From
+// those it reads the message's records by their exact keys, where it would
+// otherwise look through every key of the status bucket for the ID.
+
+// stored returns, for each of filters, the pending status of the last
+// message of the stream whose indexed subject the filter matches, read off
+// the message itself, if its event's ID is id: a subject that names an ID
+// its event does not carry (a foreign publisher's mistake, or a forgery,
+// which permissions limit to the publisher's own subjects) finds nothing.
+// A filter with no message finds nothing either. The error says the stream
+// could not be asked: it was provisioned before the index (no direct
+// gets), or the reader's permissions predate it; the caller then looks
+// through the records instead.
+func (t *tracker) stored(ctx context.Context, id string, filters ...string) ([]Status, error) {
+	var out []Status
+	for _, f := range filters {
+		resp, err := t.nc.RequestWithContext(ctx, t.streamGet+f, nil)
+		if err != nil {
+			return nil, fmt.Errorf("find %s in stream %s: %w", id, t.stream, err)
+		}
+		switch code := resp.Header.Get("Status"); code {
+		case "":
+		case "404":
+			continue
+		default:
+			return nil, fmt.Errorf("find %s in stream %s: server answered %s %s", id, t.stream, code, resp.Header.Get("Description"))
+		}
+		st, ok := t.storedStatus(resp)
+		// An agent's two filters meet on a message to itself.
+		if ok && st.ID == id && !slices.ContainsFunc(out, func(o Status) bool { return o.Sequence == st.Sequence }) {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// maxBatch is how many messages the server answers one batched direct
+// get with, at most (nats-server's limit).
+const maxBatch = 1024
+
+// storedAll returns the pending status of every message of the stream
+// whose indexed subject matches filter, read off the message itself, the
+// last of each subject: for an indexed subject, the message it names. id,
+// if not empty, drops those whose event has another ID. It asks for them
+// all at once, a direct get with the filter in its body, which an operator
+// may and an agent may not (its permissions name the subject in the
+// request's subject, stored). More than maxBatch messages are an error.
+func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, error) {
+	inbox := t.nc.NewInbox()
+	sub, err := t.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+		Batch     int      `json:"batch"`
+	}{[]string{filter}, maxBatch})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.nc.PublishRequest(strings.TrimSuffix(t.streamGet, "."), inbox, req); err != nil {
+		return nil, err
+	}
+	var out []Status
+	for {
+		resp, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %s in stream %s: %w", filter, t.stream, err)
+		}
+		switch code := resp.Header.Get("Status"); code {
+		case "":
+			if st, ok := t.storedStatus(resp); ok && (id == "" || st.ID == id) {
+				out = append(out, st)
+			}
+			continue
+		case "204": // the end of the batch
+			return out, nil
+		case "404":
+			return nil, nil
+		default:
+			return nil, fmt.Errorf("read %s in stream %s: server answered %s %s", filter, t.stream, code, resp.Header.Get("Description"))
+		}
+	}
+}
+
+// storedStatus returns the pending status of the stored message a direct
+// get answered with, as the sender's record would hold it, or false if it
+// is not an indexed direct message that names its sender truly. The subject
+// says who it is to, as it does for delivery.
+func (t *tracker) storedStatus(resp *nats.Msg) (Status, bool) {
+	a, err := t.scheme.Parse(resp.Header.Get(jetstream.SubjectHeader))
+	if err != nil || a.Kind != subjects.KindDirect || a.Index == (subjects.Index{}) {
+		return Status{}, false
+	}
+	m, err := codec.Decode(resp.Header, resp.Data)
+	if err != nil || m.From != a.From {
+		return Status{}, false
+	}
+	m.To, m.Priority = a.To, a.Priority
+	st := statusOf(m, a.To, StatePending, m.From)
+	st.Stream = t.stream
+	st.Sequence, _ = strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if ts, err := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer)); err == nil {
+		st.Updated = ts.UTC()
+	}
+	return st, true
+}
+
+// withRecords returns the statuses of the messages found in the stream,
+// each replaced by its record where one exists: the record says more (a
+// recipient's state, a reply, a cancel), and the stored message fills in
+// the sequence where the record lacks one.
+func (t *tracker) withRecords(ctx context.Context, found []Status) ([]Status, error) {
+	out := make([]Status, 0, len(found))
+	for _, st := range found {
+		m := st.Message()
+		rec, err := t.get(ctx, &m, st.To)
+		switch {
+		case err == nil:
+			if rec.Sequence == 0 {
+				rec.Stream, rec.Sequence = st.Stream, st.Sequence
+			}
+			out = append(out, rec)
+		case errors.Is(err, ErrNoStatus):
+			out = append(out, st)
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
+}
