@@ -149,20 +149,55 @@ func busHeaders(b *testing.B) func() nats.Header {
 		for k, v := range h {
 			c[k] = v
 		}
-		c[jetstream.MsgIDHeader] = []string{nuid.Next()}
+		id := nuid.Next()
+		c["ce-id"] = []string{id}
+		c[jetstream.MsgIDHeader] = []string{id}
 		return c
 	}
 }
 
+// busMessages returns a function that makes the next message of a raw
+// side doing the bus's job for agent to: the bus's headers (busHeaders)
+// on the subject the bus would publish it on under rawRoot, which names
+// its ID and conversation (indexed).
+func busMessages(b *testing.B, to string) func() *nats.Msg {
+	headers, direct := busHeaders(b), rawDirect(b, to, senderAgent, benchType)
+	return func() *nats.Msg {
+		h := headers()
+		return &nats.Msg{Subject: indexed(direct, h.Get(jetstream.MsgIDHeader)), Header: h, Data: payload}
+	}
+}
+
+// bareMessages returns a function that makes the next message of the
+// plainest JetStream use: a bare payload on one subject, the direct subject
+// to agent to under rawRoot.
+func bareMessages(b *testing.B, to string) func() *nats.Msg {
+	subject := rawDirect(b, to, senderAgent, benchType)
+	return func() *nats.Msg { return &nats.Msg{Subject: subject, Data: payload} }
+}
+
+// indexed returns the direct subject direct followed by the index of the
+// message id that starts a conversation of its own, as the bus publishes
+// it (subjects.Scheme.IndexedDirect).
+func indexed(direct, id string) string {
+	return direct + "." + subjects.IDToken(id) + "." + subjects.ConversationKey(id)
+}
+
 // encodeEvent encodes m as the bus does, for a raw baseline: the
-// CloudEvents headers, and the message ID as the Nats-Msg-Id.
-func encodeEvent(subject string, m *codec.Message) (*nats.Msg, error) {
+// CloudEvents headers, the message ID as the Nats-Msg-Id, and the subject
+// direct followed by the message's index.
+func encodeEvent(direct string, m *codec.Message) (*nats.Msg, error) {
 	m.SetDefaults(time.Now())
 	h, data, err := codec.Binary{}.Encode(m)
 	if err != nil {
 		return nil, err
 	}
 	h[jetstream.MsgIDHeader] = []string{m.ID}
+	conv := m.CorrelationID
+	if conv == "" {
+		conv = m.ID
+	}
+	subject := direct + "." + subjects.IDToken(m.ID) + "." + subjects.ConversationKey(conv)
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }
 
@@ -298,15 +333,11 @@ func createRawStream(b *testing.B, js jetstream.JetStream) {
 	}
 }
 
-// publishRaw publishes b.N payloads to subject asynchronously with raw
-// nats.go, each with headers() if headers is not nil.
-func (env *benchEnv) publishRaw(b *testing.B, subject string, headers func() nats.Header) {
+// publishRaw publishes b.N messages that next makes asynchronously with
+// raw nats.go.
+func (env *benchEnv) publishRaw(b *testing.B, next func() *nats.Msg) {
 	for range b.N {
-		m := &nats.Msg{Subject: subject, Data: payload}
-		if headers != nil {
-			m.Header = headers()
-		}
-		if _, err := env.raw.PublishMsgAsync(m); err != nil {
+		if _, err := env.raw.PublishMsgAsync(next()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -365,32 +396,31 @@ func BenchmarkPublishAsync(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
 	base := newBaselines()
-	subject := rawDirect(b, receiverAgent, senderAgent, benchType)
-	rawPublish := func(name string, headers func() nats.Header) {
+	rawPublish := func(name string, next func() *nats.Msg) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
-			env.publishRaw(b, subject, headers)
+			env.publishRaw(b, next)
 			waitAcked(b, env.raw)
 			b.StopTimer()
 			base.set("", name, rate(b))
 		})
 	}
-	rawPublish("raw", nil)
-	rawPublish("raw-headers", busHeaders(b))
+	rawPublish("raw", bareMessages(b, receiverAgent))
+	rawPublish("raw-headers", busMessages(b, receiverAgent))
 	b.Run("raw-headers-record", func(b *testing.B) {
 		// What any design that writes a record per message pays: raw
 		// nats.go publishing each message as raw-headers does, plus the
 		// sender's pending record (the same key, JSON and create-only
 		// header as the bus's) to a status bucket configured alike.
 		_, prefix := rawStatusBucket(b, env.raw)
-		headers := busHeaders(b)
+		next := busMessages(b, receiverAgent)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
 		b.ResetTimer()
 		for range b.N {
-			m := &nats.Msg{Subject: subject, Header: headers(), Data: payload}
+			m := next()
 			if _, err := env.raw.PublishMsgAsync(m); err != nil {
 				b.Fatal(err)
 			}
@@ -425,16 +455,12 @@ func BenchmarkPublishSync(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
 	base := newBaselines()
-	subject := rawDirect(b, receiverAgent, senderAgent, benchType)
-	rawPublish := func(name string, headers func() nats.Header) {
+	rawPublish := func(name string, next func() *nats.Msg) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			var lat []time.Duration
 			for b.Loop() {
-				m := &nats.Msg{Subject: subject, Data: payload}
-				if headers != nil {
-					m.Header = headers()
-				}
+				m := next()
 				start := time.Now()
 				if _, err := env.raw.PublishMsg(ctx, m); err != nil {
 					b.Fatal(err)
@@ -446,18 +472,18 @@ func BenchmarkPublishSync(b *testing.B) {
 			base.set("p99-", name, p99)
 		})
 	}
-	rawPublish("raw", nil)
-	rawPublish("raw-headers", busHeaders(b))
+	rawPublish("raw", bareMessages(b, receiverAgent))
+	rawPublish("raw-headers", busMessages(b, receiverAgent))
 	b.Run("raw-headers-record", func(b *testing.B) {
 		// The ceiling of a record per message: each message published as
 		// raw-headers does and, once acknowledged, its pending record
 		// written asynchronously, untimed, as the bus does.
 		_, prefix := rawStatusBucket(b, env.raw)
-		headers := busHeaders(b)
+		next := busMessages(b, receiverAgent)
 		b.ReportAllocs()
 		var lat []time.Duration
 		for b.Loop() {
-			m := &nats.Msg{Subject: subject, Header: headers(), Data: payload}
+			m := next()
 			start := time.Now()
 			if _, err := env.raw.PublishMsg(ctx, m); err != nil {
 				b.Fatal(err)
@@ -500,16 +526,15 @@ func BenchmarkConsume(b *testing.B) {
 	rawConsume := func(name string, sameJob bool) {
 		b.Run(name, func(b *testing.B) {
 			agent := env.name("raw-" + name)
-			subject := rawDirect(b, agent, senderAgent, benchType)
-			var headers func() nats.Header
+			next := bareMessages(b, agent)
 			cfg := jetstream.ConsumerConfig{
-				Durable: agent, FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+				Durable: agent, FilterSubject: rawDirect(b, agent, senderAgent, benchType), AckPolicy: jetstream.AckExplicitPolicy,
 			}
 			if sameJob {
-				headers = busHeaders(b)
+				next = busMessages(b, agent)
 				cfg = rawDirectConsumer(b, agent)
 			}
-			env.publishRaw(b, subject, headers)
+			env.publishRaw(b, next)
 			<-env.raw.PublishAsyncComplete()
 			rc := embeddedtest.Connect(b, env.srv)
 			js, err := jetstream.New(rc)

@@ -288,10 +288,10 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 }
 
 // completionRecorded reports whether a recipient writes the completed
-// record of m when its handler succeeds. For most messages it does not: the
-// sender's pending record holds the message's stream sequence, and a lookup
-// reads completed (or delivered) from the recipient's consumer, whose ack
-// floor has passed it (see Bus.Status). That leaves the common path with
+// record of m when its handler succeeds. For most messages it does not: a
+// lookup finds the message by its indexed subject (or the sender's record),
+// which gives its stream sequence, and reads completed (or delivered) from
+// the recipient's consumer, whose ack floor has passed it (see Bus.Status). That leaves the common path with
 // no lifecycle write on the recipient's side. Three kinds are written: a
 // broadcast, whose sender's record names no recipient; a message with a
 // TTL, whose consumer also passes it when the server removed it unread at

@@ -151,10 +151,12 @@ func compareEntries(a, b HistoryEntry) int {
 // it, in the order they were created. The conversation's records in the
 // status bucket list the messages, each read from the stream by its
 // sequence; a message whose record outlived its body (a TTL, the stream's
-// retention) is an entry whose Err wraps ErrMessageGone. Messages sent
-// with lifecycle tracking off have no record and are not in it. A page
-// costs a read of every record of the conversation and one get per
-// message of the page (docs/history.md).
+// retention) is an entry whose Err wraps ErrMessageGone. The direct
+// messages the stream holds on indexed subjects of the conversation are
+// in it whether or not they have a record (their senders write none), read
+// with a short-lived consumer of their headers. A page costs a read of
+// every record and every indexed message of the conversation and one get
+// per message of the page (docs/history.md).
 //
 // Errors: ErrNoStatus (no record of the conversation), ErrInvalidOption
 // (a bad Limit, or lifecycle tracking off), ErrInvalidCursor,
@@ -167,7 +169,11 @@ func (b *Admin) History(ctx context.Context, correlationID string, q HistoryQuer
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	all, records, err := b.recorded(ctx, subjects.StatusKeysOfConversation(correlationID))
+	stored, err := b.status.storedIn(ctx, b.opts.scheme.ConversationFilter(correlationID))
+	if err != nil {
+		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
+	}
+	all, records, err := b.recorded(ctx, stored, subjects.StatusKeysOfConversation(correlationID))
 	if err != nil {
 		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
 	}
@@ -213,7 +219,11 @@ func (b *Bus) History(ctx context.Context, correlationID string, q HistoryQuery)
 	}
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	all, records, err := b.recorded(ctx, filters...)
+	stored, err := b.storedOwn(ctx, correlationID)
+	if err != nil {
+		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
+	}
+	all, records, err := b.recorded(ctx, stored, filters...)
 	if err != nil {
 		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
 	}
@@ -242,25 +252,27 @@ func (c *client) historyCall(q HistoryQuery) error {
 }
 
 // recorded returns the messages the records of the keys matching filters
-// name, one entry per message stored in the stream, in order, each with
-// what its records say of it, and how many records it read. A message has
+// name, and those in stored (found by their indexed subjects, which the
+// sender wrote no record for), one entry per message stored in the stream,
+// in order, each with what its records say of it, and how many records and
+// stored messages it read. A message has
 // a record per recipient, each read in its last state, which holds the
 // sequence of the copy stored last (a replayed dead letter's replay). A
 // last state without one (a reply sent outside its handler rewrites the
 // record without it) has the record's earlier states read too: the bucket
 // keeps ten. A message whose records hold no sequence is not stored (yet):
 // a failed publish, a schedule not fired.
-func (c *client) recorded(ctx context.Context, filters ...string) ([]HistoryEntry, int, error) {
+func (c *client) recorded(ctx context.Context, stored []Status, filters ...string) ([]HistoryEntry, int, error) {
 	stream := c.opts.scheme.Stream()
 	records := 0
 	// An entry per message and sequence: a record that names another
 	// message's sequence (not written by the bus) is an entry of its own,
 	// and does not hide the message.
-	type stored struct {
+	type entryKey struct {
 		seq uint64
 		id  string
 	}
-	at := make(map[stored]int)
+	at := make(map[entryKey]int)
 	var out []HistoryEntry
 	var again []string // keys whose last state has no sequence
 	lastStates := true
@@ -277,7 +289,7 @@ func (c *client) recorded(ctx context.Context, filters ...string) ([]HistoryEntr
 		if s.Stream != stream {
 			return
 		}
-		k := stored{s.Sequence, s.ID}
+		k := entryKey{s.Sequence, s.ID}
 		if i, ok := at[k]; ok {
 			if s.To == Broadcast { // the sender's record of a broadcast
 				out[i].To = Broadcast
@@ -291,6 +303,9 @@ func (c *client) recorded(ctx context.Context, filters ...string) ([]HistoryEntr
 		if err := c.status.scan(ctx, f, jetstream.DeliverLastPerSubjectPolicy, add); err != nil {
 			return nil, 0, err
 		}
+	}
+	for _, st := range stored {
+		add("", st)
 	}
 	lastStates = false
 	for _, k := range again {
@@ -450,6 +465,40 @@ func (b *Bus) readOwn(ctx context.Context, entries []HistoryEntry) error {
 	return nil
 }
 
+// storedOwn returns the pending status of every message of the
+// conversation correlationID names that the stream holds under an indexed
+// subject naming this agent, as the recipient or the sender, in stream
+// order. It reads their headers with the agent's history consumers,
+// filtered to the conversation: the only consumers of the stream its
+// permissions let it create besides its own durable ones.
+func (b *Bus) storedOwn(ctx context.Context, correlationID string) ([]Status, error) {
+	filters, err := b.opts.scheme.ConversationFiltersOfAgent(correlationID, b.agent)
+	if err != nil {
+		return nil, err
+	}
+	received, _, _ := b.opts.scheme.ReceivedHistoryConsumer(b.agent) // the agent is valid
+	sent, _, _ := b.opts.scheme.SentHistoryConsumer(b.agent)
+	b.history.Lock()
+	defer b.history.Unlock()
+	var out []Status
+	seen := make(map[uint64]bool) // a message to itself meets both filters
+	for i, name := range []string{received, sent} {
+		cfg := jetstream.ConsumerConfig{Name: name, FilterSubject: filters[i], HeadersOnly: true}
+		err := b.readHistory(ctx, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+			seq := md.Sequence.Stream
+			if st, ok := b.status.statusOfStored(m.Subject(), m.Headers(), nil, seq, md.Timestamp); ok && !seen[seq] {
+				seen[seq] = true
+				out = append(out, st)
+			}
+			return false, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read with %s: %w", name, b.notProvisioned(err))
+		}
+	}
+	return out, nil
+}
+
 // readHistory reads what the short-lived consumer cfg describes has
 // pending, passing each message to each as readPending does, and deletes
 // the consumer. The consumer has no acks, lives in memory and is removed by
@@ -494,7 +543,11 @@ func (b *Admin) Redeliver(ctx context.Context, id, to string) (PubAck, error) {
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	all, _, err := b.recorded(ctx, subjects.StatusKeysOfMessage(id))
+	stored, err := b.status.storedAll(ctx, id, b.opts.scheme.MessageFilter(id))
+	if err != nil {
+		return PubAck{}, refusedCall(ctx, fmt.Errorf("redeliver %s: %w", id, err))
+	}
+	all, _, err := b.recorded(ctx, stored, subjects.StatusKeysOfMessage(id))
 	if err == nil {
 		all = slices.DeleteFunc(all, func(e HistoryEntry) bool { return e.ID != id })
 		err = b.fetch(ctx, all)

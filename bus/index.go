@@ -109,26 +109,97 @@ func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, e
 }
 
 // storedStatus returns the pending status of the stored message a direct
-// get answered with, as the sender's record would hold it, or false if it
-// is not an indexed direct message that names its sender truly. The subject
-// says who it is to, as it does for delivery.
+// get answered with (resp), as the sender's record would hold it, or false
+// if it is not an indexed direct message that names its sender truly.
 func (t *tracker) storedStatus(resp *nats.Msg) (Status, bool) {
-	a, err := t.scheme.Parse(resp.Header.Get(jetstream.SubjectHeader))
+	seq, _ := strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
+	ts, _ := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer))
+	return t.statusOfStored(resp.Header.Get(jetstream.SubjectHeader), resp.Header, resp.Data, seq, ts)
+}
+
+// statusOfStored returns the pending status of the message stored on
+// subject at sequence seq at time ts, with headers h and data, or false if
+// it is not an indexed direct message that names its sender truly. The
+// subject says who it is to, as it does for delivery. data may be nil: the
+// status needs only the headers.
+func (t *tracker) statusOfStored(subject string, h nats.Header, data []byte, seq uint64, ts time.Time) (Status, bool) {
+	a, err := t.scheme.Parse(subject)
 	if err != nil || a.Kind != subjects.KindDirect || a.Index == (subjects.Index{}) {
 		return Status{}, false
 	}
-	m, err := codec.Decode(resp.Header, resp.Data)
+	m, err := codec.Decode(h, data)
 	if err != nil || m.From != a.From {
 		return Status{}, false
 	}
 	m.To, m.Priority = a.To, a.Priority
 	st := statusOf(m, a.To, StatePending, m.From)
-	st.Stream = t.stream
-	st.Sequence, _ = strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
-	if ts, err := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer)); err == nil {
+	st.Stream, st.Sequence = t.stream, seq
+	if !ts.IsZero() {
 		st.Updated = ts.UTC()
 	}
 	return st, true
+}
+
+// storedIn returns the pending status of every message of the stream whose
+// indexed subject matches filter, in stream order, read with a short-lived
+// ordered consumer of their headers: any number of them, where storedAll
+// answers up to maxBatch. The consumer's name is random, which an
+// operator may create and an agent may not (see Bus.History for an
+// agent's read).
+func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error) {
+	c, err := t.js.OrderedConsumer(ctx, t.stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w: stream %s", ErrNotProvisioned, t.stream)
+		}
+		return nil, fmt.Errorf("read %s: %w", filter, err)
+	}
+	var out []Status
+	err = readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+		if st, ok := t.statusOfStored(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp); ok {
+			out = append(out, st)
+		}
+		return false, nil
+	})
+	t.deleteLookupConsumer(ctx, t.stream, c)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", filter, err)
+	}
+	return out, nil
+}
+
+// withStored returns records followed by the statuses of the messages in
+// stored that no record describes (the same ID, sender and recipient), the
+// sequence of a stored message filled into a record that lacks one.
+func withStored(records, stored []Status) []Status {
+	type key struct{ id, from, to string }
+	at := make(map[key]int, len(records))
+	for i, r := range records {
+		at[key{r.ID, r.From, r.To}] = i
+	}
+	out := records
+	for _, st := range stored {
+		if i, ok := at[key{st.ID, st.From, st.To}]; ok {
+			out[i] = recordOver(out[i], st)
+			continue
+		}
+		at[key{st.ID, st.From, st.To}] = len(out)
+		out = append(out, st)
+	}
+	return out
+}
+
+// recordOver returns rec, the record of the message stored as st, which it
+// describes better (a recipient's state, a reply, a cancel), with st's
+// stream and sequence if it holds none.
+func recordOver(rec, st Status) Status {
+	if rec.Sequence == 0 {
+		rec.Stream, rec.Sequence = st.Stream, st.Sequence
+	}
+	return rec
 }
 
 // withRecords returns the statuses of the messages found in the stream,
@@ -142,10 +213,7 @@ func (t *tracker) withRecords(ctx context.Context, found []Status) ([]Status, er
 		rec, err := t.get(ctx, &m, st.To)
 		switch {
 		case err == nil:
-			if rec.Sequence == 0 {
-				rec.Stream, rec.Sequence = st.Stream, st.Sequence
-			}
-			out = append(out, rec)
+			out = append(out, recordOver(rec, st))
 		case errors.Is(err, ErrNoStatus):
 			out = append(out, st)
 		default:

@@ -239,6 +239,17 @@ func (t *tracker) failed(subject string, err error) {
 	t.onError(fmt.Errorf("record status %s: %w", subject, err))
 }
 
+// pendingRecorded reports whether the sender writes the pending record s:
+// for a broadcast, whose subject has no index and whose record stands for
+// every recipient, and a message with a TTL, which the server removes at
+// its expiry without a trace (its record is then what says it expired).
+// Any other direct message is its own index: a lookup finds it by its
+// subject and reads pending off the stored message (index.go), so its
+// sender writes nothing.
+func (s Status) pendingRecorded() bool {
+	return s.To == Broadcast || !s.ExpiresAt.IsZero()
+}
+
 // recordPending writes the sender's pending record s of a message the
 // server stored as ack says. The record holds the stream sequence, by which
 // a lookup reads the recipient's progress from its consumer. It is only
@@ -322,7 +333,7 @@ func (t *tracker) acked(m *nats.Msg, ack *jetstream.PubAck) {
 	if t == nil {
 		return
 	}
-	if s, ok := t.held(m); ok {
+	if s, ok := t.held(m); ok && s.pendingRecorded() {
 		t.recordPending(s, ack)
 	}
 	t.release(m)
@@ -569,10 +580,21 @@ func (t *tracker) canceled(ctx context.Context, m *Message, to string) (bool, er
 }
 
 // read returns the current record of every key matching one of filters,
-// each read with its own ordered consumer (a single filter, so that server
-// permissions can pin it). Records past their expiry while still pending
-// or failed are returned, and written back, as expired.
+// brought up to date and sorted (settle): records past their expiry while
+// still pending or failed are returned, and written back, as expired.
 func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error) {
+	out, err := t.records(ctx, filters...)
+	if err != nil {
+		return nil, err
+	}
+	t.settle(ctx, out)
+	return out, nil
+}
+
+// records returns the last record of every key matching one of filters,
+// each read with its own ordered consumer (a single filter, so that server
+// permissions can pin it).
+func (t *tracker) records(ctx context.Context, filters ...string) ([]Status, error) {
 	var out []Status
 	seen := make(map[string]bool) // an agent's two filters meet on a message to itself
 	for _, f := range filters {
@@ -586,7 +608,6 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 			return nil, err
 		}
 	}
-	t.settle(ctx, out)
 	return out, nil
 }
 
@@ -615,25 +636,30 @@ func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.Deli
 		return fmt.Errorf("read status %s: %w", filter, err)
 	}
 	err = readAll(ctx, c, add)
-	// Deleted at once rather than left to expire: a stream holds at
-	// most 1,000 consumers by default, which a tool polling a status
-	// would otherwise reach within minutes.
-	if info := c.CachedInfo(); info != nil {
-		if derr := t.js.DeleteConsumer(context.WithoutCancel(ctx), "KV_"+t.bucket, info.Name); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
-			t.onError(fmt.Errorf("delete status lookup consumer %s: %w", info.Name, derr))
-		}
-	}
+	t.deleteLookupConsumer(ctx, "KV_"+t.bucket, c)
 	if err != nil {
 		return fmt.Errorf("read status %s: %w", filter, err)
 	}
 	return nil
 }
 
+// deleteLookupConsumer deletes the ordered consumer c of stream that a
+// lookup read with, at once rather than left to expire: a stream holds at
+// most 1,000 consumers by default, which a tool polling a status would
+// otherwise reach within minutes.
+func (t *tracker) deleteLookupConsumer(ctx context.Context, stream string, c jetstream.Consumer) {
+	if info := c.CachedInfo(); info != nil {
+		if err := t.js.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.onError(fmt.Errorf("delete lookup consumer %s of %s: %w", info.Name, stream, err))
+		}
+	}
+}
+
 // derive brings the records in out that are not final up to date from what
 // the server knows, and writes back the final states it finds. A recipient
 // writes no record when it handles a direct message (see
-// completionRecorded): the sender's pending record holds the message's
-// stream sequence, and the recipient's consumer of the message's priority
+// completionRecorded): the stored message, or the sender's record, gives
+// the message's stream sequence, and the recipient's consumer of the message's priority
 // tells how far the recipient has got. A message at or below the
 // consumer's ack floor is completed (for a message with a TTL, whose
 // completion is recorded, it was removed unread at its expiry, if that has
@@ -836,6 +862,15 @@ func (b *Admin) Conversation(ctx context.Context, correlationID string) ([]Statu
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	out, err := b.status.read(ctx, subjects.StatusKeysOfConversation(correlationID))
-	return out, refusedCall(ctx, err)
+	out, err := b.status.records(ctx, subjects.StatusKeysOfConversation(correlationID))
+	if err != nil {
+		return nil, refusedCall(ctx, err)
+	}
+	stored, err := b.status.storedIn(ctx, b.opts.scheme.ConversationFilter(correlationID))
+	if err != nil {
+		return nil, refusedCall(ctx, err)
+	}
+	out = withStored(out, stored)
+	b.status.settle(ctx, out)
+	return out, nil
 }

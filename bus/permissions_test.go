@@ -309,10 +309,19 @@ func subjectMatches(pattern, subject string) bool {
 // must then have failed.
 func (in *intruder) denied(t *testing.T, pattern string, call func(ctx context.Context) error) {
 	t.Helper()
+	in.deniedEach(t, []string{pattern}, call)
+}
+
+// deniedEach checks that the server refuses each of the publishes that
+// patterns match, in order, during call, and that call fails.
+func (in *intruder) deniedEach(t *testing.T, patterns []string, call func(ctx context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
 	done := make(chan error, 1)
 	go func() { done <- call(ctx) }()
-	in.violation(t, "Publish", pattern)
+	for _, p := range patterns {
+		in.violation(t, "Publish", p)
+	}
 	cancel()
 	if err := <-done; err == nil {
 		t.Errorf("the call succeeded after the server refused it")
@@ -607,7 +616,8 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		// The lookup asks the stream for every message whose indexed
 		// subject names the ID first, a direct get with the filter in its
 		// body, then the bucket's keys; both are refused.
-		mallory.denied(t, strings.TrimSuffix(s.StreamDirectGetPrefix(), "."), func(ctx context.Context) error {
+		mallory.deniedEach(t, []string{strings.TrimSuffix(s.StreamDirectGetPrefix(), "."),
+			"$JS.API.CONSUMER.CREATE.KV_" + s.StatusBucket() + ".*.$KV." + s.StatusBucket() + ".*." + sent.ID + ".*.*"}, func(ctx context.Context) error {
 			_, err := mallory.admin.Status(ctx, sent.ID)
 			return err
 		})

@@ -67,15 +67,17 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
 	}
-	// After the message, so that the record holds its stream sequence, by
-	// which a lookup finds the recipient's progress, and by the tracker's
-	// writer (writeLater), so that the caller waits neither for the record
-	// nor for the work of writing it. A recipient's state written in
-	// between wins: pending is only ever created, never overwrites. Held
-	// until it is under way, the record is what Flush and Close wait for
-	// and what a lookup from this process waits to read (tracker.written).
-	if b.status != nil {
-		b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
+	// A message that needs a pending record (pendingRecorded) has it
+	// written after the message, so that the record holds its stream
+	// sequence, by which a lookup finds the recipient's progress, and by
+	// the tracker's writer (writeLater), so that the caller waits neither
+	// for the record nor for the work of writing it. A recipient's state
+	// written in between wins: pending is only ever created, never
+	// overwrites. Held until it is under way, the record is what Flush and
+	// Close wait for and what a lookup from this process waits to read
+	// (tracker.written).
+	if st := statusOf(&m, m.To, StatePending, b.agent); b.status != nil && st.pendingRecorded() {
+		b.status.recordPendingAfter(st)
 		b.status.writeLater(msg, ack)
 	}
 	op.end(b.tel, ctx, nil, ack.Duplicate)
@@ -124,8 +126,9 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 		return nil, err
 	}
 	// Held before the message goes out, so the ack finds it: the pending
-	// record is written once the ack gives the stream sequence, as in
-	// Publish.
+	// record, if the message needs one (pendingRecorded), is written once
+	// the ack gives the stream sequence, as in Publish; a publish that
+	// fails is recorded failed either way.
 	if b.status != nil {
 		b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
 	}

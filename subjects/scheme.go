@@ -280,6 +280,25 @@ func (s Scheme) ConversationFilter(correlationID string) string {
 	return s.Root() + "." + kindAgent + ".*.*.*.*.*." + ConversationKey(correlationID)
 }
 
+// ConversationFiltersOfAgent returns the two filter subjects of the
+// indexed subjects of the messages of the conversation correlationID names
+// that name agent: as the recipient (<root>.agent.<agent>.*.*.*.*.<conversation>)
+// and as the sender (<root>.agent.*.*.<agent>.*.*.<conversation>). They lie
+// within the filters of the agent's history consumers
+// ([Scheme.ReceivedHistoryConsumer], [Scheme.SentHistoryConsumer]), which
+// its permissions let it create with them. The error wraps
+// [ErrInvalidAgentID].
+func (s Scheme) ConversationFiltersOfAgent(correlationID, agent string) ([]string, error) {
+	if err := ValidateID(agent); err != nil {
+		return nil, err
+	}
+	prefix, tok, conv := s.Root()+"."+kindAgent+".", EncodeToken(agent), ConversationKey(correlationID)
+	return []string{
+		prefix + tok + ".*.*.*.*." + conv,
+		prefix + "*.*." + tok + ".*.*." + conv,
+	}, nil
+}
+
 // StreamDirectGetPrefix returns the prefix of the JetStream API subject
 // that reads the last message of a subject, or of a filter, of the stream
 // of s directly: "$JS.API.DIRECT.GET.<stream>.", followed by the subject.

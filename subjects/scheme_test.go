@@ -644,6 +644,25 @@ func TestIndexedDirect(t *testing.T) {
 	if f := s.ConversationFilter(conv); !matches(f) {
 		t.Errorf("ConversationFilter %q does not match %q", f, subj)
 	}
+	for _, agent := range []string{"re viewer", "lead"} {
+		fs, err := s.ConversationFiltersOfAgent(conv, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !matches(fs[0]) && !matches(fs[1]) {
+			t.Errorf("ConversationFiltersOfAgent(%q) = %q, neither matches %q", agent, fs, subj)
+		}
+		// Within the agent's history consumers' filters, which its
+		// permissions pin.
+		_, received, _ := s.ReceivedHistoryConsumer(agent)
+		_, sent, _ := s.SentHistoryConsumer(agent)
+		if !strings.HasPrefix(fs[0], strings.TrimSuffix(received, ">")) || !strings.HasPrefix(fs[1], strings.TrimSuffix(sent, ">")) {
+			t.Errorf("ConversationFiltersOfAgent(%q) = %q, not within %q and %q", agent, fs, received, sent)
+		}
+	}
+	if fs, _ := s.ConversationFiltersOfAgent(conv, "other"); matches(fs[0]) || matches(fs[1]) {
+		t.Errorf("ConversationFiltersOfAgent(other) = %q matches %q", fs, subj)
+	}
 	if _, f, _ := s.SentHistoryConsumer("lead"); !matches(f) || !subjectMatches(f, direct) {
 		t.Errorf("SentHistoryConsumer filter %q does not match both %q and %q", f, direct, subj)
 	}

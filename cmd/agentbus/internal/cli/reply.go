@@ -89,11 +89,11 @@ func (a *app) reply(ctx context.Context, requestID string, m bus.Message) error 
 func requestTo(ctx context.Context, b *bus.Bus, id string) (bus.Message, error) {
 	m, err := b.Received(ctx, id)
 	if errors.Is(err, bus.ErrNoStatus) {
-		// Only the sender's record finds a message before it is delivered:
-		// a sender without one (a client that is not agentbus and does not
-		// write it) leaves the message to be answered by the handler that
-		// gets it.
-		return bus.Message{}, fmt.Errorf("no message %s to %s: no status record names it (its sender writes one; see docs/foreign-agents.md)", id, b.Agent())
+		// A message is found before it is delivered by its indexed
+		// subject or its sender's record: a sender with neither (a client
+		// that is not agentbus and does neither) leaves the message to be
+		// answered by the handler that gets it.
+		return bus.Message{}, fmt.Errorf("no message %s to %s: neither its subject nor a status record names it (see docs/foreign-agents.md)", id, b.Agent())
 	}
 	if err != nil {
 		return bus.Message{}, fmt.Errorf("look up message %s: %w", id, err)
