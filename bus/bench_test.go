@@ -11,17 +11,23 @@ package bus_test
 // The publish and consume benchmarks run these sub-benchmarks, the raw
 // ones first:
 //
-//	raw            raw nats.go with a bare 1 KiB payload (no headers)
-//	raw-headers    raw nats.go doing the bus's job: the same subject shape,
-//	               the same headers as the bus (the CloudEvents ce- headers
-//	               and a unique Nats-Msg-Id), so the same bytes reach the
-//	               server and it does the same dedup work, and on consume
-//	               the bus's consumer settings and codec.Decode of each event
+//	raw            raw nats.go with a bare 1 KiB payload (no headers), all
+//	               on one subject: the plainest JetStream use
+//	raw-headers    raw nats.go doing the bus's job: the subject the bus
+//	               would use, which names each message's ID and
+//	               conversation (indexed), the same headers as the bus (the
+//	               CloudEvents ce- headers and a unique ID, also the
+//	               Nats-Msg-Id), so the same bytes reach the server and it
+//	               does the same dedup and subject-index work, and on
+//	               consume the bus's consumer settings and codec.Decode of
+//	               each event
 //	raw-headers-record
 //	               (publish only) raw-headers plus, for each message, the
 //	               sender's pending status record as the bus writes it,
 //	               asynchronously once the message is acknowledged: what
-//	               any design that stores a record per message pays
+//	               any design that stores a record per message pays. It
+//	               runs on a server of its own, so that its records' work
+//	               does not spill into the sub-benchmark after it
 //	bus-defaults   (Consume only) agentbus Subscribe with no options at all
 //	bus            agentbus (Consume: with a prefetch of 500)
 //	bus-untracked  agentbus without lifecycle tracking (bus.WithoutLifecycle;
@@ -51,6 +57,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -265,9 +272,13 @@ type benchEnv struct {
 	srv       *embedded.Server
 	bus       *bus.Bus
 	untracked *bus.Bus // WithoutLifecycle
-	raw       jetstream.JetStream
-	rawConn   *nats.Conn
-	seq       atomic.Int64 // makes agent and consumer names unique
+	// alone is a bus WithoutLifecycle under a root of its own, whose
+	// stream nobody else fills: the publish benchmarks' bus-untracked,
+	// which would otherwise meet the duplicate window bus filled.
+	alone   *bus.Bus
+	raw     jetstream.JetStream
+	rawConn *nats.Conn
+	seq     atomic.Int64 // makes agent and consumer names unique
 }
 
 // name returns prefix with a number no other call of the env returned.
@@ -299,14 +310,50 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ub.Close() })
-	return &benchEnv{srv: s, bus: bb, untracked: ub, raw: raw, rawConn: rawConn}
+	if _, err := newAdmin(b, nc, bus.WithRoot(aloneRoot)).Provision(ctx, bus.StreamConfig{Root: aloneRoot}); err != nil {
+		b.Fatal(err)
+	}
+	ab, err := bus.New(embeddedtest.Connect(b, s), senderAgent, bus.WithRoot(aloneRoot), bus.WithoutLifecycle())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ab.Close() })
+	return &benchEnv{srv: s, bus: bb, untracked: ub, alone: ab, raw: raw, rawConn: rawConn}
 }
 
-// runBuses runs f as the two bus sub-benchmarks: "bus" with lifecycle
-// tracking and "bus-untracked" without.
+// aloneRoot is the root of benchEnv.alone.
+const aloneRoot = "alone"
+
+// runBuses runs f as the two publishing bus sub-benchmarks: "bus" with
+// lifecycle tracking and "bus-untracked" without, on a stream of its own
+// (env.alone), each after reset.
 func (env *benchEnv) runBuses(b *testing.B, f func(b *testing.B, bb *bus.Bus)) {
-	b.Run("bus", func(b *testing.B) { f(b, env.bus) })
-	b.Run("bus-untracked", func(b *testing.B) { f(b, env.untracked) })
+	b.Run("bus", func(b *testing.B) { env.reset(b); f(b, env.bus) })
+	b.Run("bus-untracked", func(b *testing.B) { env.reset(b); f(b, env.alone) })
+}
+
+// reset purges the streams the publish sub-benchmarks fill, and collects
+// garbage, so that each starts from the state the one before it started
+// from: every message the bus and raw-headers send has a subject of its
+// own, which the stream indexes in memory, and a later sub-benchmark would
+// otherwise meet a larger index and a larger heap for the collector to
+// mark, all in this process. A purge leaves the duplicate window's IDs,
+// which is why bus-untracked publishes to a stream of its own.
+func (env *benchEnv) reset(b *testing.B) {
+	b.Helper()
+	ctx := context.Background()
+	s := subjects.Default()
+	alone, _ := subjects.New(aloneRoot)
+	for _, name := range []string{"RAW", s.Stream(), "KV_" + s.StatusBucket(), alone.Stream()} {
+		st, err := env.raw.Stream(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := st.Purge(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
 }
 
 // waitAcked waits until every asynchronous publish js made is acknowledged,
@@ -341,6 +388,20 @@ func (env *benchEnv) publishRaw(b *testing.B, next func() *nats.Msg) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// recordServer starts a server of its own for a raw-headers-record
+// sub-benchmark, stopped when it ends, with the raw side's stream, and
+// returns a JetStream context on it. The status records it writes would
+// otherwise leave the shared server busy (compacting, flushing) into the
+// sub-benchmark that follows.
+func recordServer(b *testing.B) jetstream.JetStream {
+	js, err := jetstream.New(embeddedtest.Connect(b, embeddedtest.RunServer(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	createRawStream(b, js)
+	return js
 }
 
 // rawStatusBucket creates the raw side's status bucket with js, configured
@@ -398,6 +459,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 	base := newBaselines()
 	rawPublish := func(name string, next func() *nats.Msg) {
 		b.Run(name, func(b *testing.B) {
+			env.reset(b)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
@@ -414,19 +476,20 @@ func BenchmarkPublishAsync(b *testing.B) {
 		// nats.go publishing each message as raw-headers does, plus the
 		// sender's pending record (the same key, JSON and create-only
 		// header as the bus's) to a status bucket configured alike.
-		_, prefix := rawStatusBucket(b, env.raw)
+		js := recordServer(b)
+		_, prefix := rawStatusBucket(b, js)
 		next := busMessages(b, receiverAgent)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
 		b.ResetTimer()
 		for range b.N {
 			m := next()
-			if _, err := env.raw.PublishMsgAsync(m); err != nil {
+			if _, err := js.PublishMsgAsync(m); err != nil {
 				b.Fatal(err)
 			}
-			publishPendingRecord(b, env.raw, prefix, m)
+			publishPendingRecord(b, js, prefix, m)
 		}
-		waitAcked(b, env.raw)
+		waitAcked(b, js)
 		b.StopTimer()
 		base.set("", "raw-headers-record", rate(b))
 	})
@@ -457,6 +520,7 @@ func BenchmarkPublishSync(b *testing.B) {
 	base := newBaselines()
 	rawPublish := func(name string, next func() *nats.Msg) {
 		b.Run(name, func(b *testing.B) {
+			env.reset(b)
 			b.ReportAllocs()
 			var lat []time.Duration
 			for b.Loop() {
@@ -478,20 +542,21 @@ func BenchmarkPublishSync(b *testing.B) {
 		// The ceiling of a record per message: each message published as
 		// raw-headers does and, once acknowledged, its pending record
 		// written asynchronously, untimed, as the bus does.
-		_, prefix := rawStatusBucket(b, env.raw)
+		js := recordServer(b)
+		_, prefix := rawStatusBucket(b, js)
 		next := busMessages(b, receiverAgent)
 		b.ReportAllocs()
 		var lat []time.Duration
 		for b.Loop() {
 			m := next()
 			start := time.Now()
-			if _, err := env.raw.PublishMsg(ctx, m); err != nil {
+			if _, err := js.PublishMsg(ctx, m); err != nil {
 				b.Fatal(err)
 			}
 			lat = append(lat, time.Since(start))
-			publishPendingRecord(b, env.raw, prefix, m)
+			publishPendingRecord(b, js, prefix, m)
 		}
-		<-env.raw.PublishAsyncComplete()
+		<-js.PublishAsyncComplete()
 		p50, p99 := latencyFigures(b, lat)
 		base.set("p50-", "raw-headers-record", p50)
 		base.set("p99-", "raw-headers-record", p99)

@@ -213,9 +213,9 @@ func (b *Bus) History(ctx context.Context, correlationID string, q HistoryQuery)
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	// This bus's own records are among those read.
-	if err := b.status.flush(ctx); err != nil {
-		return HistoryPage{}, fmt.Errorf("history of %s: records still being written: %w", correlationID, err)
+	// This bus's own messages and records are among those read.
+	if err := b.Flush(ctx); err != nil {
+		return HistoryPage{}, fmt.Errorf("history of %s: publishes and records still under way: %w", correlationID, err)
 	}
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -183,9 +184,10 @@ type tracker struct {
 	onError   func(error)
 	missing   atomic.Bool // the bucket was found missing and reported once
 
-	// acking holds the pending records of asynchronous publishes until the
-	// server's ack gives their stream sequence and the record is written,
-	// by message ID. acked is closed when acking empties, for flush.
+	// acking holds the pending records of asynchronous publishes
+	// (needsPendingRecord) until the server's ack gives their stream
+	// sequence and the record is written, by message ID. ackingDone is
+	// closed when acking empties, for flush.
 	mu         sync.Mutex
 	acking     map[string]Status
 	ackingDone chan struct{}
@@ -239,15 +241,32 @@ func (t *tracker) failed(subject string, err error) {
 	t.onError(fmt.Errorf("record status %s: %w", subject, err))
 }
 
-// pendingRecorded reports whether the sender writes the pending record s:
-// for a broadcast, whose subject has no index and whose record stands for
-// every recipient, and a message with a TTL, which the server removes at
-// its expiry without a trace (its record is then what says it expired).
-// Any other direct message is its own index: a lookup finds it by its
-// subject and reads pending off the stored message (index.go), so its
-// sender writes nothing.
-func (s Status) pendingRecorded() bool {
-	return s.To == Broadcast || !s.ExpiresAt.IsZero()
+// needsPendingRecord reports whether the sender writes the pending record
+// of m: for a broadcast, whose subject has no index and whose record
+// stands for every recipient, and a message with a TTL, which the server
+// removes at its expiry without a trace (its record is then what says it
+// expired). Any other direct message is its own index: a lookup finds it
+// by its subject and reads pending off the stored message (index.go), so
+// its sender writes nothing.
+func needsPendingRecord(m *Message) bool {
+	return m.To == Broadcast || m.TTL > 0
+}
+
+// sentStatus returns the status of m, a message this bus published and
+// held no record for (needsPendingRecord), rebuilt from m itself as the
+// sender's record would hold it; false if m cannot be read, which the bus
+// encoded and so can.
+func (t *tracker) sentStatus(m *nats.Msg) (Status, bool) {
+	a, err := t.scheme.Parse(m.Subject)
+	if err != nil {
+		return Status{}, false
+	}
+	msg, err := codec.Decode(m.Header, m.Data)
+	if err != nil {
+		return Status{}, false
+	}
+	msg.To, msg.Priority = a.To, a.Priority
+	return statusOf(msg, a.To, StatePending, msg.From), true
 }
 
 // recordPending writes the sender's pending record s of a message the
@@ -262,9 +281,9 @@ func (t *tracker) recordPending(s Status, ack *jetstream.PubAck) {
 	t.record(s, true)
 }
 
-// recordPendingAfter holds the pending record s of an asynchronous publish
-// until its ack arrives (acked) or the publish fails (unsent).
-func (t *tracker) recordPendingAfter(s Status) {
+// hold holds the pending record s of a publish until its ack arrives
+// (acked) or the publish fails (unsent).
+func (t *tracker) hold(s Status) {
 	if t == nil {
 		return
 	}
@@ -277,8 +296,18 @@ func (t *tracker) recordPendingAfter(s Status) {
 func (t *tracker) held(m *nats.Msg) (Status, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, ok := t.acking[m.Header.Get(jetstream.MsgIDHeader)]
+	s, ok := t.acking[heldID(m)]
 	return s, ok
+}
+
+// heldID returns the ID of m, a message the bus encoded: its Nats-Msg-Id,
+// read without Header.Get's canonicalizing, since encode wrote the key in
+// its canonical form.
+func heldID(m *nats.Msg) string {
+	if v := m.Header[jetstream.MsgIDHeader]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // release drops the record held for the message m, once written or when
@@ -289,7 +318,7 @@ func (t *tracker) release(m *nats.Msg) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.acking, m.Header.Get(jetstream.MsgIDHeader))
+	delete(t.acking, heldID(m))
 	if len(t.acking) == 0 && t.ackingDone != nil {
 		close(t.ackingDone)
 		t.ackingDone = nil
@@ -333,10 +362,10 @@ func (t *tracker) acked(m *nats.Msg, ack *jetstream.PubAck) {
 	if t == nil {
 		return
 	}
-	if s, ok := t.held(m); ok && s.pendingRecorded() {
+	if s, ok := t.held(m); ok {
 		t.recordPending(s, ack)
+		t.release(m)
 	}
-	t.release(m)
 }
 
 // ackedPublish is a publish the server acknowledged, whose held pending
@@ -404,10 +433,14 @@ func (t *tracker) unsent(m *nats.Msg, err error) {
 	if t == nil {
 		return
 	}
-	if s, ok := t.held(m); ok {
-		s.State, s.Reason = StateFailed, err.Error()
-		t.record(s, false)
+	s, ok := t.held(m)
+	if !ok {
+		if s, ok = t.sentStatus(m); !ok {
+			return
+		}
 	}
+	s.State, s.Reason = StateFailed, err.Error()
+	t.record(s, false)
 	t.release(m)
 }
 
@@ -763,8 +796,9 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 // agent, as sender or recipient: for a direct message its one record, for a
 // broadcast the sender's and every recipient's (to the sender) or the
 // agent's own (to a recipient). These are the records an agent's server
-// permissions let it read (docs/security.md). The records this bus wrote
-// before the call are among them (it waits for their writes). A direct
+// permissions let it read (docs/security.md). The messages this bus
+// published and the records it wrote before the call are among them (it
+// waits for them, as Flush does). A direct
 // message is found by its indexed subject (docs/subjects.md) and its
 // record read by key; a broadcast, or a message whose subject has no index,
 // by a look through the bucket's keys. It returns ErrNoStatus when there
@@ -778,13 +812,13 @@ func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Read this bus's own writes: the records it wrote just now are stored
-	// before the lookup.
+	// Read this bus's own writes: the messages it published and the
+	// records it wrote just now are stored before the lookup.
 	fctx, cancel := withDefaultTimeout(ctx)
-	err = b.status.flush(fctx)
+	err = b.Flush(fctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: records still being written: %w", id, err)
+		return nil, fmt.Errorf("status of %s: publishes and records still under way: %w", id, err)
 	}
 	return b.lookup(ctx, id, filters, func(ctx context.Context) ([]Status, error) {
 		return b.status.stored(ctx, id, messages...)

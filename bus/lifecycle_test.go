@@ -226,16 +226,22 @@ func TestLifecyclePendingAfterAsyncAck(t *testing.T) {
 	}
 }
 
-// TestLifecyclePendingRightAfterPublish: Publish has the pending record
-// written by the tracker's writer after it returns; a lookup from the same
-// bus straight after it still reads the record, every time, and Close
-// leaves every record stored.
+// TestLifecyclePendingRightAfterPublish: Publish has the pending record of
+// a message with a TTL written by the tracker's writer after it returns,
+// and writes none for one without (its subject is its index); a lookup
+// from the same bus straight after it reads pending either way, every
+// time, and Close leaves every record stored.
 func TestLifecyclePendingRightAfterPublish(t *testing.T) {
 	s := newServer(t)
 	orch := newBus(t, s, "orchestrator")
 	var ids []string
+	timed := func(i int) bool { return i%4 < 2 }
 	for i := range 50 {
-		ack, err := orch.Publish(testContext(t), bus.Message{To: "worker", Type: "SYNC"})
+		m := bus.Message{To: "worker", Type: "SYNC"}
+		if timed(i) {
+			m.TTL = time.Hour
+		}
+		ack, err := orch.Publish(testContext(t), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,6 +262,50 @@ func TestLifecyclePendingRightAfterPublish(t *testing.T) {
 		if sts, err := admin.Status(testContext(t), id); err != nil || len(sts) != 1 || sts[0].State != bus.StatePending {
 			t.Errorf("Status of message %d after Close = %+v, %v; want pending", i, sts, err)
 		}
+		want := []bus.State(nil)
+		if timed(i) {
+			want = []bus.State{bus.StatePending}
+		}
+		if got := recordHistory(t, s, id, id, "orchestrator", "worker"); !slices.Equal(got, want) {
+			t.Errorf("record of message %d (TTL %v) = %v, want %v", i, timed(i), got, want)
+		}
+	}
+}
+
+// TestLifecycleAsyncPublishFailed: an asynchronous publish that fails
+// after it went out is recorded failed, with or without a pending record
+// held for it (a message without a TTL has none: its failed record is
+// made from the message).
+func TestLifecycleAsyncPublishFailed(t *testing.T) {
+	s := newServer(t)
+	var errs errorTally
+	orch := newBus(t, s, "orchestrator", bus.WithErrorHandler(errs.add))
+	admin := adminOf(t, s)
+	ctx := testContext(t)
+	// The stream goes; the status bucket stays.
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, subjects.Default().Stream()); err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		f, err := orch.PublishAsync(ctx, bus.Message{To: "worker", Type: "ASYNC", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Wait(ctx); err == nil {
+			t.Fatalf("publish (TTL %v) without a stream succeeded", ttl)
+		}
+		if err := orch.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("failed record (TTL %v)", ttl), func() (bool, string) {
+			sts, err := admin.Status(ctx, f.ID())
+			return err == nil && len(sts) == 1 && sts[0].State == bus.StateFailed && sts[0].To == "worker" && sts[0].From == "orchestrator",
+				fmt.Sprintf("%+v, %v", sts, err)
+		})
 	}
 }
 

@@ -67,7 +67,7 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 		b.recordUnsent(&m, err)
 		return PubAck{}, err
 	}
-	// A message that needs a pending record (pendingRecorded) has it
+	// A message that needs a pending record (needsPendingRecord) has it
 	// written after the message, so that the record holds its stream
 	// sequence, by which a lookup finds the recipient's progress, and by
 	// the tracker's writer (writeLater), so that the caller waits neither
@@ -76,8 +76,8 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	// overwrites. Held until it is under way, the record is what Flush and
 	// Close wait for and what a lookup from this process waits to read
 	// (tracker.written).
-	if st := statusOf(&m, m.To, StatePending, b.agent); b.status != nil && st.pendingRecorded() {
-		b.status.recordPendingAfter(st)
+	if b.status != nil && needsPendingRecord(&m) {
+		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 		b.status.writeLater(msg, ack)
 	}
 	op.end(b.tel, ctx, nil, ack.Duplicate)
@@ -126,11 +126,12 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 		return nil, err
 	}
 	// Held before the message goes out, so the ack finds it: the pending
-	// record, if the message needs one (pendingRecorded), is written once
-	// the ack gives the stream sequence, as in Publish; a publish that
-	// fails is recorded failed either way.
-	if b.status != nil {
-		b.status.recordPendingAfter(statusOf(&m, m.To, StatePending, b.agent))
+	// record of a message that needs one (needsPendingRecord) is written
+	// once the ack gives the stream sequence, as in Publish. Any other
+	// message is not held; should its publish fail, its failed record is
+	// made from the message (tracker.unsent).
+	if b.status != nil && needsPendingRecord(&m) {
+		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 	}
 	f, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
@@ -198,7 +199,20 @@ func (b *Bus) prepareAt(ctx context.Context, m *Message, start time.Time) (*nats
 
 // encode checks m and encodes it as a NATS message.
 func (b *client) encode(m *Message) (*nats.Msg, error) {
-	h, data, err := b.opts.codec.Encode(m) // validates every field
+	var (
+		h    nats.Header
+		data []byte
+		err  error
+	)
+	// Encode validates every field. The default codec is called directly:
+	// through the interface m would escape to the heap, an allocation per
+	// message; another codec gets a copy.
+	if _, ok := b.opts.codec.(codec.Binary); ok {
+		h, data, err = codec.Binary{}.Encode(m)
+	} else {
+		c := *m
+		h, data, err = b.opts.codec.Encode(&c)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -59,8 +59,12 @@ func (s Scheme) StatusDirectGetPrefix() string {
 // tracing backend leads straight to the conversation's status keys.
 func ConversationKey(correlationID string) string {
 	sum := sha256.Sum256([]byte(correlationID))
-	return hex.EncodeToString(sum[:16])
+	return hex.EncodeToString(sum[:conversationKeyBytes])
 }
+
+// conversationKeyBytes is how many bytes of the SHA-256 a conversation key
+// keeps.
+const conversationKeyBytes = 16
 
 // StatusKey returns the status key of the message id from agent from to
 // recipient to (an agent ID or [Broadcast]) in the conversation named by
@@ -188,7 +192,9 @@ func fromKeyToken(t string) string {
 // hex SHA-256 of the ID. The mapping is one to one but for the hashed
 // form.
 func IDToken(id string) string {
-	if encodedLen(id) <= maxKeyIDLen {
+	if n := encodedLen(id); n == len(id) && n <= maxKeyIDLen {
+		return id // nothing to escape: a UUID, say
+	} else if n <= maxKeyIDLen {
 		return keyToken(id)
 	}
 	sum := sha256.Sum256([]byte(id))
