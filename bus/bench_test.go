@@ -21,6 +21,10 @@ package bus_test
 //	               does the same dedup and subject-index work, and on
 //	               consume the bus's consumer settings and codec.Decode of
 //	               each event
+//	raw-headers-unindexed
+//	               (publish only) raw-headers on the plain direct subject,
+//	               which names no message: the job of bus-untracked, which
+//	               sends such subjects
 //	raw-headers-record
 //	               (publish only) raw-headers plus, for each message, the
 //	               sender's pending status record as the bus writes it,
@@ -31,7 +35,8 @@ package bus_test
 //	bus-defaults   (Consume only) agentbus Subscribe with no options at all
 //	bus            agentbus (Consume: with a prefetch of 500)
 //	bus-untracked  agentbus without lifecycle tracking (bus.WithoutLifecycle;
-//	               Consume: with a prefetch of 500)
+//	               Consume: with a prefetch of 500), whose direct subjects
+//	               name no message: compare it with raw-headers-unindexed
 //
 // The bus sub-benchmarks report their figure as a ratio to each raw one
 // that ran before them in the same run: "bus/raw" and "bus/raw-headers" for
@@ -175,6 +180,14 @@ func busMessages(b *testing.B, to string) func() *nats.Msg {
 	}
 }
 
+// unindexedMessages returns a function that makes the next message of a
+// raw side doing the job of a bus without lifecycle tracking: busMessages
+// on the plain direct subject, which names no message.
+func unindexedMessages(b *testing.B, to string) func() *nats.Msg {
+	headers, direct := busHeaders(b), rawDirect(b, to, senderAgent, benchType)
+	return func() *nats.Msg { return &nats.Msg{Subject: direct, Header: headers(), Data: payload} }
+}
+
 // bareMessages returns a function that makes the next message of the
 // plainest JetStream use: a bare payload on one subject, the direct subject
 // to agent to under rawRoot.
@@ -269,9 +282,8 @@ func latencyFigures(b *testing.B, lat []time.Duration) (p50, p99 float64) {
 // alike (file storage, same duplicate window) under rawRoot, and a
 // connection for each side.
 type benchEnv struct {
-	srv       *embedded.Server
-	bus       *bus.Bus
-	untracked *bus.Bus // WithoutLifecycle
+	srv *embedded.Server
+	bus *bus.Bus
 	// alone is a bus WithoutLifecycle under a root of its own, whose
 	// stream nobody else fills: the publish benchmarks' bus-untracked,
 	// which would otherwise meet the duplicate window bus filled.
@@ -305,11 +317,6 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bb.Close() })
-	ub, err := bus.New(embeddedtest.Connect(b, s), senderAgent, bus.WithoutLifecycle())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ub.Close() })
 	if _, err := newAdmin(b, nc, bus.WithRoot(aloneRoot)).Provision(ctx, bus.StreamConfig{Root: aloneRoot}); err != nil {
 		b.Fatal(err)
 	}
@@ -318,7 +325,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ab.Close() })
-	return &benchEnv{srv: s, bus: bb, untracked: ub, alone: ab, raw: raw, rawConn: rawConn}
+	return &benchEnv{srv: s, bus: bb, alone: ab, raw: raw, rawConn: rawConn}
 }
 
 // aloneRoot is the root of benchEnv.alone.
@@ -431,17 +438,25 @@ func publishPendingRecord(b *testing.B, js jetstream.JetStream, prefix string, m
 }
 
 // rawPendingRecord returns the sender's pending record of m, a message
-// with the bus's headers, as the bus writes it: JSON under the message's
-// status key (prefix and subjects.StatusKey), created only if absent.
+// with the bus's headers that starts a conversation of its own, as the bus
+// writes it: JSON under the message's status key (prefix and
+// subjects.StatusKey), created only if absent.
 func rawPendingRecord(prefix string, m *nats.Msg) (*nats.Msg, error) {
 	id := m.Header.Get(jetstream.MsgIDHeader)
-	key, err := subjects.StatusKey(id, id, senderAgent, receiverAgent)
+	return rawPendingRecordIn(prefix, id, m)
+}
+
+// rawPendingRecordIn is rawPendingRecord of m in the conversation
+// correlationID names.
+func rawPendingRecordIn(prefix, correlationID string, m *nats.Msg) (*nats.Msg, error) {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	key, err := subjects.StatusKey(correlationID, id, senderAgent, receiverAgent)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
 	data, err := json.Marshal(bus.Status{ID: id, From: senderAgent, To: receiverAgent, Type: benchType,
-		Priority: subjects.DefaultPriority, CorrelationID: id, State: bus.StatePending, Time: now,
+		Priority: subjects.DefaultPriority, CorrelationID: correlationID, State: bus.StatePending, Time: now,
 		Updated: now, By: senderAgent, Stream: "RAW", Sequence: 1})
 	if err != nil {
 		return nil, err
@@ -471,6 +486,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 	}
 	rawPublish("raw", bareMessages(b, receiverAgent))
 	rawPublish("raw-headers", busMessages(b, receiverAgent))
+	rawPublish("raw-headers-unindexed", unindexedMessages(b, receiverAgent))
 	b.Run("raw-headers-record", func(b *testing.B) {
 		// What any design that writes a record per message pays: raw
 		// nats.go publishing each message as raw-headers does, plus the
@@ -538,6 +554,7 @@ func BenchmarkPublishSync(b *testing.B) {
 	}
 	rawPublish("raw", bareMessages(b, receiverAgent))
 	rawPublish("raw-headers", busMessages(b, receiverAgent))
+	rawPublish("raw-headers-unindexed", unindexedMessages(b, receiverAgent))
 	b.Run("raw-headers-record", func(b *testing.B) {
 		// The ceiling of a record per message: each message published as
 		// raw-headers does and, once acknowledged, its pending record
@@ -653,14 +670,17 @@ func BenchmarkConsume(b *testing.B) {
 // subOpts) takes to handle and ack them, and reports the rate against the
 // raw baselines in base, if any.
 func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string, subOpts []bus.SubscribeOption, opts ...bus.Option) {
-	// The backlog is published untracked: only the consuming side is
-	// measured, and no status writes of the publisher overlap it.
+	// The backlog is published as a bus with its defaults sends it, on
+	// indexed subjects; the publisher writes no status for these messages
+	// (no TTL), so none of its work overlaps the measured consume.
 	for range b.N {
-		if _, err := env.untracked.PublishAsync(context.Background(), bus.Message{To: agent, Type: benchType, Data: payload}); err != nil {
+		if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: benchType, Data: payload}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	<-env.untracked.PublishAsyncComplete()
+	if err := env.bus.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent, opts...)
 	if err != nil {
 		b.Fatal(err)

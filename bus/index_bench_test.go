@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -21,7 +22,7 @@ import (
 // keeps today, and the message's subject carrying its ID and conversation
 // key, so that the stream's own subject index finds it. Three
 // sub-benchmarks on a fresh server each, b.N messages of 1 KiB to 1,000
-// agents (half of them to one), each in a conversation of its own:
+// agents (half of them to one), in conversations of ten messages:
 //
 //	shared  the bus's subjects today, <root>.agent.<to>.p3.<from>.<type>,
 //	        and no index: the baseline
@@ -35,12 +36,17 @@ import (
 // <root>.agent.<to>.p3.>, Consume and ack), and, for record and unique,
 // the p50 and p99 of finding a message by its ID alone, as a status lookup
 // must: a direct get of the key filter *.<id>.*.* in the bucket (record)
-// or of <root>.agent.*.*.*.*.<id>.* in the stream (unique). They also
-// report their publish and consume rates and heap as ratios to shared's.
+// or of <root>.agent.*.*.*.*.<id>.* in the stream (unique); and the p50 of
+// reading a conversation's ten messages, as a trace does ("conv-p50-µs"):
+// an ordered consumer of the key filter <conversation>.> in the bucket
+// (record), or of the headers of <root>.agent.*.*.*.*.*.<conversation> in
+// the stream (unique). They also report their publish and consume rates
+// and heap as ratios to shared's.
 // Run:
 //
 //	go test -run '^$' -bench '^BenchmarkIndexBySubject$' -benchtime 200000x ./bus
 func BenchmarkIndexBySubject(b *testing.B) {
+	const convLen = 10 // messages per conversation
 	var shared struct{ publish, consume, heap float64 }
 	for _, name := range []string{"shared", "record", "unique"} {
 		unique, record := name == "unique", name == "record"
@@ -55,6 +61,9 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				b.Fatal(err)
 			}
 			ids := make([]string, b.N)
+			// Message i belongs to the conversation its group of ten's
+			// first message starts.
+			conv := func(i int) string { return ids[i-i%convLen] }
 			subject := func(i int) string {
 				to := "worker"
 				if i%2 == 1 {
@@ -62,7 +71,7 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				}
 				subj := "ix.agent." + to + ".p3." + senderAgent + "." + benchType
 				if unique {
-					subj += "." + ids[i] + "." + subjects.ConversationKey(ids[i])
+					subj += "." + ids[i] + "." + subjects.ConversationKey(conv(i))
 				}
 				return subj
 			}
@@ -86,7 +95,13 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					b.Fatal(err)
 				}
 				if record {
-					publishPendingRecord(b, js, prefix, m)
+					rec, err := rawPendingRecordIn(prefix, conv(i), m)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := js.PublishMsgAsync(rec); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 			waitAcked(b, js)
@@ -120,6 +135,41 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					lat = append(lat, time.Since(start))
 				}
 				latencyFigures(b, lat)
+
+				// A conversation: its ten messages.
+				stream, filter := "KV_"+kv.Bucket(), func(c string) string { return prefix + subjects.ConversationKey(c) + ".>" }
+				if unique {
+					stream, filter = "IX", func(c string) string { return "ix.agent.*.*.*.*.*." + subjects.ConversationKey(c) }
+				}
+				lat = lat[:0]
+				for range 50 * min(len(ids)/convLen, 1) {
+					c := ids[rand.IntN(len(ids)/convLen)*convLen]
+					start := time.Now()
+					oc, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+						FilterSubjects: []string{filter(c)}, HeadersOnly: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					batch, err := oc.Fetch(convLen, jetstream.FetchMaxWait(5*time.Second))
+					if err != nil {
+						b.Fatal(err)
+					}
+					got := 0
+					for range batch.Messages() {
+						got++
+					}
+					lat = append(lat, time.Since(start))
+					if got != convLen {
+						b.Fatalf("conversation %s: %d messages, want %d", c, got, convLen)
+					}
+					if err := js.DeleteConsumer(ctx, stream, oc.CachedInfo().Name); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if len(lat) > 0 {
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Microsecond), "conv-p50-µs")
+				}
 			}
 
 			cons, err := js.CreateOrUpdateConsumer(ctx, "IX", jetstream.ConsumerConfig{

@@ -216,7 +216,7 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	subject, err := subjectOf(b.opts.scheme, m)
+	subject, err := subjectOf(b.opts.scheme, m, b.status != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -229,17 +229,26 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 }
 
 // subjectOf returns the subject m is published on: a broadcast's, or a
-// direct message's indexed subject, which names its ID and conversation so
-// that a status lookup finds it in the stream (docs/subjects.md).
-func subjectOf(scheme subjects.Scheme, m *Message) (string, error) {
+// direct message's; indexed, naming its ID and conversation so that a
+// status lookup finds it in the stream (docs/subjects.md), if the sender
+// tracks the lifecycle. A sender without lifecycle tracking
+// (WithoutLifecycle) sends plain direct subjects: each indexed message
+// costs the server a subject-index entry of its own, in memory for as long
+// as the stream keeps the message, and a fifth to a third of its publish
+// rate (docs/performance.md), which nobody who looks its messages up pays
+// for.
+func subjectOf(scheme subjects.Scheme, m *Message, indexed bool) (string, error) {
 	var (
 		subject string
 		err     error
 	)
-	if m.To == subjects.Broadcast {
+	switch {
+	case m.To == subjects.Broadcast:
 		subject, err = scheme.Broadcast(m.From, m.Type, m.Priority)
-	} else {
+	case indexed:
 		subject, err = scheme.IndexedDirect(m.To, m.From, m.Type, m.Priority, m.ID, conversationOf(m))
+	default:
+		subject, err = scheme.Direct(m.To, m.From, m.Type, m.Priority)
 	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidMessage, err)

@@ -27,8 +27,9 @@ const maxRootLen = 64
 // [IDToken] of the message ID and <conversation> the [ConversationKey] of
 // its correlation ID, so that the stream's own subject index finds a
 // message by its ID and the messages of a conversation ([Scheme.MessageFilter],
-// [Scheme.ConversationFilter]). Package bus sends every direct message so;
-// a publisher that does not is still delivered, only not found that way.
+// [Scheme.ConversationFilter]). Package bus sends every direct message so
+// when it tracks the lifecycle (its default); a publisher that does not is
+// still delivered, only not found that way.
 const (
 	kindAgent = "agent" // token after the root in a direct subject
 	kindAll   = "all"   // token after the root in a broadcast subject
