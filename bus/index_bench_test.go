@@ -137,9 +137,9 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				latencyFigures(b, lat)
 
 				// A conversation: its ten messages.
-				stream, filter := "KV_"+kv.Bucket(), func(c string) string { return prefix + subjects.ConversationKey(c) + ".>" }
-				if unique {
-					stream, filter = "IX", func(c string) string { return "ix.agent.*.*.*.*.*." + subjects.ConversationKey(c) }
+				stream, filter := "IX", func(c string) string { return "ix.agent.*.*.*.*.*." + subjects.ConversationKey(c) }
+				if record {
+					stream, filter = "KV_"+kv.Bucket(), func(c string) string { return prefix + subjects.ConversationKey(c) + ".>" }
 				}
 				lat = lat[:0]
 				for range 50 * min(len(ids)/convLen, 1) {

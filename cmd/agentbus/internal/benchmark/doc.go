@@ -23,9 +23,12 @@
 //
 //   - async: PublishAsync against jetstream PublishMsgAsync with the bare
 //     payload, and again with exactly the headers the bus writes (the
-//     CloudEvents ce- attributes from package codec and a unique
-//     Nats-Msg-Id), until every publish is acknowledged;
-//   - async-untracked: the same with the bus's lifecycle records off;
+//     CloudEvents ce- attributes from package codec and a unique ID, also
+//     the Nats-Msg-Id) on the subject the bus uses, which names the
+//     message (indexed, see subjects.Scheme.IndexedDirect), until every
+//     publish is acknowledged;
+//   - async-untracked: the same with the bus's lifecycle tracking off,
+//     whose subjects name no message, and raw on such subjects too;
 //   - sync: the latency of Publish against PublishMsg, one after another;
 //   - consume: the rate at which a handler that returns nil drains a
 //     backlog, bus Subscribe (prefetch ConsumePrefetch) against a raw

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // tally records what the handlers of one side receive: one value per call,
@@ -241,21 +242,53 @@ func busHeaders(payload []byte) (func() nats.Header, error) {
 		for k, v := range h {
 			c[k] = v
 		}
-		c[jetstream.MsgIDHeader] = []string{nuid.Next()}
+		id := nuid.Next()
+		c["ce-id"] = []string{id}
+		c[jetstream.MsgIDHeader] = []string{id}
 		return c
 	}, nil
 }
 
-// encodeEvent encodes m, after setting its defaults, as the bus does: the
-// CloudEvents headers, and its ID as the Nats-Msg-Id.
-func encodeEvent(subject string, m *codec.Message) (*nats.Msg, error) {
+// busMessages returns a function that makes the next raw message doing
+// the bus's job: payload with the bus's headers (busHeaders) on the direct
+// subject direct, followed, if indexed, by the index that names the
+// message, as a bus with lifecycle tracking sends it.
+func busMessages(payload []byte, direct string, indexed bool) (func() *nats.Msg, error) {
+	headers, err := busHeaders(payload)
+	if err != nil {
+		return nil, err
+	}
+	return func() *nats.Msg {
+		h := headers()
+		subject := direct
+		if indexed {
+			subject = withIndex(direct, h.Get(jetstream.MsgIDHeader), "")
+		}
+		return &nats.Msg{Subject: subject, Header: h, Data: payload}
+	}, nil
+}
+
+// withIndex returns the direct subject direct followed by the index of
+// message id in the conversation correlationID names (the message's own
+// when empty), as subjects.Scheme.IndexedDirect writes it.
+func withIndex(direct, id, correlationID string) string {
+	if correlationID == "" {
+		correlationID = id
+	}
+	return direct + "." + subjects.IDToken(id) + "." + subjects.ConversationKey(correlationID)
+}
+
+// encodeEvent encodes m, after setting its defaults, as a bus with
+// lifecycle tracking does: the CloudEvents headers, its ID as the
+// Nats-Msg-Id, and the direct subject direct followed by its index.
+func encodeEvent(direct string, m *codec.Message) (*nats.Msg, error) {
 	m.SetDefaults(time.Now())
 	h, data, err := codec.Binary{}.Encode(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode event: %w", err)
 	}
 	h[jetstream.MsgIDHeader] = []string{m.ID}
-	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	return &nats.Msg{Subject: withIndex(direct, m.ID, m.CorrelationID), Header: h, Data: data}, nil
 }
 
 // subscribeBus subscribes agent on the bus side, a bus with busOpts on a

@@ -32,7 +32,7 @@ func (e *env) rawSubject(p int) (string, error) {
 // async compares asynchronous publish throughput: Messages published as
 // fast as the client allows, until the last is acknowledged.
 func (r *runner) async(ctx context.Context, e *env) error {
-	t, err := r.publishThroughput(ctx, e, e.sender)
+	t, err := r.publishThroughput(ctx, e, e.sender, true)
 	r.report.Async = t
 	return err
 }
@@ -43,20 +43,21 @@ func (r *runner) asyncUntracked(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	t, err := r.publishThroughput(ctx, e, sender)
+	t, err := r.publishThroughput(ctx, e, sender, false)
 	r.report.AsyncUntracked = t
 	return err
 }
 
 // publishThroughput measures async publish throughput of sender against
-// raw nats.go, bare and with the bus's headers.
-func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus) (*Throughput, error) {
+// raw nats.go, bare and with the bus's headers on the subjects sender
+// uses: indexed (lifecycle tracking) or not.
+func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus, indexed bool) (*Throughput, error) {
 	n := r.cfg.Messages
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
 		return nil, err
 	}
-	headers, err := busHeaders(r.payload)
+	next, err := busMessages(r.payload, subject, indexed)
 	if err != nil {
 		return nil, err
 	}
@@ -73,9 +74,7 @@ func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus)
 		return nil, fmt.Errorf("raw: %w", err)
 	}
 	headersRate, err := timed(n, func() error {
-		return publishRawAsync(ctx, e.js, n, func(int) *nats.Msg {
-			return &nats.Msg{Subject: subject, Header: headers(), Data: r.payload}
-		})
+		return publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return next() })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raw+headers: %w", err)
@@ -167,12 +166,13 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 		return nil, fmt.Errorf("raw: %w", err)
 	}
 	// The backlog with headers goes to another raw agent, so that its
-	// consumer does not see the bare one.
-	headers, err := busHeaders(r.payload)
+	// consumer does not see the bare one, on the subjects the bus's
+	// backlog has.
+	headersSubject, err := e.raw.Direct(otherReceiverAgent, senderAgent, messageType, subjects.DefaultPriority)
 	if err != nil {
 		return nil, err
 	}
-	headersSubject, err := e.raw.Direct(otherReceiverAgent, senderAgent, messageType, subjects.DefaultPriority)
+	next, err := busMessages(r.payload, headersSubject, len(busOpts) == 0)
 	if err != nil {
 		return nil, err
 	}
@@ -180,9 +180,7 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 	if err != nil {
 		return nil, err
 	}
-	if err := publishRawAsync(ctx, e.js, n, func(int) *nats.Msg {
-		return &nats.Msg{Subject: headersSubject, Header: headers(), Data: r.payload}
-	}); err != nil {
+	if err := publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return next() }); err != nil {
 		return nil, fmt.Errorf("raw+headers backlog: %w", err)
 	}
 	var undecodable atomic.Int64

@@ -35,10 +35,10 @@ same run and prints each figure with its ratio, bus divided by raw:
 
   async              async publish throughput: bus PublishAsync against
                      jetstream PublishMsgAsync with the bare payload ("raw")
-                     and with exactly the headers the bus writes
-                     ("raw+headers")
-  async-untracked    the same with the bus's lifecycle records off
-                     (bus.WithoutLifecycle)
+                     and with exactly the headers and subjects the bus
+                     writes ("raw+headers"; a subject names its message)
+  async-untracked    the same with the bus's lifecycle tracking off
+                     (bus.WithoutLifecycle; subjects name no message)
   sync               sync publish latency p50 and p99: Publish against
                      PublishMsg
   consume            subscribe+ack throughput of a backlog: Subscribe
