@@ -25,6 +25,19 @@
 // Use [New] for another root, for instance one per environment:
 // New("prod.bus-1").
 //
+// # The index
+//
+// A direct subject may end in the message's own index, its ID ([IDToken])
+// and conversation ([ConversationKey]), as the bus sends it when it tracks
+// the lifecycle ([Scheme.IndexedDirect]):
+//
+//	agentbus.agent.reviewer.p2.orchestrator.review_request.m-17.717e81e2c69e106ad7cb5c8c712e0921
+//
+// The stream's own subject index then finds a message by its ID
+// ([Scheme.MessageFilter]) or the messages of a conversation
+// ([Scheme.ConversationFilter]), without a record per message. [Scheme.Parse]
+// takes both forms and returns the index in [Address.Index].
+//
 // # Tokens
 //
 // Agent IDs and message types come from other systems and may hold any

@@ -98,3 +98,21 @@ func ExampleScheme_ParseConsumer() {
 	// "build orchestrator" 3 false <nil>
 	// "build orchestrator" 0 true <nil>
 }
+
+func ExampleScheme_IndexedDirect() {
+	s := subjects.Default()
+	subj, _ := s.IndexedDirect("reviewer", "lead", "review_request", 2, "m-17", "release-42")
+	fmt.Println(subj)
+
+	// A status lookup finds the message by its ID in the stream's subject
+	// index; Parse returns the index.
+	fmt.Println(s.MessageFilter("m-17"))
+	a, _ := s.Parse(subj)
+	fmt.Println(a.Index.ID, a.Index.Conversation == subjects.ConversationKey("release-42"))
+	fmt.Println(s.WithoutIndex(subj))
+	// Output:
+	// agentbus.agent.reviewer.p2.lead.review_request.m-17.717e81e2c69e106ad7cb5c8c712e0921
+	// agentbus.agent.*.*.*.*.m-17.*
+	// m-17 true
+	// agentbus.agent.reviewer.p2.lead.review_request
+}
