@@ -93,13 +93,37 @@ func (t *tally) snapshot() []int64 {
 	return append([]int64(nil), t.values...)
 }
 
-// timed returns n divided by the seconds f took.
-func timed(n int, f func() error) (float64, error) {
-	start := time.Now()
-	if err := f(); err != nil {
-		return 0, err
+// balanced runs each of sides, publishers of k messages, for n messages
+// in all, in two halves and mirrored order (A B C, then C B A), and
+// returns each side's rate: n divided by the seconds its two halves took.
+// Run one after another in full, the first side would meet the process and
+// the server cold (a small heap the collector runs through often, a stream
+// without blocks) and the last one warm. On an error it returns the rates
+// of the sides before the failing one, whose index is their count.
+func balanced(n int, sides []func(k int) error) ([]float64, error) {
+	took := make([]time.Duration, len(sides))
+	for pass := range 2 {
+		k := n / 2
+		if pass == 1 {
+			k = n - n/2
+		}
+		for j := range sides {
+			i := j
+			if pass == 1 {
+				i = len(sides) - 1 - j
+			}
+			start := time.Now()
+			if err := sides[i](k); err != nil {
+				return make([]float64, i), err
+			}
+			took[i] += time.Since(start)
+		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	rates := make([]float64, len(sides))
+	for i, d := range took {
+		rates[i] = float64(n) / max(d, time.Nanosecond).Seconds()
+	}
+	return rates, nil
 }
 
 // latencies calls f n times, one after another, and returns how long each

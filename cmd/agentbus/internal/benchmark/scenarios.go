@@ -61,24 +61,20 @@ func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus,
 	if err != nil {
 		return nil, err
 	}
-	busRate, err := timed(n, func() error {
-		return publishBusAsync(ctx, sender, n, func(int) bus.Message { return r.message(receiverAgent, 0) })
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bus: %w", err)
+	sides := []func(k int) error{
+		func(k int) error {
+			return publishBusAsync(ctx, sender, k, func(int) bus.Message { return r.message(receiverAgent, 0) })
+		},
+		func(k int) error {
+			return publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} })
+		},
+		func(k int) error { return publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return next() }) },
 	}
-	rawRate, err := timed(n, func() error {
-		return publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} })
-	})
+	rates, err := balanced(n, sides)
 	if err != nil {
-		return nil, fmt.Errorf("raw: %w", err)
+		return nil, fmt.Errorf("%s: %w", [...]string{"bus", "raw", "raw+headers"}[len(rates)], err)
 	}
-	headersRate, err := timed(n, func() error {
-		return publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return next() })
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raw+headers: %w", err)
-	}
+	busRate, rawRate, headersRate := rates[0], rates[1], rates[2]
 	return &Throughput{
 		Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RawHeadersMsgsPerSec: &headersRate,
 		RatioBusRaw: Ratio(busRate, rawRate), RatioBusRawHeaders: Ratio(busRate, headersRate),
@@ -92,19 +88,40 @@ func (r *runner) sync(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	busLat, err := latencies(n, func(int) error {
-		_, err := e.sender.Publish(ctx, r.message(receiverAgent, 0))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("bus: %w", err)
-	}
-	rawLat, err := latencies(n, func(int) error {
-		_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: r.payload})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("raw: %w", err)
+	// In two halves, bus raw raw bus, so that neither side alone meets
+	// the process and the server cold (see balanced).
+	var busLat, rawLat []time.Duration
+	for _, first := range []bool{true, false} {
+		k := n / 2
+		if !first {
+			k = n - n/2
+		}
+		pub := func(f func(int) error, into *[]time.Duration, side string) error {
+			lat, err := latencies(k, f)
+			if err != nil {
+				return fmt.Errorf("%s: %w", side, err)
+			}
+			*into = append(*into, lat...)
+			return nil
+		}
+		busSide := func() error {
+			return pub(func(int) error { _, err := e.sender.Publish(ctx, r.message(receiverAgent, 0)); return err }, &busLat, "bus")
+		}
+		rawSide := func() error {
+			return pub(func(int) error {
+				_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: r.payload})
+				return err
+			}, &rawLat, "raw")
+		}
+		steps := []func() error{busSide, rawSide}
+		if !first {
+			steps = []func() error{rawSide, busSide}
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
 	}
 	r.report.Sync = newLatency(n, 0, busLat, rawLat)
 	return nil
