@@ -152,6 +152,15 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	if p, err := lead.History(ctx, note.ID, bus.HistoryQuery{}); err != nil || len(p.Entries) != 1 || p.Entries[0].Err != nil || p.Entries[0].To != bus.Broadcast {
 		t.Fatalf("lead: History of its broadcast = %+v, %v", p.Entries, err)
 	}
+	// A direct message without a TTL has no record: each side finds it by
+	// its indexed subject, with its history consumer filtered to the
+	// conversation and to itself.
+	for _, b := range []*bus.Bus{lead, worker} {
+		p, err := b.History(ctx, task.ID, bus.HistoryQuery{})
+		if err != nil || len(p.Entries) != 1 || p.Entries[0].ID != task.ID || p.Entries[0].Err != nil {
+			t.Fatalf("%s: History of the task = %+v, %v; want the task", b.Agent(), p.Entries, err)
+		}
+	}
 	long := publish(t, lead, bus.Message{To: worker.Agent(), Type: "long"})
 	waitState(t, lead, long.ID, bus.StateDelivered)
 	if _, err := lead.Cancel(ctx, long.ID); err != nil {
