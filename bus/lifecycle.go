@@ -691,18 +691,17 @@ func (t *tracker) deleteLookupConsumer(ctx context.Context, stream string, c jet
 // derive brings the records in out that are not final up to date from what
 // the server knows, and writes back the final states it finds. A recipient
 // writes no record when it handles a direct message (see
-// completionRecorded): the stored message, or the sender's record, gives
-// the message's stream sequence, and the recipient's consumer of the message's priority
-// tells how far the recipient has got. A message at or below the
+// completionRecorded): the stored message, or the sender's record, gives the
+// message's stream sequence, and the recipient's consumer of the message's
+// priority tells how far the recipient has got. A message at or below the
 // consumer's ack floor is completed (for a message with a TTL, whose
 // completion is recorded, it was removed unread at its expiry, if that has
-// passed; before it, the recipient settled it after the record was read,
-// and its own record says how); one the
-// consumer has delivered but not yet acked is delivered; a message still
-// pending past its expiry has expired. A failed record moves on the same
-// way once a later delivery succeeded. A consumer that cannot be read (it
-// does not exist yet, or the reader may not see it) leaves the record as it
-// is.
+// passed; before it, the recipient settled it after the record was read, and
+// its own record says how); one the consumer has delivered but not yet acked
+// is delivered; a message still pending past its expiry has expired. A
+// failed record moves on the same way once a later delivery succeeded. A
+// consumer that cannot be read (it does not exist yet, or the reader may not
+// see it) leaves the record as it is.
 func (t *tracker) derive(ctx context.Context, out []Status) {
 	now := time.Now()
 	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
