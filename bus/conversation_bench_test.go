@@ -18,7 +18,9 @@ import (
 // conversations:
 //
 //	index  Admin.Conversation, which reads the conversation's status keys
-//	       (one literal prefix) and nothing else
+//	       (one literal prefix) and the headers of the stream's messages
+//	       whose indexed subject names the conversation (its last token:
+//	       the server matches it against every subject of the stream)
 //	scan   what reading it from the stream alone costs: every retained
 //	       message decoded to find the conversation's (run up to 100,000)
 //
@@ -57,9 +59,10 @@ func BenchmarkConversation(b *testing.B) {
 }
 
 // conversationEnv returns an admin of a bus whose stream retains n single-message
-// conversations and a 10-message conversation "target", published last, and
-// whose status bucket has all their records. It reports the process's heap
-// (client and in-process server) once they are stored.
+// conversations and a 10-message conversation "target", published last on
+// indexed subjects; their senders write no status records (no TTL). It
+// reports the process's heap (client and in-process server) once they are
+// stored.
 func conversationEnv(b *testing.B, n int) *bus.Admin {
 	b.Helper()
 	s := embeddedtest.RunServer(b)
@@ -85,7 +88,7 @@ func conversationEnv(b *testing.B, n int) *bus.Admin {
 			b.Fatal(err)
 		}
 		if i%chunk == chunk-1 {
-			if err := pb.Flush(ctx); err != nil { // the messages and their records
+			if err := pb.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -97,12 +100,12 @@ func conversationEnv(b *testing.B, n int) *bus.Admin {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := js.Stream(ctx, "KV_"+pb.Subjects().StatusBucket())
+	st, err := js.Stream(ctx, pb.Subjects().Stream())
 	if err != nil {
 		b.Fatal(err)
 	}
 	if got := st.CachedInfo().State.Msgs; got != uint64(n+10) {
-		b.Fatalf("status bucket holds %d records, want %d", got, n+10)
+		b.Fatalf("stream holds %d messages, want %d", got, n+10)
 	}
 	runtime.GC()
 	var ms runtime.MemStats
