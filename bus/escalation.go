@@ -307,7 +307,7 @@ func (a *Admin) publishAs(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
-	subject, err := subjectOf(a.opts.scheme, &m, a.status != nil)
+	subject, err := subjectOf(a.opts.scheme, &m, a.indexed())
 	if err != nil {
 		return err
 	}

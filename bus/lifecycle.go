@@ -242,14 +242,15 @@ func (t *tracker) failed(subject string, err error) {
 }
 
 // needsPendingRecord reports whether the sender writes the pending record
-// of m: for a broadcast, whose subject has no index and whose record
-// stands for every recipient, and a message with a TTL, which the server
-// removes at its expiry without a trace (its record is then what says it
-// expired). Any other direct message is its own index: a lookup finds it
-// by its subject and reads pending off the stored message (index.go), so
-// its sender writes nothing.
-func needsPendingRecord(m *Message) bool {
-	return m.To == Broadcast || m.TTL > 0
+// of m, sent on an indexed subject or not: for a broadcast, whose subject
+// has no index and whose record stands for every recipient, a message
+// with a TTL, which the server removes at its expiry without a trace (its
+// record is then what says it expired), and a message without an index
+// (WithoutIndex). Any other direct message is its own index: a lookup
+// finds it by its subject and reads pending off the stored message
+// (index.go), so its sender writes nothing.
+func needsPendingRecord(m *Message, indexed bool) bool {
+	return m.To == Broadcast || m.TTL > 0 || !indexed
 }
 
 // sentStatus returns the status of m, a message this bus published and

@@ -372,3 +372,43 @@ func TestLifecycleNotExpiredBeforeExpiry(t *testing.T) {
 		t.Errorf("Status of a message acknowledged an hour before its expiry = %+v, %v; want it not expired", sts, err)
 	}
 }
+
+// TestLifecycleWithoutIndex: a bus WithoutIndex, for a rolling upgrade from
+// a version before the index, sends plain direct subjects and writes the
+// pending record of each message instead, sync and async; a lookup finds
+// the message by that record, and reads completed off the recipient's
+// consumer once it is handled.
+func TestLifecycleWithoutIndex(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator", bus.WithoutIndex())
+	worker := newBus(t, s, "worker")
+	ctx := testContext(t)
+	sent := publish(t, orch, bus.Message{To: "worker", Type: "SYNC"})
+	f, err := orch.PublishAsync(ctx, bus.Message{To: "worker", Type: "ASYNC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	async, err := f.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := orch.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ack := range []bus.PubAck{sent, async} {
+		if withoutIndex(t, ack.Subject) != ack.Subject {
+			t.Errorf("%s published on %s, want a subject without the index", ack.ID, ack.Subject)
+		}
+		if got := recordHistory(t, s, ack.ID, ack.ID, "orchestrator", "worker"); !slices.Equal(got, []bus.State{bus.StatePending}) {
+			t.Errorf("record of %s = %v, want [pending]", ack.ID, got)
+		}
+		if sts, err := orch.Status(ctx, ack.ID); err != nil || len(sts) != 1 || sts[0].State != bus.StatePending || sts[0].Sequence != ack.Sequence {
+			t.Errorf("Status(%s) = %+v, %v; want pending at sequence %d", ack.ID, sts, err, ack.Sequence)
+		}
+	}
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	r.waitCount(t, 2)
+	waitState(t, orch, sent.ID, bus.StateCompleted)
+	waitState(t, orch, async.ID, bus.StateCompleted)
+}

@@ -55,6 +55,7 @@ type options struct {
 	tracerProvider  trace.TracerProvider
 	meterProvider   metric.MeterProvider
 	lifecycle       bool
+	index           bool // direct subjects name their message (WithoutIndex)
 	publishAttempts int
 	requestTimeout  time.Duration
 	conversationTTL time.Duration // 0: the protocol's, or none
@@ -72,6 +73,7 @@ func defaultOptions() options {
 		tracerProvider:  otel.GetTracerProvider(),
 		meterProvider:   otel.GetMeterProvider(),
 		lifecycle:       true,
+		index:           true,
 		publishAttempts: DefaultPublishAttempts,
 		heartbeat:       DefaultHeartbeat,
 	}
@@ -213,15 +215,31 @@ func WithHeartbeat(d time.Duration) Option {
 }
 
 // WithoutLifecycle turns off the lifecycle tracking: the bus then writes no
-// status records (see Status and docs/reliability.md), which saves one
-// asynchronous write per publish (and per broadcast or TTL message
-// handled), and Bus.Status, Admin.Status and Admin.Conversation return
-// ErrInvalidOption. A reply taken by a
+// status records (see Status and docs/reliability.md) and sends direct
+// messages on plain subjects, without the index that lets a lookup find
+// them, which saves the server an index entry per stored message and the
+// bus a write per broadcast or TTL message sent or handled; Bus.Status,
+// Admin.Status and Admin.Conversation return ErrInvalidOption. A reply taken by a
 // Request in a process without a subscription can then reach the agent's
 // handler again later, marked Late.
 func WithoutLifecycle() Option {
 	return func(o *options) error {
 		o.lifecycle = false
+		return nil
+	}
+}
+
+// WithoutIndex sends direct messages on plain subjects, without the
+// message's ID and conversation (docs/subjects.md), and has the sender
+// write the pending status record of each instead, as agentbus did before
+// the index. It is for a rolling upgrade from such a version, whose agents
+// dead-letter a subject they cannot parse (malformed_subject): every
+// process runs with WithoutIndex until none of the old version is left,
+// then without it (docs/operations.md). Lifecycle tracking is unchanged;
+// with WithoutLifecycle subjects are plain anyway.
+func WithoutIndex() Option {
+	return func(o *options) error {
+		o.index = false
 		return nil
 	}
 }

@@ -76,7 +76,7 @@ func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
 	// overwrites. Held until it is under way, the record is what Flush and
 	// Close wait for and what a lookup from this process waits to read
 	// (tracker.written).
-	if b.status != nil && needsPendingRecord(&m) {
+	if b.status != nil && needsPendingRecord(&m, b.indexed()) {
 		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 		b.status.writeLater(msg, ack)
 	}
@@ -130,7 +130,7 @@ func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, erro
 	// once the ack gives the stream sequence, as in Publish. Any other
 	// message is not held; should its publish fail, its failed record is
 	// made from the message (tracker.unsent).
-	if b.status != nil && needsPendingRecord(&m) {
+	if b.status != nil && needsPendingRecord(&m, b.indexed()) {
 		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 	}
 	f, err := b.js.PublishMsgAsync(msg)
@@ -216,7 +216,7 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	subject, err := subjectOf(b.opts.scheme, m, b.status != nil)
+	subject, err := subjectOf(b.opts.scheme, m, b.indexed())
 	if err != nil {
 		return nil, err
 	}
@@ -228,11 +228,17 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
 }
 
+// indexed reports whether c sends direct messages on indexed subjects:
+// with lifecycle tracking, unless WithoutIndex.
+func (c *client) indexed() bool {
+	return c.status != nil && c.opts.index
+}
+
 // subjectOf returns the subject m is published on: a broadcast's, or a
 // direct message's; indexed, naming its ID and conversation so that a
 // status lookup finds it in the stream (docs/subjects.md), if the sender
-// tracks the lifecycle. A sender without lifecycle tracking
-// (WithoutLifecycle) sends plain direct subjects: each indexed message
+// tracks the lifecycle (client.indexed). A sender without lifecycle
+// tracking (WithoutLifecycle) sends plain direct subjects: each indexed message
 // costs the server a subject-index entry of its own, in memory for as long
 // as the stream keeps the message, and a fifth to a third of its publish
 // rate (docs/performance.md), which nobody who looks its messages up pays
