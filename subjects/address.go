@@ -58,13 +58,18 @@ type Index struct {
 	Conversation string
 }
 
-// parseIndex checks the two index tokens of a subject.
+// parseIndex checks the two index tokens of a subject. A receiver calls it
+// for every indexed message, so the common ID, a UUID or any other that
+// needs no escaping, is checked in one pass.
 func parseIndex(idTok, conv string) (Index, error) {
-	if len(conv) != 32 || strings.Trim(conv, "0123456789abcdef") != "" {
+	if len(conv) != 2*conversationKeyBytes || !isLowerHex(conv) {
 		return Index{}, fmt.Errorf("%w: conversation token %q is not 32 lower-case hex digits", ErrInvalidToken, conv)
 	}
+	if idTok != "" && len(idTok) <= maxKeyIDLen && encodedLen(idTok) == len(idTok) {
+		return Index{ID: idTok, Conversation: conv}, nil // its own token
+	}
 	if h, ok := strings.CutPrefix(idTok, hashedIDPrefix); ok {
-		if len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+		if len(h) != 64 || !isLowerHex(h) {
 			return Index{}, fmt.Errorf("%w: hashed message ID token %q", ErrInvalidToken, idTok)
 		}
 		return Index{ID: idTok, Conversation: conv}, nil
@@ -107,6 +112,16 @@ func (a Address) Subject(s Scheme) (string, error) {
 		return s.DeadLetter(a.To, a.From, a.Type)
 	}
 	return "", fmt.Errorf("%w: address has unknown kind %v", ErrInvalidSubject, a.Kind)
+}
+
+// isLowerHex reports whether s is made of lower-case hex digits only.
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Parse takes apart a subject built by s. It accepts exactly the subjects
