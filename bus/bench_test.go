@@ -176,7 +176,8 @@ func busMessages(b *testing.B, to string) func() *nats.Msg {
 	headers, direct := busHeaders(b), rawDirect(b, to, senderAgent, benchType)
 	return func() *nats.Msg {
 		h := headers()
-		return &nats.Msg{Subject: indexed(direct, h.Get(jetstream.MsgIDHeader)), Header: h, Data: payload}
+		id := h.Get(jetstream.MsgIDHeader)
+		return &nats.Msg{Subject: indexed(direct, id, id), Header: h, Data: payload}
 	}
 }
 
@@ -196,11 +197,11 @@ func bareMessages(b *testing.B, to string) func() *nats.Msg {
 	return func() *nats.Msg { return &nats.Msg{Subject: subject, Data: payload} }
 }
 
-// indexed returns the direct subject direct followed by the index of the
-// message id that starts a conversation of its own, as the bus publishes
-// it (subjects.Scheme.IndexedDirect).
-func indexed(direct, id string) string {
-	return direct + "." + subjects.IDToken(id) + "." + subjects.ConversationKey(id)
+// indexed returns the direct subject direct followed by the index of
+// message id in the conversation correlationID names, as the bus publishes
+// it (subjects.Scheme.IndexedDirect, without checking direct again).
+func indexed(direct, id, correlationID string) string {
+	return direct + "." + subjects.IDToken(id) + "." + subjects.ConversationKey(correlationID)
 }
 
 // encodeEvent encodes m as the bus does, for a raw baseline: the
@@ -217,8 +218,7 @@ func encodeEvent(direct string, m *codec.Message) (*nats.Msg, error) {
 	if conv == "" {
 		conv = m.ID
 	}
-	subject := direct + "." + subjects.IDToken(m.ID) + "." + subjects.ConversationKey(conv)
-	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	return &nats.Msg{Subject: indexed(direct, m.ID, conv), Header: h, Data: data}, nil
 }
 
 // baselines carries the raw sub-benchmarks' figures of one benchmark to
@@ -398,17 +398,19 @@ func (env *benchEnv) publishRaw(b *testing.B, next func() *nats.Msg) {
 }
 
 // recordServer starts a server of its own for a raw-headers-record
-// sub-benchmark, stopped when it ends, with the raw side's stream, and
-// returns a JetStream context on it. The status records it writes would
+// sub-benchmark, stopped when it ends, with the raw side's stream and
+// status bucket, and returns a JetStream context on it and the subject
+// prefix of the bucket's keys. The status records it writes would
 // otherwise leave the shared server busy (compacting, flushing) into the
 // sub-benchmark that follows.
-func recordServer(b *testing.B) jetstream.JetStream {
+func recordServer(b *testing.B) (jetstream.JetStream, string) {
 	js, err := jetstream.New(embeddedtest.Connect(b, embeddedtest.RunServer(b)))
 	if err != nil {
 		b.Fatal(err)
 	}
 	createRawStream(b, js)
-	return js
+	_, prefix := rawStatusBucket(b, js)
+	return js, prefix
 }
 
 // rawStatusBucket creates the raw side's status bucket with js, configured
@@ -492,8 +494,7 @@ func BenchmarkPublishAsync(b *testing.B) {
 		// nats.go publishing each message as raw-headers does, plus the
 		// sender's pending record (the same key, JSON and create-only
 		// header as the bus's) to a status bucket configured alike.
-		js := recordServer(b)
-		_, prefix := rawStatusBucket(b, js)
+		js, prefix := recordServer(b)
 		next := busMessages(b, receiverAgent)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(payload)))
@@ -559,8 +560,7 @@ func BenchmarkPublishSync(b *testing.B) {
 		// The ceiling of a record per message: each message published as
 		// raw-headers does and, once acknowledged, its pending record
 		// written asynchronously, untimed, as the bus does.
-		js := recordServer(b)
-		_, prefix := rawStatusBucket(b, js)
+		js, prefix := recordServer(b)
 		next := busMessages(b, receiverAgent)
 		b.ReportAllocs()
 		var lat []time.Duration

@@ -287,19 +287,20 @@ func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
 	b.status.record(st, false)
 }
 
-// completionRecorded reports whether a recipient writes the completed
-// record of m when its handler succeeds. For most messages it does not: a
-// lookup finds the message by its indexed subject (or the sender's record),
-// which gives its stream sequence, and reads completed (or delivered) from
-// the recipient's consumer, whose ack floor has passed it (see Bus.Status). That leaves the common path with
-// no lifecycle write on the recipient's side. Three kinds are written: a
-// broadcast, whose sender's record names no recipient; a message with a
-// TTL, whose consumer also passes it when the server removed it unread at
-// its expiry, which a lookup must tell apart; and a message delivered more
-// than once (md), whose record then says how often, which the consumer
-// does not (a completion read from it was the first delivery). A message
-// a schedule fired is written too (by the caller): its sender's record
-// holds the schedule stream's sequence, not the message stream's.
+// completionRecorded reports whether a recipient writes the completed record
+// of m when its handler succeeds. For most messages it does not: a lookup
+// finds the message by its indexed subject (or the sender's record), which
+// gives its stream sequence, and reads completed (or delivered) from the
+// recipient's consumer, whose ack floor has passed it (see Bus.Status). That
+// leaves the common path with no lifecycle write on the recipient's side.
+// Three kinds are written: a broadcast, whose sender's record names no
+// recipient; a message with a TTL, whose consumer also passes it when the
+// server removed it unread at its expiry, which a lookup must tell apart;
+// and a message delivered more than once (md), whose record then says how
+// often, which the consumer does not (a completion read from it was the
+// first delivery). A message a schedule fired is written too (by the
+// caller): its sender's record holds the schedule stream's sequence, not the
+// message stream's.
 func completionRecorded(m *Message, md consumers.Metadata) bool {
 	return m.Broadcast() || m.TTL > 0 || md.Deliveries > 1
 }

@@ -303,16 +303,11 @@ func escalationMessage(p EscalationPolicy, e Escalation, kind string) (Message, 
 // Bus would, and waited for.
 func (a *Admin) publishAs(ctx context.Context, m Message) error {
 	m.SetDefaults(time.Now())
-	h, data, err := a.opts.codec.Encode(&m)
+	msg, err := a.encode(&m)
 	if err != nil {
 		return err
 	}
-	subject, err := subjectOf(a.opts.scheme, &m, a.indexed())
-	if err != nil {
-		return err
-	}
-	h[jetstream.MsgIDHeader] = []string{m.ID}
-	_, err = a.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})
+	_, err = a.js.PublishMsg(ctx, msg)
 	return err
 }
 

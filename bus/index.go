@@ -63,9 +63,9 @@ func (t *tracker) stored(ctx context.Context, id string, filters ...string) ([]S
 const maxBatch = 1024
 
 // storedAll returns the pending status of every message of the stream
-// whose indexed subject matches filter, read off the message itself, the
-// last of each subject: for an indexed subject, the message it names. id,
-// if not empty, drops those whose event has another ID. It asks for them
+// whose indexed subject matches filter and whose event's ID is id, read off
+// the message itself, the last of each subject: for an indexed subject,
+// the message it names. It asks for them
 // all at once, a direct get with the filter in its body, which an operator
 // may and an agent may not (its permissions name the subject in the
 // request's subject, stored). More than maxBatch messages are an error.
@@ -94,7 +94,7 @@ func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, e
 		}
 		switch code := resp.Header.Get("Status"); code {
 		case "":
-			if st, ok := t.storedStatus(resp); ok && (id == "" || st.ID == id) {
+			if st, ok := t.storedStatus(resp); ok && st.ID == id {
 				out = append(out, st)
 			}
 			continue
@@ -109,8 +109,7 @@ func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, e
 }
 
 // storedStatus returns the pending status of the stored message a direct
-// get answered with (resp), as the sender's record would hold it, or false
-// if it is not an indexed direct message that names its sender truly.
+// get answered with (resp), as statusOfStored does.
 func (t *tracker) storedStatus(resp *nats.Msg) (Status, bool) {
 	seq, _ := strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
 	ts, _ := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer))
@@ -118,13 +117,27 @@ func (t *tracker) storedStatus(resp *nats.Msg) (Status, bool) {
 }
 
 // statusOfStored returns the pending status of the message stored on
-// subject at sequence seq at time ts, with headers h and data, or false if
-// it is not an indexed direct message that names its sender truly. The
-// subject says who it is to, as it does for delivery. data may be nil: the
-// status needs only the headers.
+// subject at sequence seq at time ts, with headers h and data (pendingOf).
 func (t *tracker) statusOfStored(subject string, h nats.Header, data []byte, seq uint64, ts time.Time) (Status, bool) {
+	st, ok := t.pendingOf(subject, h, data)
+	if !ok {
+		return Status{}, false
+	}
+	st.Stream, st.Sequence = t.stream, seq
+	if !ts.IsZero() {
+		st.Updated = ts.UTC()
+	}
+	return st, true
+}
+
+// pendingOf returns the pending status of the direct message on subject
+// with headers h and data, as its sender's record would hold it, or false
+// if it is not a direct message that names its sender truly. The subject
+// says who it is to, as it does for delivery. data may be nil: the status
+// needs only the headers.
+func (t *tracker) pendingOf(subject string, h nats.Header, data []byte) (Status, bool) {
 	a, err := t.scheme.Parse(subject)
-	if err != nil || a.Kind != subjects.KindDirect || a.Index == (subjects.Index{}) {
+	if err != nil || a.Kind != subjects.KindDirect {
 		return Status{}, false
 	}
 	m, err := codec.Decode(h, data)
@@ -132,12 +145,7 @@ func (t *tracker) statusOfStored(subject string, h nats.Header, data []byte, seq
 		return Status{}, false
 	}
 	m.To, m.Priority = a.To, a.Priority
-	st := statusOf(m, a.To, StatePending, m.From)
-	st.Stream, st.Sequence = t.stream, seq
-	if !ts.IsZero() {
-		st.Updated = ts.UTC()
-	}
-	return st, true
+	return statusOf(m, a.To, StatePending, m.From), true
 }
 
 // storedIn returns the pending status of every message of the stream whose

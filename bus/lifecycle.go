@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -253,23 +252,6 @@ func needsPendingRecord(m *Message, indexed bool) bool {
 	return m.To == Broadcast || m.TTL > 0 || !indexed
 }
 
-// sentStatus returns the status of m, a message this bus published and
-// held no record for (needsPendingRecord), rebuilt from m itself as the
-// sender's record would hold it; false if m cannot be read, which the bus
-// encoded and so can.
-func (t *tracker) sentStatus(m *nats.Msg) (Status, bool) {
-	a, err := t.scheme.Parse(m.Subject)
-	if err != nil {
-		return Status{}, false
-	}
-	msg, err := codec.Decode(m.Header, m.Data)
-	if err != nil {
-		return Status{}, false
-	}
-	msg.To, msg.Priority = a.To, a.Priority
-	return statusOf(msg, a.To, StatePending, msg.From), true
-}
-
 // recordPending writes the sender's pending record s of a message the
 // server stored as ack says. The record holds the stream sequence, by which
 // a lookup reads the recipient's progress from its consumer. It is only
@@ -434,9 +416,11 @@ func (t *tracker) unsent(m *nats.Msg, err error) {
 	if t == nil {
 		return
 	}
+	// A message held no record for (needsPendingRecord) has its status
+	// made from the message itself, which the bus encoded.
 	s, ok := t.held(m)
 	if !ok {
-		if s, ok = t.sentStatus(m); !ok {
+		if s, ok = t.pendingOf(m.Subject, m.Header, m.Data); !ok {
 			return
 		}
 	}
@@ -848,7 +832,6 @@ func (b *client) lookup(ctx context.Context, id string, records []string, find f
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	b.status.written(ctx, id)
 	// The stream is asked on its own time: a refusal of its direct gets
 	// (permissions from before the index, or an agent's, which allow no
 	// batch), a stream provisioned before the index (none answers) or one

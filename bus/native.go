@@ -75,11 +75,12 @@ func (b *Bus) PublishAnswer(ctx context.Context, m Message) (PubAck, error) {
 	return b.Publish(ctx, m)
 }
 
-// Received returns the message id sent to this agent, as far as Reply
-// needs it (see Status.Message): the one the handler of ctx is handling,
-// or the one a status lookup finds (Status), so a message still queued is
-// found by its indexed subject (Go agents send on one) or its sender's
-// pending record (docs/foreign-agents.md says how others do either). "agentbus reply" answers a message found this way.
+// Received returns the message id sent to this agent, as far as Reply needs
+// it (see Status.Message): the one the handler of ctx is handling, or the
+// one a status lookup finds (Status), so a message still queued is found by
+// its indexed subject (Go agents send on one) or its sender's pending record
+// (docs/foreign-agents.md says how others do either). "agentbus reply"
+// answers a message found this way.
 //
 // Errors: ErrNoStatus when no record of the message to this agent exists,
 // ErrFinal (with the message) when it expired, was canceled or

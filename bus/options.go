@@ -217,11 +217,11 @@ func WithHeartbeat(d time.Duration) Option {
 // WithoutLifecycle turns off the lifecycle tracking: the bus then writes no
 // status records (see Status and docs/reliability.md) and sends direct
 // messages on plain subjects, without the index that lets a lookup find
-// them, which saves the server an index entry per stored message and the
-// bus a write per broadcast or TTL message sent or handled; Bus.Status,
-// Admin.Status and Admin.Conversation return ErrInvalidOption. A reply taken by a
-// Request in a process without a subscription can then reach the agent's
-// handler again later, marked Late.
+// them, which saves the server an index entry per stored message and the bus
+// a write per broadcast or TTL message sent or handled; Bus.Status,
+// Admin.Status and Admin.Conversation return ErrInvalidOption. A reply taken
+// by a Request in a process without a subscription can then reach the
+// agent's handler again later, marked Late.
 func WithoutLifecycle() Option {
 	return func(o *options) error {
 		o.lifecycle = false

@@ -216,7 +216,7 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	subject, err := subjectOf(b.opts.scheme, m, b.indexed())
+	subject, err := b.subjectOf(m)
 	if err != nil {
 		return nil, err
 	}
@@ -234,27 +234,26 @@ func (c *client) indexed() bool {
 	return c.status != nil && c.opts.index
 }
 
-// subjectOf returns the subject m is published on: a broadcast's, or a
+// subjectOf returns the subject c publishes m on: a broadcast's, or a
 // direct message's; indexed, naming its ID and conversation so that a
-// status lookup finds it in the stream (docs/subjects.md), if the sender
-// tracks the lifecycle (client.indexed). A sender without lifecycle
-// tracking (WithoutLifecycle) sends plain direct subjects: each indexed message
-// costs the server a subject-index entry of its own, in memory for as long
-// as the stream keeps the message, and a fifth to a third of its publish
-// rate (docs/performance.md), which nobody who looks its messages up pays
-// for.
-func subjectOf(scheme subjects.Scheme, m *Message, indexed bool) (string, error) {
+// status lookup finds it in the stream (docs/subjects.md), if c tracks the
+// lifecycle (indexed). A sender without lifecycle tracking sends plain
+// direct subjects: each indexed message costs the server a subject-index
+// entry of its own, in memory for as long as the stream keeps the message,
+// and a fifth to a third of its publish rate (docs/performance.md), which
+// nobody who looks its messages up pays for.
+func (c *client) subjectOf(m *Message) (string, error) {
 	var (
 		subject string
 		err     error
 	)
-	switch {
+	switch s := c.opts.scheme; {
 	case m.To == subjects.Broadcast:
-		subject, err = scheme.Broadcast(m.From, m.Type, m.Priority)
-	case indexed:
-		subject, err = scheme.IndexedDirect(m.To, m.From, m.Type, m.Priority, m.ID, conversationOf(m))
+		subject, err = s.Broadcast(m.From, m.Type, m.Priority)
+	case c.indexed():
+		subject, err = s.IndexedDirect(m.To, m.From, m.Type, m.Priority, m.ID, conversationOf(m))
 	default:
-		subject, err = scheme.Direct(m.To, m.From, m.Type, m.Priority)
+		subject, err = s.Direct(m.To, m.From, m.Type, m.Priority)
 	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidMessage, err)
