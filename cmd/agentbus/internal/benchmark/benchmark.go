@@ -29,9 +29,10 @@ const (
 	// MinSize is the smallest payload: the e2e scenario carries the send
 	// time in the first 8 bytes.
 	MinSize = 8
-	// MinMessages is the smallest message count: throughput is measured
-	// between the first and the last message handled.
-	MinMessages = 2
+	// MinMessages is the smallest message count: each side is measured in
+	// two halves (mirrored), and throughput in each between the first and
+	// the last message handled.
+	MinMessages = 4
 	// EndToEndDuration bounds each side of the e2e scenario: it sends
 	// Messages, or as many as Rate sends in this time if that is fewer.
 	EndToEndDuration = 5 * time.Second

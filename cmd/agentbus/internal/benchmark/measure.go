@@ -78,12 +78,12 @@ func (t *tally) wait(ctx context.Context) error {
 	}
 }
 
-// rate returns the calls per second between the first and the n-th call.
-// It is finite even if the clock did not advance between them.
-func (t *tally) rate() float64 {
+// span returns the calls after the first, n-1, and the time between the
+// first call and the n-th.
+func (t *tally) span() (int, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return float64(t.n-1) / max(t.last.Sub(t.first), time.Nanosecond).Seconds()
+	return t.n - 1, t.last.Sub(t.first)
 }
 
 // snapshot returns the values recorded so far.
@@ -93,15 +93,19 @@ func (t *tally) snapshot() []int64 {
 	return append([]int64(nil), t.values...)
 }
 
-// balanced runs each of sides, publishers of k messages, for n messages
-// in all, in two halves and mirrored order (A B C, then C B A), and
-// returns each side's rate: n divided by the seconds its two halves took.
-// Run one after another in full, the first side would meet the process and
-// the server cold (a small heap the collector runs through often, a stream
-// without blocks) and the last one warm. On an error it returns the rates
-// of the sides before the failing one, whose index is their count.
-func balanced(n int, sides []func(k int) error) ([]float64, error) {
-	took := make([]time.Duration, len(sides))
+// sideNames name the sides of a scenario, in the order mirrored takes
+// them: the bus, raw nats.go and, where there is one, raw+headers.
+var sideNames = [...]string{"bus", "raw", "raw+headers"}
+
+// mirrored runs each of sides, which measures k messages and returns what
+// it measured, for n messages in all, in two halves and mirrored order (A B
+// C, then C B A), and returns each side's two measures. Run one after
+// another in full, the first side would meet the process and the server
+// cold (a small heap the collector runs through often, a stream without
+// blocks) and the last one warm. It stops at the first error, which it
+// prefixes with the side's name (sideNames).
+func mirrored[T any](n int, sides ...func(k int) (T, error)) ([][2]T, error) {
+	out := make([][2]T, len(sides))
 	for pass := range 2 {
 		k := n / 2
 		if pass == 1 {
@@ -112,18 +116,66 @@ func balanced(n int, sides []func(k int) error) ([]float64, error) {
 			if pass == 1 {
 				i = len(sides) - 1 - j
 			}
-			start := time.Now()
-			if err := sides[i](k); err != nil {
-				return make([]float64, i), err
+			v, err := sides[i](k)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", sideNames[i], err)
 			}
-			took[i] += time.Since(start)
+			out[i][pass] = v
 		}
+	}
+	return out, nil
+}
+
+// balanced runs sides, publishers of k messages, with mirrored and
+// returns each side's rate: n divided by the seconds its two halves took.
+func balanced(n int, sides ...func(k int) error) ([]float64, error) {
+	timed := make([]func(int) (time.Duration, error), len(sides))
+	for i, side := range sides {
+		timed[i] = func(k int) (time.Duration, error) {
+			start := time.Now()
+			err := side(k)
+			return time.Since(start), err
+		}
+	}
+	took, err := mirrored(n, timed...)
+	if err != nil {
+		return nil, err
 	}
 	rates := make([]float64, len(sides))
 	for i, d := range took {
-		rates[i] = float64(n) / max(d, time.Nanosecond).Seconds()
+		rates[i] = float64(n) / max(d[0]+d[1], time.Nanosecond).Seconds()
 	}
 	return rates, nil
+}
+
+// drained runs sides, which each drain a backlog of k messages and return
+// the tally of its handler, with mirrored and returns each side's rate:
+// the calls after the first of each half per second between the half's
+// first call and its last. It is finite even if the clock did not advance
+// between them.
+func drained(n int, sides ...func(k int) (*tally, error)) ([]float64, error) {
+	tallies, err := mirrored(n, sides...)
+	if err != nil {
+		return nil, err
+	}
+	rates := make([]float64, len(sides))
+	for i, t := range tallies {
+		c0, d0 := t[0].span()
+		c1, d1 := t[1].span()
+		rates[i] = float64(c0+c1) / max(d0+d1, time.Nanosecond).Seconds()
+	}
+	return rates, nil
+}
+
+// mirroredLatency runs the bus side and the raw side, which each measure
+// the latencies of k messages, with mirrored and summarises the latencies
+// of both halves of each; n and rate are the scenario's.
+func mirroredLatency(n int, rate float64, bus, raw func(k int) ([]time.Duration, error)) (*Latency, error) {
+	lat, err := mirrored(n, bus, raw)
+	if err != nil {
+		return nil, err
+	}
+	return newLatency(n, rate, append(lat[0][0], lat[0][1]...), append(lat[1][0], lat[1][1]...)), nil
 }
 
 // latencies calls f n times, one after another, and returns how long each

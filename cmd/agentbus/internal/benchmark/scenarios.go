@@ -61,70 +61,48 @@ func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus,
 	if err != nil {
 		return nil, err
 	}
-	sides := []func(k int) error{
+	rates, err := balanced(n,
 		func(k int) error {
 			return publishBusAsync(ctx, sender, k, func(int) bus.Message { return r.message(receiverAgent, 0) })
 		},
 		func(k int) error {
 			return publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} })
 		},
-		func(k int) error { return publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return next() }) },
-	}
-	rates, err := balanced(n, sides)
+		func(k int) error { return publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return next() }) })
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", [...]string{"bus", "raw", "raw+headers"}[len(rates)], err)
+		return nil, err
 	}
+	return newThroughput(n, rates), nil
+}
+
+// newThroughput returns the throughput of n messages a side at rates: the
+// bus's, raw's and raw+headers', in that order.
+func newThroughput(n int, rates []float64) *Throughput {
 	busRate, rawRate, headersRate := rates[0], rates[1], rates[2]
 	return &Throughput{
 		Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RawHeadersMsgsPerSec: &headersRate,
 		RatioBusRaw: Ratio(busRate, rawRate), RatioBusRawHeaders: Ratio(busRate, headersRate),
-	}, nil
+	}
 }
 
 // sync compares the latency of synchronous publishes, one after another.
 func (r *runner) sync(ctx context.Context, e *env) error {
-	n := r.cfg.Messages
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
 		return err
 	}
-	// In two halves, bus raw raw bus, so that neither side alone meets
-	// the process and the server cold (see balanced).
-	var busLat, rawLat []time.Duration
-	for _, first := range []bool{true, false} {
-		k := n / 2
-		if !first {
-			k = n - n/2
-		}
-		pub := func(f func(int) error, into *[]time.Duration, side string) error {
-			lat, err := latencies(k, f)
-			if err != nil {
-				return fmt.Errorf("%s: %w", side, err)
-			}
-			*into = append(*into, lat...)
-			return nil
-		}
-		busSide := func() error {
-			return pub(func(int) error { _, err := e.sender.Publish(ctx, r.message(receiverAgent, 0)); return err }, &busLat, "bus")
-		}
-		rawSide := func() error {
-			return pub(func(int) error {
+	l, err := mirroredLatency(r.cfg.Messages, 0,
+		func(k int) ([]time.Duration, error) {
+			return latencies(k, func(int) error { _, err := e.sender.Publish(ctx, r.message(receiverAgent, 0)); return err })
+		},
+		func(k int) ([]time.Duration, error) {
+			return latencies(k, func(int) error {
 				_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: r.payload})
 				return err
-			}, &rawLat, "raw")
-		}
-		steps := []func() error{busSide, rawSide}
-		if !first {
-			steps = []func() error{rawSide, busSide}
-		}
-		for _, step := range steps {
-			if err := step(); err != nil {
-				return err
-			}
-		}
-	}
-	r.report.Sync = newLatency(n, 0, busLat, rawLat)
-	return nil
+			})
+		})
+	r.report.Sync = l
+	return err
 }
 
 // consume compares how fast a subscriber handles and acks a backlog of
@@ -152,9 +130,10 @@ func (r *runner) consumeUntracked(ctx context.Context, e *env) error {
 }
 
 // consumeThroughput measures how fast a bus subscriber of receiverAgent
-// (a bus with busOpts, subscribed with opts) drains a backlog of Messages,
-// against a raw consumer of the bare payload and a raw consumer of
-// messages with the bus's headers that decodes each event.
+// (a bus with busOpts, subscribed with opts) drains a backlog, against a
+// raw consumer of the bare payload and a raw consumer of messages with the
+// bus's headers that decodes each event. Each side drains two backlogs, of
+// half of Messages each (mirrored), every one published just before it.
 func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Option, opts ...bus.SubscribeOption) (*Throughput, error) {
 	n := r.cfg.Messages
 	sender := e.sender
@@ -164,23 +143,9 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 			return nil, err
 		}
 	}
-	if err := publishBusAsync(ctx, sender, n, func(int) bus.Message { return r.message(receiverAgent, 0) }); err != nil {
-		return nil, fmt.Errorf("bus backlog: %w", err)
-	}
-	busT, err := e.drainBus(ctx, n, func(*bus.Delivery) int64 { return 0 }, busOpts, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("bus: %w", err)
-	}
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
 		return nil, err
-	}
-	if err := publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} }); err != nil {
-		return nil, fmt.Errorf("raw backlog: %w", err)
-	}
-	rawT, err := e.drainRaw(ctx, "bench-consume", e.rawFilter(), n, func(jetstream.Msg) int64 { return 0 })
-	if err != nil {
-		return nil, fmt.Errorf("raw: %w", err)
 	}
 	// The backlog with headers goes to another raw agent, so that its
 	// consumer does not see the bare one, on the subjects the bus's
@@ -197,65 +162,75 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 	if err != nil {
 		return nil, err
 	}
-	if err := publishRawAsync(ctx, e.js, n, func(int) *nats.Msg { return next() }); err != nil {
-		return nil, fmt.Errorf("raw+headers backlog: %w", err)
-	}
 	var undecodable atomic.Int64
-	headersT, err := e.drainRaw(ctx, "bench-consume-headers", headersFilter, n, func(m jetstream.Msg) int64 {
-		if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
-			undecodable.Add(1)
-		}
-		return 0
-	})
+	rates, err := drained(n,
+		func(k int) (*tally, error) {
+			if err := publishBusAsync(ctx, sender, k, func(int) bus.Message { return r.message(receiverAgent, 0) }); err != nil {
+				return nil, fmt.Errorf("backlog: %w", err)
+			}
+			return e.drainBus(ctx, k, func(*bus.Delivery) int64 { return 0 }, busOpts, opts...)
+		},
+		func(k int) (*tally, error) {
+			if err := publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return &nats.Msg{Subject: subject, Data: r.payload} }); err != nil {
+				return nil, fmt.Errorf("backlog: %w", err)
+			}
+			return e.drainRaw(ctx, "bench-consume", e.rawFilter(), k, func(jetstream.Msg) int64 { return 0 })
+		},
+		func(k int) (*tally, error) {
+			if err := publishRawAsync(ctx, e.js, k, func(int) *nats.Msg { return next() }); err != nil {
+				return nil, fmt.Errorf("backlog: %w", err)
+			}
+			return e.drainRaw(ctx, "bench-consume-headers", headersFilter, k, func(m jetstream.Msg) int64 {
+				if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
+					undecodable.Add(1)
+				}
+				return 0
+			})
+		})
 	if err != nil {
-		return nil, fmt.Errorf("raw+headers: %w", err)
+		return nil, err
 	}
 	if k := undecodable.Load(); k > 0 {
 		return nil, fmt.Errorf("raw+headers: %d of %d messages did not decode", k, n)
 	}
-	busRate, rawRate, headersRate := busT.rate(), rawT.rate(), headersT.rate()
-	return &Throughput{
-		Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RawHeadersMsgsPerSec: &headersRate,
-		RatioBusRaw: Ratio(busRate, rawRate), RatioBusRawHeaders: Ratio(busRate, headersRate),
-	}, nil
+	return newThroughput(n, rates), nil
 }
 
 // e2e compares the time from the publish call to the handler's start, at
-// a fixed publish rate, with a subscriber of default settings waiting.
+// a fixed publish rate, with a subscriber of default settings waiting;
+// each side subscribes anew for each of its halves (mirrored).
 func (r *runner) e2e(ctx context.Context, e *env) error {
-	n := r.cfg.endToEndMessages()
-	busLat, err := r.endToEnd(ctx, n,
-		func(t *tally) (func(), error) {
-			return e.subscribeBus(ctx, receiverAgent, t, func(d *bus.Delivery) int64 { return int64(since(r.epoch, d.Data)) }, nil)
-		},
-		func(int) error {
-			_, err := unstalled(ctx, e.sender.PublishAsyncComplete, func() (*bus.PublishFuture, error) {
-				return e.sender.PublishAsync(ctx, bus.Message{To: receiverAgent, Type: messageType, Data: stamp(r.epoch, r.cfg.Size)})
-			})
-			return err
-		})
-	if err != nil {
-		return fmt.Errorf("bus: %w", err)
-	}
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
 		return err
 	}
-	rawLat, err := r.endToEnd(ctx, n,
-		func(t *tally) (func(), error) {
-			return e.consumeRaw(ctx, "bench-e2e", e.rawFilter(), t, func(m jetstream.Msg) int64 { return int64(since(r.epoch, m.Data())) })
+	l, err := mirroredLatency(r.cfg.endToEndMessages(), r.cfg.Rate,
+		func(k int) ([]time.Duration, error) {
+			return r.endToEnd(ctx, k,
+				func(t *tally) (func(), error) {
+					return e.subscribeBus(ctx, receiverAgent, t, func(d *bus.Delivery) int64 { return int64(since(r.epoch, d.Data)) }, nil)
+				},
+				func(int) error {
+					_, err := unstalled(ctx, e.sender.PublishAsyncComplete, func() (*bus.PublishFuture, error) {
+						return e.sender.PublishAsync(ctx, bus.Message{To: receiverAgent, Type: messageType, Data: stamp(r.epoch, r.cfg.Size)})
+					})
+					return err
+				})
 		},
-		func(int) error {
-			_, err := unstalled(ctx, e.js.PublishAsyncComplete, func() (jetstream.PubAckFuture, error) {
-				return e.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: stamp(r.epoch, r.cfg.Size)})
-			})
-			return err
+		func(k int) ([]time.Duration, error) {
+			return r.endToEnd(ctx, k,
+				func(t *tally) (func(), error) {
+					return e.consumeRaw(ctx, "bench-e2e", e.rawFilter(), t, func(m jetstream.Msg) int64 { return int64(since(r.epoch, m.Data())) })
+				},
+				func(int) error {
+					_, err := unstalled(ctx, e.js.PublishAsyncComplete, func() (jetstream.PubAckFuture, error) {
+						return e.js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: stamp(r.epoch, r.cfg.Size)})
+					})
+					return err
+				})
 		})
-	if err != nil {
-		return fmt.Errorf("raw: %w", err)
-	}
-	r.report.E2E = newLatency(n, r.cfg.Rate, busLat, rawLat)
-	return nil
+	r.report.E2E = l
+	return err
 }
 
 // endToEnd starts a receiver with subscribe, which records each message's
@@ -285,24 +260,26 @@ func (r *runner) endToEnd(ctx context.Context, n int, subscribe func(*tally) (st
 // request compares the round trip of a request and its reply, one after
 // another: bus Request to an agent whose handler answers with Reply, both
 // agents subscribed with defaults, against raw nats.go doing the same hops
-// (rawRoundTrip).
+// (rawRoundTrips). Both sides' agents are set up first; then the round
+// trips are made in two halves a side (mirrored).
 func (r *runner) request(ctx context.Context, e *env) error {
-	n := r.cfg.requests()
-	busLat, err := e.busRoundTrips(ctx, n, r.payload)
+	busTrips, err := e.busRoundTrips(ctx, r.payload)
 	if err != nil {
 		return fmt.Errorf("bus: %w", err)
 	}
-	rawLat, err := e.rawRoundTrips(ctx, n, r.payload)
+	rawTrips, err := e.rawRoundTrips(ctx, r.payload)
 	if err != nil {
 		return fmt.Errorf("raw: %w", err)
 	}
-	r.report.Request = newLatency(n, 0, busLat, rawLat)
-	return nil
+	l, err := mirroredLatency(r.cfg.requests(), 0, busTrips, rawTrips)
+	r.report.Request = l
+	return err
 }
 
-// busRoundTrips makes n requests of payload from requesterAgent to
-// responderAgent on the bus side and returns how long each took.
-func (e *env) busRoundTrips(ctx context.Context, n int, payload []byte) ([]time.Duration, error) {
+// busRoundTrips subscribes requesterAgent and responderAgent on the bus
+// side and returns trips, which makes k requests of payload from the one
+// to the other and returns how long each took.
+func (e *env) busRoundTrips(ctx context.Context, payload []byte) (trips func(k int) ([]time.Duration, error), err error) {
 	subscribe := func(agent string, h func(b *bus.Bus) bus.Handler) (*bus.Bus, error) {
 		nc, err := e.connect()
 		if err != nil {
@@ -335,23 +312,25 @@ func (e *env) busRoundTrips(ctx context.Context, n int, payload []byte) ([]time.
 	if err != nil {
 		return nil, err
 	}
-	return latencies(n, func(int) error {
+	trip := func(int) error {
 		ctx, cancel := context.WithTimeout(ctx, stallTimeout)
 		defer cancel()
 		_, err := requester.Request(ctx, bus.Message{To: responderAgent, Type: requestType, Data: payload})
 		return err
-	})
+	}
+	return func(k int) ([]time.Duration, error) { return latencies(k, trip) }, nil
 }
 
-// rawRoundTrips makes n round trips of payload on the raw side, each the
-// hops of a bus Request and Reply done with raw nats.go: the requester
-// publishes the request, an event with the bus's headers and a unique
-// Nats-Msg-Id, to the stream; the responder reads it with a durable pull
-// consumer, decodes it, publishes the reply to the stream and acks; the
-// requester reads the reply from a durable pull consumer of its own,
-// decodes it and acks. Both consumers have the bus's consumer settings. It
-// returns how long each round trip took.
-func (e *env) rawRoundTrips(ctx context.Context, n int, payload []byte) ([]time.Duration, error) {
+// rawRoundTrips starts the raw side's responder and requester consumers
+// and returns trips, which makes k round trips of payload, each the hops of
+// a bus Request and Reply done with raw nats.go: the requester publishes
+// the request, an event with the bus's headers and a unique Nats-Msg-Id,
+// to the stream; the responder reads it with a durable pull consumer,
+// decodes it, publishes the reply to the stream and acks; the requester
+// reads the reply from a durable pull consumer of its own, decodes it and
+// acks. Both consumers have the bus's consumer settings. trips returns how
+// long each round trip took.
+func (e *env) rawRoundTrips(ctx context.Context, payload []byte) (trips func(k int) ([]time.Duration, error), err error) {
 	replySubject, err := e.raw.Direct(requesterAgent, responderAgent, replyType, subjects.DefaultPriority)
 	if err != nil {
 		return nil, err
@@ -378,8 +357,8 @@ func (e *env) rawRoundTrips(ctx context.Context, n int, payload []byte) ([]time.
 		return nil, err
 	}
 	timeout := time.NewTimer(time.Hour)
-	defer timeout.Stop()
-	return latencies(n, func(int) error {
+	e.onClose(func() { timeout.Stop() })
+	trip := func(int) error {
 		req := &codec.Message{From: requesterAgent, To: responderAgent, Type: requestType, Data: payload}
 		m, err := encodeEvent(requestSubject, req)
 		if err != nil {
@@ -401,7 +380,8 @@ func (e *env) rawRoundTrips(ctx context.Context, n int, payload []byte) ([]time.
 				return ctx.Err()
 			}
 		}
-	})
+	}
+	return func(k int) ([]time.Duration, error) { return latencies(k, trip) }, nil
 }
 
 // consumeEvents consumes agent's direct messages at the default priority on
