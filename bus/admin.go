@@ -99,15 +99,17 @@ func (a *Admin) Provision(ctx context.Context, c StreamConfig) (*jetstream.Strea
 	return info, refusedCall(ctx, err)
 }
 
-// EnsureConsumers makes sure the durable consumers of agent exist, with the
-// settings opts give, as Bus.EnsureConsumers does for its own agent: an
-// operator sets agents up before they first run ("agentbus provision
-// --agent"), so that they get the broadcasts sent in between, and with the
-// operator's identity, so that an agent never creates its own consumers
-// (docs/security.md, push consumers).
+// EnsureConsumers makes sure the six durable consumers of agent exist,
+// with the settings opts give: its direct consumer of every priority and
+// its broadcast consumer. An operator sets agents up before they first run
+// ("agentbus provision --agent"), so that they get the broadcasts sent in
+// between, and with the operator's identity, so that an agent never
+// creates its own consumers (docs/security.md, push consumers). An agent
+// that sets itself up (Bus.Subscribe, Bus.EnsureConsumers) creates a
+// priority's direct consumer only once it has a message at that priority.
 //
 // Errors: ErrInvalidAgentID, ErrInvalidOption, ErrNotProvisioned,
 // ErrClosed, or the server's.
 func (a *Admin) EnsureConsumers(ctx context.Context, agent string, opts ...SubscribeOption) error {
-	return a.ensureConsumersOf(ctx, agent, opts)
+	return a.ensureConsumersOf(ctx, agent, opts, true)
 }

@@ -41,10 +41,11 @@
 // # Subscriptions
 //
 // [Bus.Subscribe] consumes the agent's direct messages and the broadcasts
-// through six durable consumers: one per priority for its direct messages,
-// so that a backlog is read in priority order, and one for the broadcasts
-// of every priority, which starts at the agent's first subscription: a new
-// agent is not handed the broadcasts of the past (docs/subjects.md). The default
+// through up to six durable consumers: one per priority for its direct
+// messages, so that a backlog is read in priority order, each created with
+// the first message at its priority, and one for the broadcasts of every
+// priority, which starts at the agent's first subscription: a new agent is
+// not handed the broadcasts of the past (docs/subjects.md). The default
 // [Strict] policy starts the highest-priority message waiting, FIFO within
 // a level; [Weighted] prevents starvation. Nothing is lost when a process
 // stops or crashes: an unacknowledged message is redelivered after the ack

@@ -182,7 +182,7 @@ func TestMalformedSubjectsAreNotStored(t *testing.T) {
 func TestLiteralWildcardRecipientReachesNobody(t *testing.T) {
 	s := newServer(t)
 	victim := newBus(t, s, "victim")
-	if err := victim.EnsureConsumers(testContext(t)); err != nil {
+	if err := adminOf(t, s).EnsureConsumers(testContext(t), "victim"); err != nil {
 		t.Fatal(err)
 	}
 	js, err := jetstream.New(embeddedtest.Connect(t, s))

@@ -729,9 +729,10 @@ func presenceOfMsg(m jetstream.Msg) (Presence, bool) {
 }
 
 // Backlog returns, for each priority 1..5 (index 0..4), how many messages
-// wait for agent in its direct consumer, not yet delivered: what it will
-// find when it comes back. An agent whose consumers do not exist yet has
-// none counted (its messages wait in the stream all the same).
+// wait for agent, not yet delivered: what it will find when it comes back.
+// That is its direct consumer's pending count, or, at a priority whose
+// consumer does not exist yet (it is created with the agent's first
+// message there), every message the stream holds for it at that priority.
 func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPriority]uint64, error) {
 	var out [subjects.LowestPriority]uint64
 	cs, err := a.opts.scheme.Consumers(agent)
@@ -740,18 +741,37 @@ func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPrio
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	stream := a.opts.scheme.Stream()
 	for _, c := range cs {
 		if c.Broadcast {
 			continue
 		}
-		cons, err := a.js.Consumer(ctx, a.opts.scheme.Stream(), c.Name)
+		cons, err := a.js.Consumer(ctx, stream, c.Name)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue
+			out[c.Priority-1], err = a.storedCount(ctx, c.Filter)
+		} else if err == nil {
+			out[c.Priority-1] = cons.CachedInfo().NumPending
 		}
 		if err != nil {
 			return out, fmt.Errorf("backlog of %s: %w", agent, a.notProvisioned(err))
 		}
-		out[c.Priority-1] = cons.CachedInfo().NumPending
 	}
 	return out, nil
+}
+
+// storedCount returns how many messages of the stream match filter.
+func (a *Admin) storedCount(ctx context.Context, filter string) (uint64, error) {
+	st, err := a.js.Stream(ctx, a.opts.scheme.Stream())
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
 }

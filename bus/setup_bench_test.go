@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,8 +28,14 @@ import (
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
-// setupAgents is how many agents BenchmarkSetupAgents sets up.
-const setupAgents = 1000
+// setupAgents is how many agents BenchmarkSetupAgents sets up: 1,000
+// unless -agentbus.setup-agents says otherwise (10,000 agents on one
+// server: -agentbus.setup-agents 10000 -bench 'SetupAgents/bus').
+var setupAgents = 1000
+
+func init() {
+	flag.IntVar(&setupAgents, "agentbus.setup-agents", setupAgents, "agents BenchmarkSetupAgents sets up")
+}
 
 // BenchmarkSetupAgents sets up 1,000 agents on one connection to a
 // nats-server in a process of its own, started afresh for each
@@ -40,10 +47,15 @@ const setupAgents = 1000
 //	             once, one agent after another
 //	raw-consume  the same, and Consume on each consumer with its defaults,
 //	             as a raw user who wants the messages does
-//	bus          bus.New and Subscribe with defaults, one agent after another
+//	bus          bus.New and Subscribe with defaults, one agent after another:
+//	             a new agent's broadcast consumer (its direct consumers
+//	             come with their first messages)
 //	bus-16-at-once
 //	             the same, 16 agents at a time, as agents starting together
 //	             in processes of their own would
+//	bus-sent-one the same as bus, then one message sent to the agent at the
+//	             default priority and handled: an agent at work, with its
+//	             broadcast consumer and one direct consumer
 //	interleaved  raw-consume and bus alternately on one server, for the
 //	             time alone (benchSetupInterleaved)
 //
@@ -61,22 +73,35 @@ func BenchmarkSetupAgents(b *testing.B) {
 	ctx := context.Background()
 	b.Run("raw", func(b *testing.B) { benchSetup(b, natsServer, base, "raw", 1, setupRaw(ctx, false)) })
 	b.Run("raw-consume", func(b *testing.B) { benchSetup(b, natsServer, base, "raw-consume", 1, setupRaw(ctx, true)) })
-	setupBus := func(b *testing.B, nc *nats.Conn, agent string) func() {
-		ab, err := bus.New(nc, agent)
-		if err != nil {
-			b.Error(err)
-			return func() {}
+	setupBus := func(sendOne bool) func(b *testing.B, nc *nats.Conn, agent string) func() {
+		return func(b *testing.B, nc *nats.Conn, agent string) func() {
+			ab, err := bus.New(nc, agent)
+			if err != nil {
+				b.Error(err)
+				return func() {}
+			}
+			handled := make(chan struct{}, 1)
+			sub, err := ab.Subscribe(ctx, func(context.Context, *bus.Delivery) error {
+				handled <- struct{}{}
+				return nil
+			})
+			if err != nil {
+				b.Error(err)
+				return func() { ab.Close() }
+			}
+			if sendOne {
+				if _, err := ab.Publish(ctx, bus.Message{To: agent, Type: "hello"}); err != nil {
+					b.Error(err)
+				}
+				<-handled
+			}
+			return func() { sub.Stop(); <-sub.Done(); ab.Close() }
 		}
-		sub, err := ab.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
-		if err != nil {
-			b.Error(err)
-			return func() { ab.Close() }
-		}
-		return func() { sub.Stop(); <-sub.Done(); ab.Close() }
 	}
-	b.Run("bus", func(b *testing.B) { benchSetup(b, natsServer, base, "", 1, setupBus) })
-	b.Run("bus-16-at-once", func(b *testing.B) { benchSetup(b, natsServer, base, "", 16, setupBus) })
-	b.Run("interleaved", func(b *testing.B) { benchSetupInterleaved(b, natsServer, setupRaw(ctx, true), setupBus) })
+	b.Run("bus", func(b *testing.B) { benchSetup(b, natsServer, base, "", 1, setupBus(false)) })
+	b.Run("bus-16-at-once", func(b *testing.B) { benchSetup(b, natsServer, base, "", 16, setupBus(false)) })
+	b.Run("bus-sent-one", func(b *testing.B) { benchSetup(b, natsServer, base, "", 1, setupBus(true)) })
+	b.Run("interleaved", func(b *testing.B) { benchSetupInterleaved(b, natsServer, setupRaw(ctx, true), setupBus(false)) })
 }
 
 // benchSetupInterleaved sets up setupAgents agents with raw and as many
@@ -112,8 +137,8 @@ func benchSetupInterleaved(b *testing.B, natsServer string, raw, bb func(b *test
 			}
 		}
 		b.StopTimer()
-		b.ReportMetric(float64(rawTime.Microseconds())/setupAgents, "raw-consume-µs/agent")
-		b.ReportMetric(float64(busTime.Microseconds())/setupAgents, "bus-µs/agent")
+		b.ReportMetric(float64(rawTime.Microseconds())/float64(setupAgents), "raw-consume-µs/agent")
+		b.ReportMetric(float64(busTime.Microseconds())/float64(setupAgents), "bus-µs/agent")
 		b.ReportMetric(float64(busTime)/float64(rawTime), "time-bus/raw-consume")
 		var wg sync.WaitGroup
 		for _, stop := range stops {
@@ -224,12 +249,12 @@ func benchSetup(b *testing.B, natsServer string, base *baselines, name string, a
 		}
 		b.StopTimer()
 		serverAfter, clientAfter := srv.stats(b), clientStats()
-		perAgent := func(after, before float64) float64 { return (after - before) / setupAgents }
+		perAgent := func(after, before float64) float64 { return (after - before) / float64(setupAgents) }
 		figures := []struct {
 			figure, unit string
 			v            float64
 		}{
-			{"time-", "µs/agent", float64(elapsed.Microseconds()) / setupAgents},
+			{"time-", "µs/agent", float64(elapsed.Microseconds()) / float64(setupAgents)},
 			{"server-rss-", "server-rss-KiB/agent", perAgent(serverAfter.rss, serverBefore.rss) / 1024},
 			{"server-heap-", "server-heap-KiB/agent", perAgent(serverAfter.heap, serverBefore.heap) / 1024},
 			{"server-goroutines-", "server-goroutines/agent", perAgent(serverAfter.goroutines, serverBefore.goroutines)},

@@ -170,14 +170,16 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 // stream's name with "_SCHED", the schedule and fired subjects
 // (subjects.Scheme.ScheduleSubjects), storage and replicas like the stream,
 // message schedules and per-message TTL allowed, no age limit (a schedule
-// waits as long as it must; a fired message expires by its Nats-TTL). The
-// server allows rollups on a stream with schedules (docs/security.md).
+// waits as long as it must; a fired message expires by its Nats-TTL), and
+// the headers of each fired direct message republished as a firing notice.
+// The server allows rollups on a stream with schedules (docs/security.md).
 func (c StreamConfig) ScheduleJetStream() (jetstream.StreamConfig, error) {
 	main, err := c.JetStream()
 	if err != nil {
 		return jetstream.StreamConfig{}, err
 	}
 	s, _ := subjects.New(c.Root)
+	firedSource, firingNotice := s.FiringRePublish()
 	return jetstream.StreamConfig{
 		Name:              s.ScheduleStream(),
 		Description:       "agentbus scheduled messages under " + s.Root(),
@@ -193,6 +195,9 @@ func (c StreamConfig) ScheduleJetStream() (jetstream.StreamConfig, error) {
 		AllowMsgTTL:       true,
 		AllowMsgSchedules: true,
 		AllowRollup:       true,
+		// A fired direct message is heard by its recipient's subscriber
+		// as a firing notice: see subjects.Scheme.FiringRePublish.
+		RePublish: &jetstream.RePublish{Source: firedSource, Destination: firingNotice, HeadersOnly: true},
 	}, nil
 }
 

@@ -56,6 +56,8 @@ type Subscription struct {
 	// running handler is cancelled even while every handler slot is busy;
 	// the stored copy comes through the dispatcher later.
 	notices []*nats.Subscription
+	// watch adds the lanes of the priorities that have no consumer yet.
+	watch *laneWatch
 }
 
 // Stop stops consuming at once: messages held in memory are given back for
@@ -69,12 +71,15 @@ func (s *Subscription) Stop() { s.d.Stop(); s.forget() }
 func (s *Subscription) Drain(ctx context.Context) error {
 	err := s.d.Drain(ctx)
 	s.forget()
+	if err == nil {
+		<-s.watch.done
+	}
 	return err
 }
 
 // Done is closed when the subscription has stopped and every message it
 // received is settled or given back.
-func (s *Subscription) Done() <-chan struct{} { return s.d.Done() }
+func (s *Subscription) Done() <-chan struct{} { return s.watch.done }
 
 // Buffered returns how many messages this process holds in memory waiting
 // for a handler at each priority: Buffered()[0] is priority 1.
@@ -125,14 +130,20 @@ func unsubscribe(subs []*nats.Subscription) {
 	}
 }
 
-// Subscribe starts consuming the agent's inbox. It makes sure the agent's
-// six durable consumers exist (one per priority for its direct messages and
-// one for the broadcasts, see docs/subjects.md): it creates the missing
-// ones and updates those whose settings differ, then
-// runs h on each message in priority order: with the default Strict policy
-// the highest-priority message waiting always starts next, and messages of
-// one priority, direct and broadcast together, start in the order they were
+// Subscribe starts consuming the agent's inbox: its direct messages and the
+// broadcasts, through one durable consumer per priority for the direct
+// messages and one for the broadcasts (see docs/subjects.md), and runs h on
+// each message in priority order: with the default Strict policy the
+// highest-priority message waiting always starts next, and messages of one
+// priority, direct and broadcast together, start in the order they were
 // published.
+//
+// It creates the broadcast consumer, and the direct consumer of every
+// priority the stream holds a message for, if missing, and updates those
+// whose settings differ; the direct consumer of any other priority is
+// created when its first message comes (a consumer costs the server memory
+// whether it is read or not). Nothing sent before is lost either way:
+// direct messages wait for the agent in the stream from the first one on.
 //
 // Several processes of one agent may subscribe at once; they share the
 // consumers and so split the work. Messages that expired before delivery,
@@ -152,8 +163,13 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
-	lanes, err := b.ensureConsumers(ctx, b.agent, o)
+	w, err := b.watchPriorities(o)
 	if err != nil {
+		return nil, err
+	}
+	lanes, err := b.ensureConsumers(ctx, b.agent, o, nil)
+	if err != nil {
+		w.unwatch()
 		return nil, err
 	}
 	stream := b.opts.scheme.Stream()
@@ -169,9 +185,11 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	}
 	d, err := consumers.Start(b.nc, stream, subjects.LowestPriority, lanes, b.deliver(h, o), dopts)
 	if err != nil {
+		w.unwatch()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	s := &Subscription{b: b, d: d}
+	w.start(d, lanes)
+	s := &Subscription{b: b, d: d, watch: w}
 	if s.notices, err = b.listenForCancels(); err != nil {
 		d.Stop()
 		<-d.Done()
@@ -190,20 +208,23 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	return s, nil
 }
 
-// EnsureConsumers makes sure the agent's durable consumers exist, with the
-// settings opts give (as Subscribe would), without consuming anything.
-// Messages sent to an agent wait for it from its first message on; the
-// broadcasts wait for it only from the moment its consumers exist, so a new
-// agent is not handed the broadcasts of the past. Admin.EnsureConsumers
-// does the same for any agent, with an operator's identity.
+// EnsureConsumers makes sure the agent's durable consumers that are due
+// exist, with the settings opts give (as Subscribe would), without
+// consuming anything: its broadcast consumer, and the direct consumer of
+// every priority the stream holds a message for. Messages sent to an agent
+// wait for it from its first message on; the broadcasts wait for it only
+// from the moment its broadcast consumer exists, so a new agent is not
+// handed the broadcasts of the past. Admin.EnsureConsumers creates all six
+// for any agent, with an operator's identity.
 //
 // Errors: ErrInvalidOption, ErrNotProvisioned, ErrClosed, or the server's.
 func (b *Bus) EnsureConsumers(ctx context.Context, opts ...SubscribeOption) error {
-	return b.client.ensureConsumersOf(ctx, b.agent, opts)
+	return b.client.ensureConsumersOf(ctx, b.agent, opts, false)
 }
 
-// ensureConsumersOf is EnsureConsumers for agent.
-func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []SubscribeOption) error {
+// ensureConsumersOf is EnsureConsumers for agent, of all six consumers
+// when all is set.
+func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []SubscribeOption, all bool) error {
 	o := subscribeOptions{concurrency: 1}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -213,25 +234,12 @@ func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []Sub
 	if b.isClosed() {
 		return ErrClosed
 	}
-	_, err := b.ensureConsumers(ctx, agent, o)
+	var want []bool
+	if all {
+		want = []bool{true, true, true, true, true}
+	}
+	_, err := b.ensureConsumers(ctx, agent, o, want)
 	return err
-}
-
-// ensureConsumers creates or updates the consumers of agent for o and
-// returns the dispatcher lanes that read them.
-func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions) ([]consumers.Lane, error) {
-	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	ctx, stop := b.watchRefusals(ctx, "$JS.API.CONSUMER.")
-	defer stop()
-	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, o.settings); err != nil {
-		return nil, refusedCall(ctx, b.notProvisioned(err))
-	}
-	return lanes, nil
 }
 
 // consumerSpecs describes the six durable consumers of agent (see

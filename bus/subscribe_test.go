@@ -99,7 +99,8 @@ func TestStrictPriorityMixedBacklog(t *testing.T) {
 }
 
 // TestHighPriorityPreempts: a p1 message that arrives while p5 work runs is
-// the next to start, ahead of the queued p5 backlog.
+// the next to start, ahead of the queued p5 backlog, though the agent's p1
+// consumer is created only by its arrival.
 func TestHighPriorityPreempts(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
@@ -126,6 +127,9 @@ func TestHighPriorityPreempts(t *testing.T) {
 	if got := <-started; got != "low-0" {
 		t.Fatalf("first started %q, want low-0", got)
 	}
+	if _, err := consumerInfo(t, agent, "agent_p1"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("p1 consumer before a p1 message: %v, want not found", err)
+	}
 	publish(t, sender, bus.Message{To: "agent", Type: "urgent", Priority: 1})
 	// The p1 message must reach this process before low-0 finishes: wait
 	// until it is held in memory, then release.
@@ -145,6 +149,63 @@ func TestHighPriorityPreempts(t *testing.T) {
 	want := []string{"low-0", "urgent", "low-1", "low-2", "low-3", "low-4"}
 	if !slices.Equal(order, want) {
 		t.Errorf("order %v, want %v", order, want)
+	}
+}
+
+// TestConsumersCreatedAsNeeded: a new agent's Subscribe creates its
+// broadcast consumer only; a priority's direct consumer is created by its
+// first message, which is handled; Bus.EnsureConsumers of a new agent
+// creates the broadcast consumer only too, and Admin.EnsureConsumers all
+// six.
+func TestConsumersCreatedAsNeeded(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	agent := newBus(t, s, "agent")
+	exists := func(name string) bool {
+		t.Helper()
+		_, err := consumerInfo(t, agent, name)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	existing := func(agent string) []string {
+		var out []string
+		for _, suffix := range []string{"_p1", "_p2", "_p3", "_p4", "_p5", "_b"} {
+			if exists(agent + suffix) {
+				out = append(out, agent+suffix)
+			}
+		}
+		return out
+	}
+
+	r := newRecorder()
+	subscribe(t, agent, r.handle)
+	if got, want := existing("agent"), []string{"agent_b"}; !slices.Equal(got, want) {
+		t.Errorf("after Subscribe: consumers %v, want %v", got, want)
+	}
+	publish(t, sender, bus.Message{To: "agent", Type: "first-p2", Priority: 2})
+	publish(t, sender, bus.Message{To: "agent", Type: "second-p2", Priority: 2})
+	publish(t, sender, bus.Message{To: bus.Broadcast, Type: "all", Priority: 4})
+	r.waitCount(t, 3)
+	if got, want := existing("agent"), []string{"agent_p2", "agent_b"}; !slices.Equal(got, want) {
+		t.Errorf("after two p2 messages: consumers %v, want %v", got, want)
+	}
+	if got := r.types(); !slices.Contains(got, "first-p2") || !slices.Contains(got, "second-p2") || !slices.Contains(got, "all") {
+		t.Errorf("handled %v, want first-p2, second-p2 and all", got)
+	}
+
+	if err := newBus(t, s, "self").EnsureConsumers(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := existing("self"), []string{"self_b"}; !slices.Equal(got, want) {
+		t.Errorf("after Bus.EnsureConsumers: consumers %v, want %v", got, want)
+	}
+	if err := adminOf(t, s).EnsureConsumers(testContext(t), "provisioned"); err != nil {
+		t.Fatal(err)
+	}
+	if got := existing("provisioned"); len(got) != 6 {
+		t.Errorf("after Admin.EnsureConsumers: consumers %v, want all six", got)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -226,6 +227,13 @@ func (b *Bus) observeBacklog(ctx context.Context, o metric.Observer) error {
 	var errs []error
 	observe := func(name string, opts []metric.ObserveOption) {
 		c, err := b.js.Consumer(ctx, stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			// A priority nothing was sent at yet: its consumer is created
+			// with its first message.
+			o.ObserveInt64(b.tel.backlog, 0, opts...)
+			o.ObserveInt64(b.tel.inflight, 0, opts...)
+			return
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("backlog of consumer %s: %w", name, err))
 			return

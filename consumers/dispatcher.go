@@ -128,29 +128,41 @@ func checkLanes(levels int, lanes []Lane, levelOf func(string) int) error {
 	served := make([]bool, levels)
 	seen := make(map[string]bool)
 	for _, l := range lanes {
-		switch {
-		case l.Consumer == "":
-			return fmt.Errorf("%w: lane with no consumer", ErrInvalidOption)
-		case seen[l.Consumer]:
+		if err := checkLane(l, levels, levelOf); err != nil {
+			return err
+		}
+		if seen[l.Consumer] {
 			return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOption, l.Consumer)
-		case l.Level == AnyLevel:
-			if levelOf == nil {
-				return fmt.Errorf("%w: consumer %q has AnyLevel and Options.LevelOf is nil", ErrInvalidOption, l.Consumer)
-			}
+		}
+		seen[l.Consumer] = true
+		if l.Level == AnyLevel {
 			for i := range served {
 				served[i] = true
 			}
-		case l.Level < 0 || l.Level >= levels:
-			return fmt.Errorf("%w: consumer %q has level %d of %d", ErrInvalidOption, l.Consumer, l.Level, levels)
-		default:
+		} else {
 			served[l.Level] = true
 		}
-		seen[l.Consumer] = true
 	}
 	for i, ok := range served {
 		if !ok {
 			return fmt.Errorf("%w: level %d has no consumers", ErrInvalidOption, i)
 		}
+	}
+	return nil
+}
+
+// checkLane reports whether l names a consumer and a level of levels, or
+// AnyLevel with levelOf to place its messages.
+func checkLane(l Lane, levels int, levelOf func(string) int) error {
+	switch {
+	case l.Consumer == "":
+		return fmt.Errorf("%w: lane with no consumer", ErrInvalidOption)
+	case l.Level == AnyLevel:
+		if levelOf == nil {
+			return fmt.Errorf("%w: consumer %q has AnyLevel and Options.LevelOf is nil", ErrInvalidOption, l.Consumer)
+		}
+	case l.Level < 0 || l.Level >= levels:
+		return fmt.Errorf("%w: consumer %q has level %d of %d", ErrInvalidOption, l.Consumer, l.Level, levels)
 	}
 	return nil
 }
@@ -220,8 +232,9 @@ type Dispatcher struct {
 	opts    Options
 	nc      *nats.Conn
 	handler Handler
-	levels  [][]*queue // the queues of each level, highest level first
-	lanes   []*lane    // every lane, in the order given to Start
+	stream  string
+	levels  [][]*queue // mu; the queues of each level, highest level first
+	lanes   []*lane    // mu; every lane, in the order given to Start, then added
 	weights []int      // smooth weighted round robin state, per level
 
 	mu       sync.Mutex
@@ -281,8 +294,9 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 	d.ready = sync.NewCond(&d.mu)
 	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
 	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
+	d.stream = stream
 	for _, spec := range lanes {
-		l, err := d.newLane(spec, stream)
+		l, err := d.newLane(spec)
 		if err != nil {
 			for _, l := range d.lanes {
 				l.sub.Unsubscribe()
@@ -321,6 +335,53 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 	return d, nil
 }
 
+// AddLane starts reading one more durable consumer, as if it had been
+// among the lanes given to Start: an agent's priority whose consumer is
+// created when its first message arrives. The consumer must exist. Its level
+// must be one of the dispatcher's; from now on Strict waits for the lane to
+// tell whether it holds messages before a lower level starts. It returns
+// an error wrapping ErrInvalidOption for a bad lane or a consumer the
+// dispatcher reads already, and ErrStopped once the dispatcher is stopping.
+func (d *Dispatcher) AddLane(spec Lane) error {
+	if err := checkLane(spec, len(d.levels), d.opts.LevelOf); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping {
+		return ErrStopped
+	}
+	for _, l := range d.lanes {
+		if l.name == spec.Consumer {
+			return fmt.Errorf("%w: consumer %q given twice", ErrInvalidOption, spec.Consumer)
+		}
+	}
+	l, err := d.newLane(spec)
+	if err != nil {
+		return fmt.Errorf("subscribe for consumer %s: %w", spec.Consumer, err)
+	}
+	d.lanes = append(d.lanes, l)
+	for _, q := range l.queues {
+		d.levels[q.level] = append(d.levels[q.level], q)
+	}
+	// Not stopping, so the connection watcher still counts in pulling: the
+	// stop sequence cannot be waiting on it yet.
+	d.pulling.Add(1)
+	go d.pull(l)
+	return nil
+}
+
+// ErrStopped is returned by [Dispatcher.AddLane] once the dispatcher is
+// stopping.
+var ErrStopped = errors.New("consumers: dispatcher stopped")
+
+// lanesNow returns the lanes read now.
+func (d *Dispatcher) lanesNow() []*lane {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lanes[:len(d.lanes):len(d.lanes)]
+}
+
 // watch tells every lane to issue a new pull request after a reconnect:
 // the server that held the old one may be gone.
 func (d *Dispatcher) watch(reconnected chan nats.Status) {
@@ -335,7 +396,7 @@ func (d *Dispatcher) watch(reconnected chan nats.Status) {
 				<-d.pullCtx.Done()
 				continue
 			}
-			for _, l := range d.lanes {
+			for _, l := range d.lanesNow() {
 				l.end(endReconnect, 0, nil)
 			}
 		}
@@ -505,7 +566,7 @@ func (d *Dispatcher) handle(h *held) {
 			// A lane that was full may pull again: wake its puller, or
 			// Strict would wait on a lane that now has room but does not
 			// ask.
-			for _, l := range d.lanes {
+			for _, l := range d.lanesNow() {
 				signal(l.room)
 			}
 		}

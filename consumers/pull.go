@@ -69,11 +69,11 @@ type queue struct {
 
 // newLane subscribes to the inbox that the pull requests of the lane spec
 // names reply to.
-func (d *Dispatcher) newLane(spec Lane, stream string) (*lane, error) {
+func (d *Dispatcher) newLane(spec Lane) (*lane, error) {
 	consumer := spec.Consumer
 	l := &lane{
 		name:    consumer,
-		subject: d.opts.APIPrefix + "CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		subject: d.opts.APIPrefix + "CONSUMER.MSG.NEXT." + d.stream + "." + consumer,
 		inbox:   d.nc.NewInbox(),
 		closed:  make(chan struct{}),
 		room:    make(chan struct{}, 1),
@@ -307,14 +307,15 @@ func (d *Dispatcher) setDrained(l *lane, drained bool) {
 // arrive, so the subscriptions are simply removed.
 func (d *Dispatcher) closeLanes() {
 	connected := d.nc.IsConnected()
-	for _, l := range d.lanes {
+	lanes := d.lanesNow() // no lane is added while stopping
+	for _, l := range lanes {
 		if !connected || l.sub.Drain() != nil {
 			l.sub.Unsubscribe()
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, l := range d.lanes {
+	for _, l := range lanes {
 		select {
 		case <-l.closed:
 		case <-ctx.Done():

@@ -100,7 +100,10 @@ func InboxPrefix(agent string) (string, error) {
 // No stream information: it would list every key of the bucket.
 //
 // It may subscribe to its reply inbox, [InboxPrefix] followed by ".>", to
-// R.agent.t.>, where Request listens for replies while it waits, and to
+// R.agent.t.>, where Request listens for replies while it waits and a
+// subscriber hears that a priority's consumer is due, to R.firing.agent.t.>,
+// the firing notices of the messages scheduled to it
+// ([Scheme.FiringFilter]), and to
 // the NATS micro discovery subjects of the service [MicroService]
 // ($SRV.<verb>, $SRV.<verb>.agentbus and $SRV.<verb>.agentbus.<id>), which
 // it answers once registered, as it may answer any request it receives
@@ -175,6 +178,7 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 	return Permissions{
 		Publish: pub,
 		Subscribe: []string{inbox + "." + tail, root + "." + kindAgent + "." + tok + "." + tail,
+			root + "." + kindFiring + "." + kindAgent + "." + tok + "." + tail,
 			microPrefix + anyToken, microPrefix + anyToken + "." + MicroService, microPrefix + anyToken + "." + MicroService + "." + anyToken},
 		Responses: true,
 	}, nil

@@ -10,6 +10,15 @@ import (
 //	schedule: <root>.sched.<from>.<id>
 //	fired:    <root>.fired.<id>.<direct or broadcast subject without its root>
 //
+// and, for a direct message, the schedule stream republishes the fired
+// copy's headers (no body) on
+//
+//	firing:   <root>.firing.agent.<to>.p<N>.<rest of the fired subject>
+//
+// for its recipient's subscriber to hear that a consumer of that priority
+// is due: a message the stream sources is stored without being published,
+// so nobody hears it on the direct subject.
+//
 // A schedule is a message with the server's Nats-Schedule headers, stored
 // under its sender and its message ID (the [StatusKey] form of the ID). When
 // it fires, the server stores its content on its target, a fired subject of
@@ -21,6 +30,7 @@ import (
 const (
 	kindSchedule = "sched"  // token after the root in a schedule subject
 	kindFired    = "fired"  // token after the root in a fired subject
+	kindFiring   = "firing" // token after the root in a firing notice
 	schedSuffix  = "_SCHED" // schedule stream: <STREAM>_SCHED
 )
 
@@ -116,4 +126,28 @@ func (s Scheme) SchedulePermissions(agent string) ([]string, error) {
 		return nil, err
 	}
 	return []string{s.Root() + "." + kindSchedule + "." + EncodeToken(agent) + "." + anyToken}, nil
+}
+
+// FiringRePublish returns the source and destination of the schedule
+// stream's republishing of fired direct messages, headers only, as firing
+// notices: <root>.fired.*.agent.*.*.> to
+// <root>.firing.agent.{{wildcard(2)}}.{{wildcard(3)}}.> (the recipient and
+// the priority first).
+func (s Scheme) FiringRePublish() (source, destination string) {
+	root := s.Root()
+	return root + "." + kindFired + "." + anyToken + "." + kindAgent + "." + anyToken + "." + anyToken + "." + tail,
+		root + "." + kindFiring + "." + kindAgent + ".{{wildcard(2)}}.{{wildcard(3)}}." + tail
+}
+
+// FiringFilter returns the subject of the firing notices of the scheduled
+// messages to agent at priority: <root>.firing.agent.<token>.p<N>.>. The
+// error wraps [ErrInvalidAgentID] or [ErrInvalidPriority].
+func (s Scheme) FiringFilter(agent string, priority int) (string, error) {
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	if err := ValidatePriority(priority); err != nil {
+		return "", err
+	}
+	return s.Root() + "." + kindFiring + "." + kindAgent + "." + EncodeToken(agent) + "." + priorityPrefix + string(rune('0'+priority)) + "." + tail, nil
 }

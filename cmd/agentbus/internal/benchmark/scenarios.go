@@ -617,8 +617,10 @@ func stopAll(subs []*bus.Subscription) {
 }
 
 // setupRaw creates on the raw side the durable consumers the bus creates
-// for each agent (rawConsumers), one agent after another and each agent's
-// consumers at once, as the bus does, and returns how long that took.
+// for each new agent that subscribes, one agent after another and each
+// agent's consumers at once, as the bus does, and returns how long that
+// took: its broadcast consumer, the last of rawConsumers (a direct
+// consumer comes with the first message at its priority).
 func (e *env) setupRaw(ctx context.Context, agents []string) (time.Duration, error) {
 	start := time.Now()
 	for _, a := range agents {
@@ -626,6 +628,7 @@ func (e *env) setupRaw(ctx context.Context, agents []string) (time.Duration, err
 		if err != nil {
 			return 0, err
 		}
+		cfgs = cfgs[len(cfgs)-1:]
 		errs := make([]error, len(cfgs))
 		var wg sync.WaitGroup
 		for i, cfg := range cfgs {

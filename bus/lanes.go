@@ -1,0 +1,305 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// An agent's direct consumer of a priority is created with the first
+// message sent to it at that priority, not before: every durable consumer
+// costs the server about 31 KiB of memory and a directory of files whether
+// it is read or not, and most agents are sent messages at one or two
+// priorities. The broadcast consumer is created when the agent first
+// subscribes (broadcasts wait for it only from then on).
+//
+// Nothing is lost in between. A direct consumer reads its priority from
+// the first message the stream holds, so one created late still delivers
+// everything sent before it, and a subscriber creates, when it starts, the
+// consumer of every priority that has a message stored. For the others it
+// watches their subjects with a core NATS subscription, which carries no
+// message it handles but tells it that a consumer is due; it then creates
+// that consumer, reads it like the others and drops the watch. Subscribe
+// starts the watches before it looks at the stream, and looks again a few
+// seconds later (lateLook) and after every reconnect, so that a message
+// stored while the subscriber was starting, or while it was disconnected,
+// is not left for its next start.
+
+// lateLook is when a subscriber looks at the stream a second time for the
+// priorities it watches: a message whose publication the server took just
+// before the watch began may be stored after the first look.
+const lateLook = 2 * time.Second
+
+// storedAt reports, for each of the direct consumers specs, whether the
+// stream holds a message it reads: the last message of its filter, with
+// one direct get each, all at once. A priority the stream cannot be asked
+// about (an old provisioning without direct gets, old permissions) counts
+// as holding one, so that its consumer is created as it was before.
+func (b *client) storedAt(ctx context.Context, specs []consumers.Spec) []bool {
+	prefix := b.opts.scheme.StreamDirectGetPrefix()
+	out := make([]bool, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Go(func() {
+			resp, err := b.nc.RequestWithContext(ctx, prefix+spec.FilterSubject, nil)
+			out[i] = err != nil || resp.Header.Get("Status") != "404"
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// ensureConsumers makes sure the consumers of agent that are due exist with
+// the settings o gives (creating the missing ones and updating those whose
+// settings differ): its broadcast consumer, and each direct consumer whose
+// priority has a message stored or that want names (indexed by priority-1).
+// It returns the dispatcher lanes that read them.
+func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, want []bool) ([]consumers.Lane, error) {
+	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	direct := specs[:subjects.LowestPriority]
+	due := b.storedAt(ctx, direct)
+	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
+		return nil, cause
+	}
+	var dueSpecs []consumers.Spec
+	var dueLanes []consumers.Lane
+	for i := range direct {
+		if due[i] || i < len(want) && want[i] {
+			dueSpecs, dueLanes = append(dueSpecs, specs[i]), append(dueLanes, lanes[i])
+		}
+	}
+	dueSpecs = append(dueSpecs, specs[subjects.LowestPriority])
+	dueLanes = append(dueLanes, lanes[subjects.LowestPriority])
+	if err := b.ensureSpecs(ctx, dueSpecs, o.settings); err != nil {
+		return nil, err
+	}
+	return dueLanes, nil
+}
+
+// ensureSpecs makes the consumers specs describe exist with settings s.
+func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s consumers.Settings) error {
+	ctx, stop := b.watchRefusals(ctx, "$JS.API.CONSUMER.")
+	defer stop()
+	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, s); err != nil {
+		return refusedCall(ctx, b.notProvisioned(err))
+	}
+	return nil
+}
+
+// laneWatch watches the priorities of a subscription that have no
+// consumer yet, and adds each one's lane to the dispatcher when a message
+// comes for it. Its goroutine ends, closing done, when the dispatcher is
+// done.
+type laneWatch struct {
+	b        *Bus
+	settings consumers.Settings
+	specs    []consumers.Spec // the direct consumers, priority 1 first
+	lanes    []consumers.Lane
+
+	arrivals chan *nats.Msg
+	// missing tells the priorities whose lanes are not read yet, and
+	// watches holds their watches: of the direct subject and of the
+	// firing notices of scheduled messages. Only the goroutine touches
+	// them after start.
+	missing []bool
+	watches [][]*nats.Subscription
+	done    chan struct{}
+}
+
+// watchPriorities starts watching every direct subject of the agent.
+func (b *Bus) watchPriorities(o subscribeOptions) (*laneWatch, error) {
+	specs, lanes, err := consumerSpecs(b.opts.scheme, b.agent)
+	if err != nil {
+		return nil, err
+	}
+	w := &laneWatch{
+		b:        b,
+		settings: o.settings,
+		specs:    specs[:subjects.LowestPriority],
+		lanes:    lanes[:subjects.LowestPriority],
+		arrivals: make(chan *nats.Msg, 2*subjects.LowestPriority),
+		missing:  make([]bool, subjects.LowestPriority),
+		watches:  make([][]*nats.Subscription, subjects.LowestPriority),
+		done:     make(chan struct{}),
+	}
+	for i := range w.specs {
+		w.missing[i] = true
+		if err := w.watch(i); err != nil {
+			w.unwatch()
+			return nil, err
+		}
+	}
+	// The server has the watches before the stream is looked at.
+	if err := b.nc.Flush(); err != nil {
+		w.unwatch()
+		return nil, fmt.Errorf("watch the agent's subjects: %w", err)
+	}
+	return w, nil
+}
+
+// watch starts watching priority i+1: its direct subject, and the firing
+// notices of the messages scheduled to the agent at that priority (which
+// the stream stores without publishing them). Each watch takes one
+// message: the server sends it no more (however many follow, before the
+// consumer exists), and the arrivals channel, with room for one message of
+// each, never overflows.
+func (w *laneWatch) watch(i int) error {
+	firing, err := w.b.opts.scheme.FiringFilter(w.b.agent, i+1)
+	if err != nil {
+		return err
+	}
+	for _, subject := range []string{w.specs[i].FilterSubject, firing} {
+		sub, err := w.b.nc.ChanSubscribe(subject, w.arrivals)
+		if err == nil {
+			err = sub.AutoUnsubscribe(1)
+		}
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", subject, err)
+		}
+		w.watches[i] = append(w.watches[i], sub)
+	}
+	return nil
+}
+
+// priorityOf returns the index of the priority whose watch sub is, or -1.
+func (w *laneWatch) priorityOf(sub *nats.Subscription) int {
+	for i, subs := range w.watches {
+		if slices.Contains(subs, sub) {
+			return i
+		}
+	}
+	return -1
+}
+
+// unwatch ends every watch.
+func (w *laneWatch) unwatch() {
+	for i := range w.watches {
+		w.endWatch(i)
+	}
+}
+
+// endWatch ends the watch of priority i+1, which may have ended already
+// with the one message it takes.
+func (w *laneWatch) endWatch(i int) {
+	for _, sub := range w.watches[i] {
+		_ = sub.Unsubscribe()
+	}
+	w.watches[i] = nil
+}
+
+// start ends the watches of the priorities the dispatcher reads already,
+// those of lanes, and adds the others' lanes as their messages come, until
+// d is done.
+func (w *laneWatch) start(d *consumers.Dispatcher, lanes []consumers.Lane) {
+	for i, l := range w.lanes {
+		if slices.Contains(lanes, l) {
+			w.read(i)
+		}
+	}
+	reconnected := w.b.nc.StatusChanged(nats.CONNECTED)
+	go w.run(d, reconnected)
+}
+
+func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
+	defer close(w.done)
+	defer w.b.nc.RemoveStatusListener(reconnected)
+	defer w.unwatch()
+	look := time.NewTimer(lateLook)
+	defer look.Stop()
+	retry := time.Duration(0)
+	for {
+		due := make([]bool, len(w.specs))
+		select {
+		case <-d.Done():
+			return
+		case m := <-w.arrivals:
+			if i := w.priorityOf(m.Sub); i >= 0 {
+				due[i] = true
+			}
+		case <-look.C:
+			due = w.stored()
+		case <-reconnected:
+			due = w.stored()
+		}
+		switch failed, stopped := w.add(d, due); {
+		case stopped:
+			return
+		case failed:
+			// Looked at again soon: the message that made it due may
+			// have been the watch's only one.
+			retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
+			look.Reset(retry)
+		default:
+			retry = 0
+		}
+	}
+}
+
+// stored reports which watched priorities have a message stored.
+func (w *laneWatch) stored() []bool {
+	var idx []int
+	var specs []consumers.Spec
+	for i, missing := range w.missing {
+		if missing {
+			idx, specs = append(idx, i), append(specs, w.specs[i])
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	due := make([]bool, len(w.specs))
+	for j, has := range w.b.storedAt(ctx, specs) {
+		due[idx[j]] = has
+	}
+	return due
+}
+
+// add creates the consumers of the watched priorities due names and adds
+// their lanes to d, ending their watches. A priority that fails is watched
+// anew and reported failed, its error to the OnError callback; stopped
+// reports that d is stopping.
+func (w *laneWatch) add(d *consumers.Dispatcher, due []bool) (failed, stopped bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	for i, ok := range due {
+		if !ok || !w.missing[i] {
+			continue
+		}
+		w.read(i)
+		err := w.b.ensureSpecs(ctx, w.specs[i:i+1], w.settings)
+		if err == nil {
+			err = d.AddLane(w.lanes[i])
+		}
+		switch {
+		case errors.Is(err, consumers.ErrStopped):
+			return failed, true
+		case err != nil:
+			w.b.opts.onError(fmt.Errorf("read consumer %s: %w", w.specs[i].Name, err))
+			w.missing[i], failed = true, true
+			if err := w.watch(i); err != nil {
+				w.b.opts.onError(err)
+			}
+		}
+	}
+	return failed, false
+}
+
+// read marks priority i+1's lane read and ends its watch.
+func (w *laneWatch) read(i int) {
+	w.missing[i] = false
+	w.endWatch(i)
+}
