@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 	"github.com/nats-io/nats.go"
@@ -282,6 +283,9 @@ func TestOwnBroadcastsOnRequest(t *testing.T) {
 	}
 }
 
+// TestTwoInstancesSplitWork: two processes of one agent, both subscribed
+// before its first message (so each adds the consumer that message
+// creates), share the work and handle each message once.
 func TestTwoInstancesSplitWork(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
@@ -730,5 +734,32 @@ func TestNewAgentGetsNoPastBroadcasts(t *testing.T) {
 	k.waitCount(t, 2)
 	if got := k.types(); !slices.Equal(got, []string{"STOP", "LATER"}) {
 		t.Errorf("known agent handled %v, want [STOP LATER]", got)
+	}
+}
+
+// TestConsumerDueWhileDisconnected: a message sent at a priority the
+// subscriber has no consumer for, while its connection is down, reaches
+// it once it is back: its watch cannot hear it then, so the subscriber
+// looks at the stream when it reconnects (or, at the latest, two seconds
+// after it started).
+func TestConsumerDueWhileDisconnected(t *testing.T) {
+	dir := t.TempDir()
+	s := newServer(t, func(o *embedded.Options) { o.StoreDir = dir })
+	agent := dialBus(t, s.ClientURL(), "agent", bus.WithNATSOptions(nats.ReconnectWait(time.Second)))
+	r := newRecorder()
+	subscribe(t, agent, r.handle)
+
+	opts := s.Options()
+	s.Shutdown()
+	waitFor(t, "the agent to notice the server is gone", func() (bool, string) {
+		return !agent.Conn().IsConnected(), agent.Conn().Status().String()
+	})
+	s2 := startAgain(t, opts)
+	publish(t, newBus(t, s2, "sender"), bus.Message{To: "agent", Type: "while-away", Priority: 2})
+	if got := r.waitCount(t, 1); got[0].Type != "while-away" {
+		t.Errorf("handled %v, want while-away", r.types())
+	}
+	if _, err := consumerInfo(t, agent, "agent_p2"); err != nil {
+		t.Errorf("p2 consumer after its first message: %v", err)
 	}
 }
