@@ -418,5 +418,13 @@ func (e *env) consumeRaw(ctx context.Context, name, filter string, t *tally, val
 	if err != nil {
 		return nil, fmt.Errorf("consume raw consumer %s: %w", name, err)
 	}
-	return func() { cc.Stop(); <-cc.Closed() }, nil
+	return func() {
+		cc.Stop()
+		<-cc.Closed()
+		// The server has the unsubscribe before anything more is
+		// published: until then its waiting pull request still takes
+		// messages, which go to the gone subscription and come back only
+		// after the ack wait, stalling the next drain of the consumer.
+		_ = nc.Flush()
+	}, nil
 }
