@@ -763,6 +763,10 @@ func (c *consumeClock) report(b *testing.B) (msgs, cpu float64) {
 //	               pull consumer of its own, decodes and acks it
 //	bus            Bus.Request to an agent whose handler answers with
 //	               Bus.Reply, both agents subscribed with defaults
+//	bus-queue-if-offline
+//	               the same with QueueIfOffline: no presence read first
+//	bus-untracked  the same with WithoutLifecycle on both sides: no records
+//	               and no record read before the handler
 func BenchmarkRequestReply(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
@@ -847,9 +851,9 @@ func BenchmarkRequestReply(b *testing.B) {
 		record(b, "raw-jetstream", lat)
 	})
 
-	b.Run("bus", func(b *testing.B) {
+	busRoundTrips := func(b *testing.B, opts []bus.Option, ropts ...bus.RequestOption) {
 		requester, responder := env.name("requester"), env.name("responder")
-		rb, err := bus.New(embeddedtest.Connect(b, env.srv), responder)
+		rb, err := bus.New(embeddedtest.Connect(b, env.srv), responder, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -862,7 +866,7 @@ func BenchmarkRequestReply(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { rsub.Stop(); <-rsub.Done() }()
-		qb, err := bus.New(embeddedtest.Connect(b, env.srv), requester)
+		qb, err := bus.New(embeddedtest.Connect(b, env.srv), requester, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -879,7 +883,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		for b.Loop() {
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := qb.Request(rctx, bus.Message{To: responder, Type: "REQUEST", Data: payload})
+			_, err := qb.Request(rctx, bus.Message{To: responder, Type: "REQUEST", Data: payload}, ropts...)
 			cancel()
 			if err != nil {
 				b.Fatal(err)
@@ -896,7 +900,13 @@ func BenchmarkRequestReply(b *testing.B) {
 		if err := rb.Flush(ctx); err != nil {
 			b.Error(err)
 		}
-	})
+	}
+	b.Run("bus", func(b *testing.B) { busRoundTrips(b, nil) })
+	// What the recipient's presence read costs: QueueIfOffline skips it.
+	b.Run("bus-queue-if-offline", func(b *testing.B) { busRoundTrips(b, nil, bus.QueueIfOffline()) })
+	// What lifecycle tracking costs: no records, no record read before
+	// the handler, plain subjects.
+	b.Run("bus-untracked", func(b *testing.B) { busRoundTrips(b, []bus.Option{bus.WithoutLifecycle()}) })
 }
 
 // BenchmarkIdleSubscriber reports the CPU time the whole process (client
