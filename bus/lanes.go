@@ -103,8 +103,8 @@ func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s cons
 
 // laneWatch watches the priorities of a subscription that have no
 // consumer yet, and adds each one's lane to the dispatcher when a message
-// comes for it. Its goroutine ends, closing done, when the dispatcher is
-// done.
+// comes for it, on a goroutine of its own that ends when the subscription
+// stops.
 type laneWatch struct {
 	b        *Bus
 	settings consumers.Settings
@@ -118,7 +118,11 @@ type laneWatch struct {
 	// them after start.
 	missing []bool
 	watches [][]*nats.Subscription
-	done    chan struct{}
+	// ctx ends when the subscription stops (stop); done is closed when
+	// the goroutine has ended and the dispatcher is done.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // watchPriorities starts watching every direct subject of the agent.
@@ -204,21 +208,31 @@ func (w *laneWatch) endWatch(i int) {
 
 // start ends the watches of the priorities the dispatcher reads already,
 // those of lanes, and adds the others' lanes as their messages come, until
-// d is done.
+// d stops or stop is called.
 func (w *laneWatch) start(d *consumers.Dispatcher, lanes []consumers.Lane) {
 	for i, l := range w.lanes {
 		if slices.Contains(lanes, l) {
 			w.read(i)
 		}
 	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
 	reconnected := w.b.nc.StatusChanged(nats.CONNECTED)
-	go w.run(d, reconnected)
+	go func() {
+		defer close(w.done)
+		w.run(d, reconnected)
+		w.unwatch()
+		w.b.nc.RemoveStatusListener(reconnected)
+		<-d.Done() // done means the subscription's every message settled
+	}()
 }
 
+// stop ends the watching, and a consumer creation under way, without
+// waiting; done is closed once the dispatcher is done too.
+func (w *laneWatch) stop() { w.cancel() }
+
+// run adds lanes as their priorities come due, until d stops or the watch
+// is stopped.
 func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
-	defer close(w.done)
-	defer w.b.nc.RemoveStatusListener(reconnected)
-	defer w.unwatch()
 	look := time.NewTimer(lateLook)
 	defer look.Stop()
 	retry := time.Duration(0)
@@ -226,6 +240,8 @@ func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 		due := make([]bool, len(w.specs))
 		select {
 		case <-d.Done():
+			return
+		case <-w.ctx.Done():
 			return
 		case m := <-w.arrivals:
 			if i := w.priorityOf(m.Sub); i >= 0 {
@@ -259,7 +275,7 @@ func (w *laneWatch) stored() []bool {
 			idx, specs = append(idx, i), append(specs, w.specs[i])
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, defaultTimeout)
 	defer cancel()
 	due := make([]bool, len(w.specs))
 	for j, has := range w.b.storedAt(ctx, specs) {
@@ -273,7 +289,7 @@ func (w *laneWatch) stored() []bool {
 // anew and reported failed, its error to the OnError callback; stopped
 // reports that d is stopping.
 func (w *laneWatch) add(d *consumers.Dispatcher, due []bool) (failed, stopped bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, defaultTimeout)
 	defer cancel()
 	for i, ok := range due {
 		if !ok || !w.missing[i] {
@@ -285,7 +301,7 @@ func (w *laneWatch) add(d *consumers.Dispatcher, due []bool) (failed, stopped bo
 			err = d.AddLane(w.lanes[i])
 		}
 		switch {
-		case errors.Is(err, consumers.ErrStopped):
+		case errors.Is(err, consumers.ErrStopped) || w.ctx.Err() != nil:
 			return failed, true
 		case err != nil:
 			w.b.opts.onError(fmt.Errorf("read consumer %s: %w", w.specs[i].Name, err))

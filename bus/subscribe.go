@@ -63,18 +63,24 @@ type Subscription struct {
 // Stop stops consuming at once: messages held in memory are given back for
 // redelivery and running handlers' contexts are cancelled. It does not wait;
 // Done is closed when the last handler returned. Stop is idempotent.
-func (s *Subscription) Stop() { s.d.Stop(); s.forget() }
+func (s *Subscription) Stop() { s.watch.stop(); s.d.Stop(); s.forget() }
 
 // Drain stops fetching, gives back the messages held in memory and waits for
 // running handlers to finish and their messages to be settled. If ctx ends
 // first it stops like Stop and returns ctx's error.
 func (s *Subscription) Drain(ctx context.Context) error {
+	s.watch.stop()
 	err := s.d.Drain(ctx)
 	s.forget()
-	if err == nil {
-		<-s.watch.done
+	if err != nil {
+		return err
 	}
-	return err
+	select {
+	case <-s.watch.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Done is closed when the subscription has stopped and every message it
@@ -191,16 +197,15 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	w.start(d, lanes)
 	s := &Subscription{b: b, d: d, watch: w}
 	if s.notices, err = b.listenForCancels(); err != nil {
-		d.Stop()
-		<-d.Done()
+		s.Stop()
+		<-s.Done()
 		return nil, fmt.Errorf("listen for cancel notices: %w", err)
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		unsubscribe(s.notices)
-		d.Stop()
-		<-d.Done()
+		s.Stop()
+		<-s.Done()
 		return nil, ErrClosed
 	}
 	b.subs[s] = struct{}{}
