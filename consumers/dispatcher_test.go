@@ -597,3 +597,59 @@ func TestHandlerSettles(t *testing.T) {
 		t.Errorf("reported %v, want the unsettled message and the panic", reported)
 	}
 }
+
+// TestAddLane: a lane added to a running dispatcher delivers its consumer's
+// messages, those stored before it was added included, and Strict puts
+// them ahead of a lower level's backlog (one handler slot, the low message
+// running when the lane is added). AddLane refuses a level out of range, a
+// consumer read already, and any lane once the dispatcher stops.
+func TestAddLane(t *testing.T) {
+	// "any" serves both levels, as an agent's broadcast lane does, so that
+	// the dispatcher starts without a lane of the higher level.
+	nc, js := setup(t, "high", "low", "any")
+	low := publishTo(t, js, "low", "low", "low")
+	high := publishTo(t, js, "high", "high")
+	r := &record{gate: make(chan struct{})}
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "low", Level: 1}, {Consumer: "any", Level: consumers.AnyLevel}}, r.handle,
+		consumers.Options{Prefetch: 4, LevelOf: func(string) int { return 1 }, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, testTimeout, "the first low message running", func() (bool, string) {
+		got := r.handled()
+		return len(got) == 1, fmt.Sprint(got)
+	})
+	for _, tt := range []struct {
+		name string
+		lane consumers.Lane
+	}{
+		{"level out of range", consumers.Lane{Consumer: "high", Level: 2}},
+		{"consumer read already", consumers.Lane{Consumer: "low", Level: 0}},
+		{"no consumer", consumers.Lane{Level: 0}},
+	} {
+		if err := d.AddLane(tt.lane); !errors.Is(err, consumers.ErrInvalidOption) {
+			t.Errorf("AddLane, %s: %v, want ErrInvalidOption", tt.name, err)
+		}
+	}
+	if err := d.AddLane(consumers.Lane{Consumer: "high", Level: 0}); err != nil {
+		t.Fatal(err)
+	}
+	embeddedtest.WaitFor(t, testTimeout, "the high lane's messages held", func() (bool, string) {
+		got := d.Buffered()
+		return got[0] == 2, fmt.Sprint(got)
+	})
+	close(r.gate)
+	want := append([]uint64{low[0]}, append(high, low[1:]...)...)
+	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("%d messages handled", len(want)), func() (bool, string) {
+		got := r.handled()
+		return len(got) == len(want), fmt.Sprint(got)
+	})
+	if got := r.handled(); !slices.Equal(got, want) {
+		t.Errorf("handled %v, want %v: the added higher level before the rest of the lower one", got, want)
+	}
+	d.Stop()
+	<-d.Done()
+	if err := d.AddLane(consumers.Lane{Consumer: "other", Level: 0}); !errors.Is(err, consumers.ErrStopped) {
+		t.Errorf("AddLane after Stop: %v, want ErrStopped", err)
+	}
+}
