@@ -25,7 +25,9 @@
 // every priority. The policy chooses a level; within the level the buffered
 // message with the lowest stream sequence starts first, so the lanes of a
 // level together keep the order in which their messages were published.
-// The sequence is read once, when a message arrives.
+// The sequence is read once, when a message arrives. [Dispatcher.AddLane]
+// adds a lane to a running dispatcher: bus creates a priority's direct
+// consumer only when its first message comes, and adds its lane then.
 //
 // For each lane the dispatcher keeps an in-memory buffer filled by pull
 // requests. Its size (Options.Prefetch) adapts by default: about what the
