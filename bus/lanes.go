@@ -26,8 +26,10 @@ import (
 // everything sent before it, and a subscriber creates, when it starts, the
 // consumer of every priority that has a message stored. For the others it
 // watches their subjects with a core NATS subscription, which carries no
-// message it handles but tells it that a consumer is due; it then creates
-// that consumer, reads it like the others and drops the watch. Subscribe
+// message it handles but tells it that a consumer is due; it then adds the
+// consumer's lane to its dispatcher, which creates the consumer before the
+// lane's first pull and starts no message of a lower priority meanwhile,
+// and drops the watch. Subscribe
 // starts the watches before it looks at the stream, and looks again a few
 // seconds later (lateLook) and after every reconnect, so that a message
 // stored while the subscriber was starting, or while it was disconnected,
@@ -211,7 +213,7 @@ func (w *laneWatch) endWatch(i int) {
 // d stops or stop is called.
 func (w *laneWatch) start(d *consumers.Dispatcher, lanes []consumers.Lane) {
 	for i, l := range w.lanes {
-		if slices.Contains(lanes, l) {
+		if slices.ContainsFunc(lanes, func(have consumers.Lane) bool { return have.Consumer == l.Consumer }) {
 			w.read(i)
 		}
 	}
@@ -235,7 +237,6 @@ func (w *laneWatch) stop() { w.cancel() }
 func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 	look := time.NewTimer(lateLook)
 	defer look.Stop()
-	retry := time.Duration(0)
 	for {
 		due := make([]bool, len(w.specs))
 		select {
@@ -252,16 +253,8 @@ func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 		case <-reconnected:
 			due = w.stored()
 		}
-		switch failed, stopped := w.add(d, due); {
-		case stopped:
+		if !w.add(d, due) || !slices.Contains(w.missing, true) {
 			return
-		case failed:
-			// Looked at again soon: the message that made it due may
-			// have been the watch's only one.
-			retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
-			look.Reset(retry)
-		default:
-			retry = 0
 		}
 	}
 }
@@ -284,34 +277,31 @@ func (w *laneWatch) stored() []bool {
 	return due
 }
 
-// add creates the consumers of the watched priorities due names and adds
-// their lanes to d, ending their watches. A priority that fails is watched
-// anew and reported failed, its error to the OnError callback; stopped
-// reports that d is stopping.
-func (w *laneWatch) add(d *consumers.Dispatcher, due []bool) (failed, stopped bool) {
-	ctx, cancel := context.WithTimeout(w.ctx, defaultTimeout)
-	defer cancel()
+// add adds the lanes of the watched priorities due names to d, ending
+// their watches; each lane's consumer is created by the dispatcher before
+// the lane's first pull, which Strict waits for, so that no message of a
+// lower priority starts meanwhile (consumers.Lane.Create, which retries a
+// failed creation). It reports false once d is stopping.
+func (w *laneWatch) add(d *consumers.Dispatcher, due []bool) bool {
 	for i, ok := range due {
 		if !ok || !w.missing[i] {
 			continue
 		}
 		w.read(i)
-		err := w.b.ensureSpecs(ctx, w.specs[i:i+1], w.settings)
-		if err == nil {
-			err = d.AddLane(w.lanes[i])
+		lane := w.lanes[i]
+		lane.Create = func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, defaultTimeout)
+			defer cancel()
+			return w.b.ensureSpecs(ctx, w.specs[i:i+1], w.settings)
 		}
-		switch {
-		case errors.Is(err, consumers.ErrStopped) || w.ctx.Err() != nil:
-			return failed, true
-		case err != nil:
-			w.b.opts.onError(fmt.Errorf("read consumer %s: %w", w.specs[i].Name, err))
-			w.missing[i], failed = true, true
-			if err := w.watch(i); err != nil {
-				w.b.opts.onError(err)
+		if err := d.AddLane(lane); err != nil {
+			if !errors.Is(err, consumers.ErrStopped) {
+				w.b.opts.onError(fmt.Errorf("read consumer %s: %w", w.specs[i].Name, err))
 			}
+			return false
 		}
 	}
-	return failed, false
+	return true
 }
 
 // read marks priority i+1's lane read and ends its watch.

@@ -110,6 +110,14 @@ type Lane struct {
 	// broadcasts of every priority: Options.LevelOf then places each of its
 	// messages.
 	Level int
+	// Create, if not nil, makes the consumer exist: the lane's puller calls
+	// it before its first pull, and again after a failure (reported to
+	// Options.OnError) with a growing delay, until it succeeds or the
+	// dispatcher stops. Meanwhile Strict waits for the lane, as for any
+	// lane that has not told whether it holds messages, except between a
+	// failed attempt and the next, when the lane counts as empty. Its
+	// context ends when the dispatcher stops.
+	Create func(ctx context.Context) error
 }
 
 // AnyLevel is the Level of a lane whose messages belong to several levels.
@@ -337,11 +345,13 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 
 // AddLane starts reading one more durable consumer, as if it had been
 // among the lanes given to Start: an agent's priority whose consumer is
-// created when its first message arrives. The consumer must exist. Its level
-// must be one of the dispatcher's; from now on Strict waits for the lane to
-// tell whether it holds messages before a lower level starts. It returns
-// an error wrapping ErrInvalidOption for a bad lane or a consumer the
-// dispatcher reads already, and ErrStopped once the dispatcher is stopping.
+// created when its first message arrives. The consumer must exist, or
+// spec.Create make it exist. Its level must be one of the dispatcher's;
+// from now on Strict waits for the lane to tell whether it holds messages
+// (and, with Create, for its consumer to be created) before a lower level
+// starts. It returns an error wrapping ErrInvalidOption for a bad lane or
+// a consumer the dispatcher reads already, and ErrStopped once the
+// dispatcher is stopping.
 func (d *Dispatcher) AddLane(spec Lane) error {
 	if err := checkLane(spec, len(d.levels), d.opts.LevelOf); err != nil {
 		return err

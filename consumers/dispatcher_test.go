@@ -653,3 +653,70 @@ func TestAddLane(t *testing.T) {
 		t.Errorf("AddLane after Stop: %v, want ErrStopped", err)
 	}
 }
+
+// TestAddLaneCreatesConsumer: a lane added with Create has its consumer
+// created before it pulls, and while that is under way Strict starts no
+// message of a lower level: the one running when the lane was added
+// finishes, and the added level's messages, published before its
+// consumer existed, start next. A failed creation is reported and tried
+// again.
+func TestAddLaneCreatesConsumer(t *testing.T) {
+	nc, js := setup(t, "low", "any")
+	low := publishTo(t, js, "low", "low", "low")
+	high := publish(t, js, "high", "high") // no consumer reads them yet
+	r := &record{gate: make(chan struct{})}
+	var failures atomic.Int32
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "low", Level: 1}, {Consumer: "any", Level: consumers.AnyLevel}}, r.handle,
+		consumers.Options{Prefetch: 4, LevelOf: func(string) int { return 1 }, OnError: func(error) { failures.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	embeddedtest.WaitFor(t, testTimeout, "the first low message running", func() (bool, string) {
+		got := r.handled()
+		return len(got) == 1, fmt.Sprint(got)
+	})
+	create, retried := make(chan struct{}), make(chan struct{})
+	attempts := 0
+	err = d.AddLane(consumers.Lane{Consumer: "high", Level: 0, Create: func(ctx context.Context) error {
+		if attempts++; attempts == 1 {
+			return errors.New("first attempt fails")
+		}
+		close(retried)
+		select {
+		case <-create:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err := consumers.Ensure(ctx, js, stream, []consumers.Spec{{Name: "high", FilterSubject: "s.high.>"}}, consumers.Settings{})
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-retried:
+	case <-time.After(testTimeout):
+		t.Fatal("the failed creation was not tried again")
+	}
+	if n := failures.Load(); n != 1 {
+		t.Errorf("%d errors reported, want the failed creation's", n)
+	}
+	close(r.gate) // the low message finishes while the consumer is being created
+	embeddedtest.WaitFor(t, testTimeout, "the first low message acknowledged", func() (bool, string) {
+		info := consumerInfo(t, js, "low")
+		return info.AckFloor.Stream >= low[0], fmt.Sprint(info.AckFloor)
+	})
+	close(create)
+	want := append([]uint64{low[0]}, append(high, low[1:]...)...)
+	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("%d messages handled", len(want)), func() (bool, string) {
+		got := r.handled()
+		return len(got) == len(want), fmt.Sprint(got)
+	})
+	if got := r.handled(); !slices.Equal(got, want) {
+		t.Errorf("handled %v, want %v: nothing of the lower level while the higher one's consumer was created", got, want)
+	}
+}

@@ -23,6 +23,7 @@ var ErrPull = errors.New("consumers: pull request failed")
 type lane struct {
 	queues  []*queue // one, or one per level for an AnyLevel lane
 	levelOf func(subject string) int
+	create  func(context.Context) error // Lane.Create; nil when the consumer exists
 	name    string
 	subject string // the consumer's "next messages" API subject
 	inbox   string // requests reply to inbox.<seq>
@@ -72,6 +73,7 @@ type queue struct {
 func (d *Dispatcher) newLane(spec Lane) (*lane, error) {
 	consumer := spec.Consumer
 	l := &lane{
+		create:  spec.Create,
 		name:    consumer,
 		subject: d.opts.APIPrefix + "CONSUMER.MSG.NEXT." + d.stream + "." + consumer,
 		inbox:   d.nc.NewInbox(),
@@ -172,6 +174,9 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 // request per PullExpiry.
 func (d *Dispatcher) pull(l *lane) {
 	defer d.pulling.Done()
+	if l.create != nil && !d.create(l) {
+		return
+	}
 	retry := time.Duration(0)
 	for {
 		room, drained, ok := d.waitRoom(l)
@@ -195,11 +200,44 @@ func (d *Dispatcher) pull(l *lane) {
 		}
 		d.setDrained(l, false)
 		d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
-		retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
-		select {
-		case <-time.After(retry):
-		case <-d.pullCtx.Done():
+		if !d.backOff(&retry) {
 			return
+		}
+	}
+}
+
+// backOff waits before the next attempt after a failure, twice as long as
+// the last time (retry), from 100ms up to 5s, and reports false if the
+// dispatcher stopped meanwhile.
+func (d *Dispatcher) backOff(retry *time.Duration) bool {
+	*retry = min(max(2**retry, 100*time.Millisecond), 5*time.Second)
+	select {
+	case <-time.After(*retry):
+		return true
+	case <-d.pullCtx.Done():
+		return false
+	}
+}
+
+// create makes l's consumer exist (Lane.Create), trying again with a
+// growing delay until it succeeds, and reports false if the dispatcher
+// stopped first. Between a failed attempt and the next the lane counts as
+// drained, so that Strict does not wait on it.
+func (d *Dispatcher) create(l *lane) bool {
+	retry := time.Duration(0)
+	for {
+		d.setDrained(l, false) // Strict waits while it is tried
+		err := l.create(d.pullCtx)
+		if err == nil {
+			return true
+		}
+		if d.pullCtx.Err() != nil {
+			return false
+		}
+		d.opts.OnError(fmt.Errorf("create consumer %s: %w", l.name, err))
+		d.setDrained(l, true)
+		if !d.backOff(&retry) {
+			return false
 		}
 	}
 }
