@@ -598,27 +598,53 @@ func TestHandlerSettles(t *testing.T) {
 	}
 }
 
+// startLow starts a dispatcher of two levels over the lanes "low" (level
+// 1) and "any" (AnyLevel, which serves both levels as an agent's broadcast
+// lane does, so that it starts without a lane of level 0), with one
+// handler slot, r's handler and a prefetch of 4, and waits until the first
+// message runs. It is stopped when t ends.
+func startLow(t *testing.T, nc *nats.Conn, r *record, onError func(error)) *consumers.Dispatcher {
+	t.Helper()
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "low", Level: 1}, {Consumer: "any", Level: consumers.AnyLevel}}, r.handle,
+		consumers.Options{Prefetch: 4, LevelOf: func(string) int { return 1 }, OnError: onError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Stop()
+		<-d.Done()
+	})
+	embeddedtest.WaitFor(t, testTimeout, "the first low message running", func() (bool, string) {
+		got := r.handled()
+		return len(got) == 1, fmt.Sprint(got)
+	})
+	return d
+}
+
+// wantHandled waits until r has handled len(want) messages and checks
+// that they were want, in that order.
+func wantHandled(t *testing.T, r *record, want []uint64, why string) {
+	t.Helper()
+	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("%d messages handled", len(want)), func() (bool, string) {
+		got := r.handled()
+		return len(got) == len(want), fmt.Sprint(got)
+	})
+	if got := r.handled(); !slices.Equal(got, want) {
+		t.Errorf("handled %v, want %v: %s", got, want, why)
+	}
+}
+
 // TestAddLane: a lane added to a running dispatcher delivers its consumer's
 // messages, those stored before it was added included, and Strict puts
 // them ahead of a lower level's backlog (one handler slot, the low message
 // running when the lane is added). AddLane refuses a level out of range, a
 // consumer read already, and any lane once the dispatcher stops.
 func TestAddLane(t *testing.T) {
-	// "any" serves both levels, as an agent's broadcast lane does, so that
-	// the dispatcher starts without a lane of the higher level.
 	nc, js := setup(t, "high", "low", "any")
 	low := publishTo(t, js, "low", "low", "low")
 	high := publishTo(t, js, "high", "high")
 	r := &record{gate: make(chan struct{})}
-	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "low", Level: 1}, {Consumer: "any", Level: consumers.AnyLevel}}, r.handle,
-		consumers.Options{Prefetch: 4, LevelOf: func(string) int { return 1 }, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	embeddedtest.WaitFor(t, testTimeout, "the first low message running", func() (bool, string) {
-		got := r.handled()
-		return len(got) == 1, fmt.Sprint(got)
-	})
+	d := startLow(t, nc, r, func(err error) { t.Errorf("dispatcher: %v", err) })
 	for _, tt := range []struct {
 		name string
 		lane consumers.Lane
@@ -639,14 +665,7 @@ func TestAddLane(t *testing.T) {
 		return got[0] == 2, fmt.Sprint(got)
 	})
 	close(r.gate)
-	want := append([]uint64{low[0]}, append(high, low[1:]...)...)
-	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("%d messages handled", len(want)), func() (bool, string) {
-		got := r.handled()
-		return len(got) == len(want), fmt.Sprint(got)
-	})
-	if got := r.handled(); !slices.Equal(got, want) {
-		t.Errorf("handled %v, want %v: the added higher level before the rest of the lower one", got, want)
-	}
+	wantHandled(t, r, append([]uint64{low[0]}, append(high, low[1:]...)...), "the added higher level before the rest of the lower one")
 	d.Stop()
 	<-d.Done()
 	if err := d.AddLane(consumers.Lane{Consumer: "other", Level: 0}); !errors.Is(err, consumers.ErrStopped) {
@@ -666,22 +685,10 @@ func TestAddLaneCreatesConsumer(t *testing.T) {
 	high := publish(t, js, "high", "high") // no consumer reads them yet
 	r := &record{gate: make(chan struct{})}
 	var failures atomic.Int32
-	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "low", Level: 1}, {Consumer: "any", Level: consumers.AnyLevel}}, r.handle,
-		consumers.Options{Prefetch: 4, LevelOf: func(string) int { return 1 }, OnError: func(error) { failures.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		d.Stop()
-		<-d.Done()
-	}()
-	embeddedtest.WaitFor(t, testTimeout, "the first low message running", func() (bool, string) {
-		got := r.handled()
-		return len(got) == 1, fmt.Sprint(got)
-	})
+	d := startLow(t, nc, r, func(error) { failures.Add(1) })
 	create, retried := make(chan struct{}), make(chan struct{})
 	attempts := 0
-	err = d.AddLane(consumers.Lane{Consumer: "high", Level: 0, Create: func(ctx context.Context) error {
+	err := d.AddLane(consumers.Lane{Consumer: "high", Level: 0, Create: func(ctx context.Context) error {
 		if attempts++; attempts == 1 {
 			return errors.New("first attempt fails")
 		}
@@ -711,12 +718,5 @@ func TestAddLaneCreatesConsumer(t *testing.T) {
 		return info.AckFloor.Stream >= low[0], fmt.Sprint(info.AckFloor)
 	})
 	close(create)
-	want := append([]uint64{low[0]}, append(high, low[1:]...)...)
-	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("%d messages handled", len(want)), func() (bool, string) {
-		got := r.handled()
-		return len(got) == len(want), fmt.Sprint(got)
-	})
-	if got := r.handled(); !slices.Equal(got, want) {
-		t.Errorf("handled %v, want %v: nothing of the lower level while the higher one's consumer was created", got, want)
-	}
+	wantHandled(t, r, append([]uint64{low[0]}, append(high, low[1:]...)...), "nothing of the lower level while the higher one's consumer was created")
 }
