@@ -62,9 +62,9 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec) []bool {
 // ensureConsumers makes sure the consumers of agent that are due exist with
 // the settings o gives (creating the missing ones and updating those whose
 // settings differ): its broadcast consumer, and each direct consumer whose
-// priority has a message stored or that want names (indexed by priority-1).
-// It returns the dispatcher lanes that read them.
-func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, want []bool) ([]consumers.Lane, error) {
+// priority has a message stored, or all of them with all. It returns the
+// dispatcher lanes that read them.
+func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, all bool) ([]consumers.Lane, error) {
 	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
 	if err != nil {
 		return nil, err
@@ -74,14 +74,21 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	direct := specs[:subjects.LowestPriority]
-	due := b.storedAt(ctx, direct)
-	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
-		return nil, cause
+	due := make([]bool, len(direct))
+	if all {
+		for i := range due {
+			due[i] = true
+		}
+	} else {
+		due = b.storedAt(ctx, direct)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
+			return nil, cause
+		}
 	}
 	var dueSpecs []consumers.Spec
 	var dueLanes []consumers.Lane
 	for i := range direct {
-		if due[i] || i < len(want) && want[i] {
+		if due[i] {
 			dueSpecs, dueLanes = append(dueSpecs, specs[i]), append(dueLanes, lanes[i])
 		}
 	}

@@ -173,7 +173,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if err != nil {
 		return nil, err
 	}
-	lanes, err := b.ensureConsumers(ctx, b.agent, o, nil)
+	lanes, err := b.ensureConsumers(ctx, b.agent, o, false)
 	if err != nil {
 		w.unwatch()
 		return nil, err
@@ -239,11 +239,7 @@ func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []Sub
 	if b.isClosed() {
 		return ErrClosed
 	}
-	var want []bool
-	if all {
-		want = []bool{true, true, true, true, true}
-	}
-	_, err := b.ensureConsumers(ctx, agent, o, want)
+	_, err := b.ensureConsumers(ctx, agent, o, all)
 	return err
 }
 
