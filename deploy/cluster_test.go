@@ -29,7 +29,7 @@ var buildOnce sync.Once
 // binaries builds nats-server, from the version this module requires, and
 // the agentbus command, once per test binary, and returns their paths.
 // go test puts its own toolchain first on PATH.
-func binaries(t *testing.T) (natsServer, agentbus string) {
+func binaries(t testing.TB) (natsServer, agentbus string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		if built.dir, built.err = os.MkdirTemp("", "agentbus-deploy-test-"); built.err != nil {
@@ -77,7 +77,7 @@ func (n *node) hasExited() bool {
 // routes and the store directories of the node files to those of ns. Each
 // rewritten string must occur once, so a change to the files that this
 // test would silently miss fails it instead.
-func writeConfigs(t *testing.T, dir string, ns []*node) {
+func writeConfigs(t testing.TB, dir string, ns []*node) {
 	t.Helper()
 	for _, f := range []string{"common.conf", "auth.conf"} {
 		writeFile(t, filepath.Join(dir, f), readFile(t, filepath.Join("nats", f)))
@@ -129,7 +129,7 @@ var errPortTaken = errors.New("a port was taken before the node bound it")
 // startCluster starts the three nodes of nats/ as processes on free ports
 // and waits until each is in contact with a JetStream meta leader: the
 // condition compose.yaml's health check waits for before provisioning.
-func startCluster(t *testing.T, natsServer string) []*node {
+func startCluster(t testing.TB, natsServer string) []*node {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		ns, err := tryStartCluster(t, natsServer)
@@ -143,7 +143,7 @@ func startCluster(t *testing.T, natsServer string) []*node {
 	}
 }
 
-func tryStartCluster(t *testing.T, natsServer string) ([]*node, error) {
+func tryStartCluster(t testing.TB, natsServer string) ([]*node, error) {
 	dir := t.TempDir()
 	ports := embeddedtest.FreePorts(t, 3*len(nodes))
 	var ns []*node

@@ -186,7 +186,7 @@ func TestAuthFragment(t *testing.T) {
 	}
 }
 
-func readFile(t *testing.T, name string) string {
+func readFile(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(name)
 	if err != nil {
@@ -434,7 +434,7 @@ func TestHelmValues(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, name, content string) {
+func writeFile(t testing.TB, name, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		t.Fatal(err)
