@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -120,13 +121,20 @@ type laneWatch struct {
 	specs    []consumers.Spec // the direct consumers, priority 1 first
 	lanes    []consumers.Lane
 
+	// arrivals takes the one message each direct watch takes.
 	arrivals chan *nats.Msg
 	// missing tells the priorities whose lanes are not read yet, and
-	// watches holds their watches: of the direct subject and of the
-	// firing notices of scheduled messages. Only the goroutine touches
-	// them after start.
+	// watches holds their direct watches. Only the goroutine touches them
+	// after start.
 	missing []bool
-	watches [][]*nats.Subscription
+	watches []*nats.Subscription
+	// firing is the subscription to the firing notices of the messages
+	// scheduled to the agent, nil once every priority has a lane; its
+	// handler sets the bit of each notice's priority in fired (bit 0 for
+	// priority 1) and signals firedNews.
+	firing    *nats.Subscription
+	fired     atomic.Uint32
+	firedNews chan struct{}
 	// ctx ends when the subscription stops (stop); done is closed when
 	// the goroutine has ended and the dispatcher is done.
 	ctx    context.Context
@@ -141,21 +149,48 @@ func (b *Bus) watchPriorities(o subscribeOptions) (*laneWatch, error) {
 		return nil, err
 	}
 	w := &laneWatch{
-		b:        b,
-		settings: o.settings,
-		specs:    specs[:subjects.LowestPriority],
-		lanes:    lanes[:subjects.LowestPriority],
-		arrivals: make(chan *nats.Msg, 2*subjects.LowestPriority),
-		missing:  make([]bool, subjects.LowestPriority),
-		watches:  make([][]*nats.Subscription, subjects.LowestPriority),
-		done:     make(chan struct{}),
+		b:         b,
+		settings:  o.settings,
+		specs:     specs[:subjects.LowestPriority],
+		lanes:     lanes[:subjects.LowestPriority],
+		arrivals:  make(chan *nats.Msg, subjects.LowestPriority),
+		missing:   make([]bool, subjects.LowestPriority),
+		watches:   make([]*nats.Subscription, subjects.LowestPriority),
+		firedNews: make(chan struct{}, 1),
+		done:      make(chan struct{}),
 	}
-	for i := range w.specs {
+	for i, spec := range w.specs {
 		w.missing[i] = true
-		if err := w.watch(i); err != nil {
-			w.unwatch()
-			return nil, err
+		// A direct watch takes one message: the server sends it no more
+		// (however many follow before the consumer exists), and arrivals,
+		// with room for one of each, never overflows.
+		sub, err := b.nc.ChanSubscribe(spec.FilterSubject, w.arrivals)
+		if err == nil {
+			err = sub.AutoUnsubscribe(1)
 		}
+		if err != nil {
+			w.unwatch()
+			return nil, fmt.Errorf("watch %s: %w", spec.FilterSubject, err)
+		}
+		w.watches[i] = sub
+	}
+	// The firing notices of every priority share one subscription, which a
+	// burst of them cannot overflow: each only sets its priority's bit.
+	firing, err := b.opts.scheme.FiringFilter(b.agent)
+	if err == nil {
+		w.firing, err = b.nc.Subscribe(firing, func(m *nats.Msg) {
+			if p := b.opts.scheme.FiringPriority(m.Subject); p > 0 {
+				w.fired.Or(1 << (p - 1))
+				select {
+				case w.firedNews <- struct{}{}:
+				default: // the goroutine has news to read already
+				}
+			}
+		})
+	}
+	if err != nil {
+		w.unwatch()
+		return nil, fmt.Errorf("watch %s: %w", firing, err)
 	}
 	// The server has the watches before the stream is looked at.
 	if err := b.nc.Flush(); err != nil {
@@ -165,54 +200,24 @@ func (b *Bus) watchPriorities(o subscribeOptions) (*laneWatch, error) {
 	return w, nil
 }
 
-// watch starts watching priority i+1: its direct subject, and the firing
-// notices of the messages scheduled to the agent at that priority (which
-// the stream stores without publishing them). Each watch takes one
-// message: the server sends it no more (however many follow, before the
-// consumer exists), and the arrivals channel, with room for one message of
-// each, never overflows.
-func (w *laneWatch) watch(i int) error {
-	firing, err := w.b.opts.scheme.FiringFilter(w.b.agent, i+1)
-	if err != nil {
-		return err
-	}
-	for _, subject := range []string{w.specs[i].FilterSubject, firing} {
-		sub, err := w.b.nc.ChanSubscribe(subject, w.arrivals)
-		if err == nil {
-			err = sub.AutoUnsubscribe(1)
-		}
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", subject, err)
-		}
-		w.watches[i] = append(w.watches[i], sub)
-	}
-	return nil
-}
-
-// priorityOf returns the index of the priority whose watch sub is, or -1.
-func (w *laneWatch) priorityOf(sub *nats.Subscription) int {
-	for i, subs := range w.watches {
-		if slices.Contains(subs, sub) {
-			return i
-		}
-	}
-	return -1
-}
-
 // unwatch ends every watch.
 func (w *laneWatch) unwatch() {
 	for i := range w.watches {
 		w.endWatch(i)
 	}
+	if w.firing != nil {
+		_ = w.firing.Unsubscribe()
+		w.firing = nil
+	}
 }
 
-// endWatch ends the watch of priority i+1, which may have ended already
-// with the one message it takes.
+// endWatch ends the direct watch of priority i+1, which may have ended
+// already with the one message it takes.
 func (w *laneWatch) endWatch(i int) {
-	for _, sub := range w.watches[i] {
-		_ = sub.Unsubscribe()
+	if w.watches[i] != nil {
+		_ = w.watches[i].Unsubscribe()
+		w.watches[i] = nil
 	}
-	w.watches[i] = nil
 }
 
 // start ends the watches of the priorities the dispatcher reads already,
@@ -252,8 +257,13 @@ func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 		case <-w.ctx.Done():
 			return
 		case m := <-w.arrivals:
-			if i := w.priorityOf(m.Sub); i >= 0 {
+			if i := slices.Index(w.watches, m.Sub); i >= 0 {
 				due[i] = true
+			}
+		case <-w.firedNews:
+			fired := w.fired.Swap(0)
+			for i := range due {
+				due[i] = fired&(1<<i) != 0
 			}
 		case <-look.C:
 			due = w.stored()

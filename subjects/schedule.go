@@ -139,15 +139,24 @@ func (s Scheme) FiringRePublish() (source, destination string) {
 		root + "." + kindFiring + "." + kindAgent + ".{{wildcard(2)}}.{{wildcard(3)}}." + tail
 }
 
-// FiringFilter returns the subject of the firing notices of the scheduled
-// messages to agent at priority: <root>.firing.agent.<token>.p<N>.>. The
-// error wraps [ErrInvalidAgentID] or [ErrInvalidPriority].
-func (s Scheme) FiringFilter(agent string, priority int) (string, error) {
+// FiringFilter returns the filter of the firing notices of the messages
+// scheduled to agent: <root>.firing.agent.<token>.>. The error wraps
+// [ErrInvalidAgentID].
+func (s Scheme) FiringFilter(agent string) (string, error) {
 	if err := ValidateID(agent); err != nil {
 		return "", err
 	}
-	if err := ValidatePriority(priority); err != nil {
-		return "", err
+	return s.Root() + "." + kindFiring + "." + kindAgent + "." + EncodeToken(agent) + "." + tail, nil
+}
+
+// FiringPriority returns the priority of the fired message a firing notice
+// of s announces, reading only its priority token, or 0 if subject is not
+// a firing notice of s.
+func (s Scheme) FiringPriority(subject string) int {
+	prefix := s.Root() + "." + kindFiring + "."
+	if !strings.HasPrefix(subject, prefix) {
+		return 0
 	}
-	return s.Root() + "." + kindFiring + "." + kindAgent + "." + EncodeToken(agent) + "." + priorityPrefix + string(rune('0'+priority)) + "." + tail, nil
+	// What follows the firing token is a direct subject without its root.
+	return s.PriorityOf(s.Root() + "." + subject[len(prefix):])
 }
