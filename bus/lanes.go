@@ -26,15 +26,18 @@ import (
 // the first message the stream holds, so one created late still delivers
 // everything sent before it, and a subscriber creates, when it starts, the
 // consumer of every priority that has a message stored. For the others it
-// watches their subjects with a core NATS subscription, which carries no
-// message it handles but tells it that a consumer is due; it then adds the
-// consumer's lane to its dispatcher, which creates the consumer before the
-// lane's first pull and starts no message of a lower priority meanwhile,
-// and drops the watch. Subscribe
-// starts the watches before it looks at the stream, and looks again a few
-// seconds later (lateLook) and after every reconnect, so that a message
-// stored while the subscriber was starting, or while it was disconnected,
-// is not left for its next start.
+// watches their subjects with core NATS subscriptions, which carry no
+// message it handles but tell it that a consumer is due: one per priority
+// on its direct subject, taking one message, and one for the firing
+// notices of the messages scheduled to it (the stream stores a fired
+// message without publishing it; the schedule stream republishes its
+// headers as a notice). It then adds the consumer's lane to its
+// dispatcher, which creates the consumer before the lane's first pull and
+// starts no message of a lower priority meanwhile, and drops the watch.
+// Subscribe starts the watches before it looks at the stream, and looks
+// again a few seconds later (lateLook) and after every reconnect, so that
+// a message stored while the subscriber was starting, or while it was
+// disconnected, is not left for its next start.
 
 // lateLook is when a subscriber looks at the stream a second time for the
 // priorities it watches: a message whose publication the server took just
