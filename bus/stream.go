@@ -17,9 +17,11 @@ const (
 	DefaultMaxAge          = 30 * 24 * time.Hour
 	DefaultDuplicateWindow = time.Hour
 	// DefaultMaxConsumers allows 20,000 agents at six consumers each (a
-	// direct consumer per priority level and one for the broadcasts). The
-	// server's own default, 1,000 per stream, would stop at 166 agents,
-	// and an unlimited stream falls back to that default.
+	// direct consumer per priority level and one for the broadcasts), or
+	// 60,000 sent messages at one priority (a direct consumer is created
+	// with its priority's first message). The server's own default, 1,000
+	// per stream, would stop at 166 agents of six, and an unlimited stream
+	// falls back to that default.
 	DefaultMaxConsumers = 120_000
 )
 
@@ -49,7 +51,7 @@ type StreamConfig struct {
 	// DefaultDedupMemoryBudget. It is checked only when PeakPublishRate is
 	// stated.
 	DedupMemoryBudget int64
-	// MaxConsumers bounds the stream's consumers (six per agent,
+	// MaxConsumers bounds the stream's consumers (up to six per agent,
 	// subjects.ConsumersPerAgent). Zero means DefaultMaxConsumers.
 	MaxConsumers int
 	// MaxBytes bounds the stream's size; the oldest messages are removed

@@ -243,7 +243,7 @@ func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []Sub
 	return err
 }
 
-// consumerSpecs describes the six durable consumers of agent (see
+// consumerSpecs describes the six durable consumers an agent may have (see
 // subjects.Scheme.Consumers) and the dispatcher lane each one is: a direct
 // consumer is the level of its priority, the broadcast consumer serves
 // every level, each broadcast placed by the priority in its subject.
