@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,10 +48,14 @@ const lateLook = 2 * time.Second
 // storedAt reports, for each of the direct consumers specs, whether the
 // stream holds a message it reads: the last message of its filter, with
 // one direct get each, all at once. A priority the stream cannot be asked
-// about (an old provisioning without direct gets, old permissions) counts
-// as holding one, so that its consumer is created as it was before.
-func (b *client) storedAt(ctx context.Context, specs []consumers.Spec) []bool {
+// about (an old provisioning without direct gets, no answer in time)
+// counts as holding one, so that its consumer is created as it was
+// before. The server's refusal of the direct gets ends it at once with
+// an error wrapping ErrPermissionDenied, where each would wait out ctx.
+func (b *client) storedAt(ctx context.Context, specs []consumers.Spec) ([]bool, error) {
 	prefix := b.opts.scheme.StreamDirectGetPrefix()
+	ctx, stop := b.watchRefusals(ctx, strings.TrimSuffix(prefix, "."))
+	defer stop()
 	out := make([]bool, len(specs))
 	var wg sync.WaitGroup
 	for i, spec := range specs {
@@ -60,7 +65,10 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec) []bool {
 		})
 	}
 	wg.Wait()
-	return out
+	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
+		return nil, cause
+	}
+	return out, nil
 }
 
 // ensureConsumers makes sure the consumers of agent that are due exist with
@@ -75,19 +83,14 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
-	defer stop()
 	direct := specs[:subjects.LowestPriority]
 	due := make([]bool, len(direct))
 	if all {
 		for i := range due {
 			due[i] = true
 		}
-	} else {
-		due = b.storedAt(ctx, direct)
-		if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
-			return nil, cause
-		}
+	} else if due, err = b.storedAt(ctx, direct); err != nil {
+		return nil, err
 	}
 	var dueSpecs []consumers.Spec
 	var dueLanes []consumers.Lane
@@ -291,7 +294,11 @@ func (w *laneWatch) stored() []bool {
 	ctx, cancel := context.WithTimeout(w.ctx, defaultTimeout)
 	defer cancel()
 	due := make([]bool, len(w.specs))
-	for j, has := range w.b.storedAt(ctx, specs) {
+	stored, err := w.b.storedAt(ctx, specs)
+	if err != nil {
+		w.b.opts.onError(fmt.Errorf("look for messages to %s: %w", w.b.agent, err))
+	}
+	for j, has := range stored {
 		due[idx[j]] = has
 	}
 	return due

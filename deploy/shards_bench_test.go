@@ -69,50 +69,52 @@ func BenchmarkShards(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			iteration := 0
 			for b.Loop() {
-				before := rss(b, ns)
-				start := time.Now()
-				buses := make([]*bus.Bus, 0, *shardAgents)
-				defer func() {
-					for _, ab := range buses {
-						ab.Close()
-					}
-				}()
-				for i := range *shardAgents {
-					ab, err := bus.New(nc, fmt.Sprintf("agent-%d", i), bus.WithRoot(roots[i%shards]))
-					if err != nil {
-						b.Fatal(err)
-					}
-					buses = append(buses, ab)
-					if _, err := ab.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil }); err != nil {
-						b.Fatal(err)
-					}
-				}
-				elapsed := time.Since(start)
-				b.StopTimer()
-				after := rss(b, ns)
-				grew := make([]float64, len(ns))
-				for i := range ns {
-					grew[i] = (after[i] - before[i]) / 1024 / float64(*shardAgents)
-				}
-				var total float64
-				for _, g := range grew {
-					total += g
-				}
-				b.ReportMetric(float64(elapsed.Microseconds())/float64(*shardAgents), "µs/agent")
-				b.ReportMetric(slices.Max(grew), "max-server-rss-KiB/agent")
-				b.ReportMetric(total, "cluster-rss-KiB/agent")
-				b.ReportMetric(float64(serversUsed(b, nc, roots)), "servers-used")
-				var wg sync.WaitGroup
-				for _, ab := range buses {
-					wg.Go(func() { ab.Close() }) // stops its subscription
-				}
-				wg.Wait()
-				buses = buses[:0]
-				b.StartTimer()
+				iteration++
+				measureShards(b, ns, nc, roots, iteration)
 			}
 		})
 	}
+}
+
+// measureShards sets up the agents of one iteration of BenchmarkShards,
+// new ones, spread over roots, reports its figures and closes them.
+func measureShards(b *testing.B, ns []*node, nc *nats.Conn, roots []string, iteration int) {
+	buses := make([]*bus.Bus, 0, *shardAgents)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, ab := range buses {
+			wg.Go(func() { ab.Close() }) // stops its subscription
+		}
+		wg.Wait()
+		b.StartTimer()
+	}()
+	before := rss(b, ns)
+	start := time.Now()
+	for i := range *shardAgents {
+		ab, err := bus.New(nc, fmt.Sprintf("agent-%d-%d", iteration, i), bus.WithRoot(roots[i%len(roots)]))
+		if err != nil {
+			b.Fatal(err)
+		}
+		buses = append(buses, ab)
+		if _, err := ab.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	after := rss(b, ns)
+	grew := make([]float64, len(ns))
+	var total float64
+	for i := range ns {
+		grew[i] = (after[i] - before[i]) / 1024 / float64(*shardAgents)
+		total += grew[i]
+	}
+	b.ReportMetric(float64(elapsed.Microseconds())/float64(*shardAgents), "µs/agent")
+	b.ReportMetric(slices.Max(grew), "max-server-rss-KiB/agent")
+	b.ReportMetric(total, "cluster-rss-KiB/agent")
+	b.ReportMetric(float64(serversUsed(b, nc, roots)), "servers-used")
 }
 
 // rss returns each node's resident memory, from /varz.
