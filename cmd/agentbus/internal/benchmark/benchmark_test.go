@@ -3,7 +3,9 @@ package benchmark
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +127,33 @@ func TestStamp(t *testing.T) {
 	}
 	if d := since(epoch, []byte{1, 2, 3}); d != 0 {
 		t.Errorf("since(short payload) = %v, want 0", d)
+	}
+}
+
+// TestMirrored: each side measures half the messages, the odd one in the
+// second half, in the order A B C then C B A; an error stops the run and
+// names its side.
+func TestMirrored(t *testing.T) {
+	var calls []string
+	side := func(name string) func(k int) (int, error) {
+		return func(k int) (int, error) {
+			calls = append(calls, fmt.Sprintf("%s%d", name, k))
+			return k, nil
+		}
+	}
+	got, err := mirrored(7, side("a"), side("b"), side("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a3", "b3", "c3", "c4", "b4", "a4"}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	if want := [][2]int{{3, 4}, {3, 4}, {3, 4}}; !slices.Equal(got, want) {
+		t.Errorf("measures %v, want %v", got, want)
+	}
+	failed := errors.New("boom")
+	_, err = mirrored(4, side("a"), func(int) (int, error) { return 0, failed })
+	if !errors.Is(err, failed) || !strings.HasPrefix(err.Error(), "raw: ") {
+		t.Errorf("error %v, want boom named raw", err)
 	}
 }
