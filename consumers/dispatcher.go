@@ -230,7 +230,7 @@ func (o *Options) setDefaults(levels int) error {
 // held is a message delivered to this process and not yet settled.
 type held struct {
 	msg     *nats.Msg
-	md      Metadata  // parsed from msg.Reply when it arrived
+	m       Msg       // what the handler gets; its Metadata parsed from msg.Reply when it arrived
 	touched time.Time // last delivery or in-progress ack
 }
 
@@ -555,7 +555,7 @@ func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 		switch {
 		case len(q.buf) == 0:
 			unknown = unknown || (!q.lane.drained && q.lane.buffered < prefetch)
-		case head == nil || q.buf[0].md.StreamSeq < head.buf[0].md.StreamSeq:
+		case head == nil || q.buf[0].m.Metadata.StreamSeq < head.buf[0].m.Metadata.StreamSeq:
 			head = q
 		}
 	}
@@ -565,8 +565,7 @@ func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 // handle runs the handler on h's message. The handler settles it; one it
 // returns without settling, or whose handler panicked, is given back.
 func (d *Dispatcher) handle(h *held) {
-	nm := h.msg
-	m := &Msg{Subject: nm.Subject, Header: nm.Header, Data: nm.Data, Metadata: h.md, reply: nm.Reply, d: d}
+	m := &h.m
 	start := time.Now()
 	panicked := d.call(m)
 	if d.opts.Prefetch == 0 {

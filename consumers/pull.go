@@ -149,7 +149,11 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 			q = l.queues[len(l.queues)-1]
 		}
 	}
-	q.buf = append(q.buf, &held{msg: m, md: md, touched: now})
+	q.buf = append(q.buf, &held{
+		msg:     m,
+		m:       Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Metadata: md, reply: m.Reply, d: d},
+		touched: now,
+	})
 	l.buffered++
 	l.reqGot++
 	filled := l.reqGot == l.reqBatch
