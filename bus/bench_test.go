@@ -767,6 +767,9 @@ func (c *consumeClock) report(b *testing.B) (msgs, cpu float64) {
 //	               the same with QueueIfOffline: no presence read first
 //	bus-untracked  the same with WithoutLifecycle on both sides: no records
 //	               and no record read before the handler
+//
+// raw-jetstream and the bus rows also split the round trip where the
+// responder's handler starts (legClock): to-handler-p50-µs and back-p50-µs.
 func BenchmarkRequestReply(b *testing.B) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
@@ -807,7 +810,9 @@ func BenchmarkRequestReply(b *testing.B) {
 			consumeRawAgent(b, env, agent, f)
 		}
 		replySubject := rawDirect(b, requester, responder, "RESULT")
+		legs := newLegClock()
 		consume(responder, func(js jetstream.JetStream, req *codec.Message) {
+			legs.handlerStarted()
 			reply := &codec.Message{From: responder, To: req.From, Type: "RESULT", CausationID: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
 			m, err := encodeEvent(replySubject, reply)
 			if err == nil {
@@ -825,6 +830,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		b.ReportAllocs()
 		var lat []time.Duration
 		for b.Loop() {
+			legs.sending()
 			start := time.Now()
 			req := &codec.Message{From: requester, To: responder, Type: "REQUEST", Data: payload}
 			m, err := encodeEvent(subject, req)
@@ -846,9 +852,12 @@ func BenchmarkRequestReply(b *testing.B) {
 					b.Fatalf("no reply to request %s in 10 s", req.ID)
 				}
 			}
-			lat = append(lat, time.Since(start))
+			end := time.Now()
+			lat = append(lat, end.Sub(start))
+			legs.roundTrip(start, end)
 		}
 		record(b, "raw-jetstream", lat)
+		legs.report(b)
 	})
 
 	busRoundTrips := func(b *testing.B, opts []bus.Option, ropts ...bus.RequestOption) {
@@ -858,7 +867,9 @@ func BenchmarkRequestReply(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer rb.Close()
+		legs := newLegClock()
 		rsub, err := rb.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+			legs.handlerStarted()
 			_, err := d.Reply(ctx, bus.Message{Type: "RESULT", Data: d.Data})
 			return err
 		})
@@ -881,6 +892,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		b.ReportAllocs()
 		var lat []time.Duration
 		for b.Loop() {
+			legs.sending()
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := qb.Request(rctx, bus.Message{To: responder, Type: "REQUEST", Data: payload}, ropts...)
@@ -888,9 +900,12 @@ func BenchmarkRequestReply(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			lat = append(lat, time.Since(start))
+			end := time.Now()
+			lat = append(lat, end.Sub(start))
+			legs.roundTrip(start, end)
 		}
 		p50, p99 := latencyFigures(b, lat)
+		legs.report(b)
 		base.report(b, "p50-", p50)
 		base.report(b, "p99-", p99)
 		b.StopTimer()
@@ -907,6 +922,56 @@ func BenchmarkRequestReply(b *testing.B) {
 	// What lifecycle tracking costs: no records, no record read before
 	// the handler, plain subjects.
 	b.Run("bus-untracked", func(b *testing.B) { busRoundTrips(b, []bus.Option{bus.WithoutLifecycle()}) })
+}
+
+// legClock splits request round trips where the responder's handler
+// starts: "to-handler" runs from the request's send to that moment, "back"
+// from there until the requester has the reply. Their p50s say on which
+// side of the handler a variant's time goes.
+type legClock struct {
+	started  chan time.Time // the handler's start of the current request
+	to, back []time.Duration
+}
+
+func newLegClock() *legClock { return &legClock{started: make(chan time.Time, 1)} }
+
+// handlerStarted is called by the responder's handler, first thing.
+func (c *legClock) handlerStarted() {
+	select {
+	case c.started <- time.Now():
+	default: // a second delivery of the same request: the first start counts
+	}
+}
+
+// sending forgets a start left over from the last request (a redelivery of
+// it), before the next is sent.
+func (c *legClock) sending() {
+	select {
+	case <-c.started:
+	default:
+	}
+}
+
+// roundTrip records the legs of a round trip from start to end.
+func (c *legClock) roundTrip(start, end time.Time) {
+	select {
+	case h := <-c.started:
+		c.to, c.back = append(c.to, h.Sub(start)), append(c.back, end.Sub(h))
+	default: // the handler's start is not in yet: the round trip is not split
+	}
+}
+
+// report reports the p50 of each leg, in microseconds.
+func (c *legClock) report(b *testing.B) {
+	p50 := func(d []time.Duration) float64 {
+		if len(d) == 0 {
+			return 0
+		}
+		slices.Sort(d)
+		return float64(d[len(d)/2]) / float64(time.Microsecond)
+	}
+	b.ReportMetric(p50(c.to), "to-handler-p50-µs")
+	b.ReportMetric(p50(c.back), "back-p50-µs")
 }
 
 // BenchmarkIdleSubscriber reports the CPU time the whole process (client
