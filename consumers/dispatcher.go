@@ -229,8 +229,7 @@ func (o *Options) setDefaults(levels int) error {
 
 // held is a message delivered to this process and not yet settled.
 type held struct {
-	msg     *nats.Msg
-	m       Msg       // what the handler gets; its Metadata parsed from msg.Reply when it arrived
+	m       Msg       // what the handler gets; its Metadata parsed from the ack subject when it arrived
 	touched time.Time // last delivery or in-progress ack
 }
 
@@ -634,14 +633,15 @@ func (d *Dispatcher) prefetch() int {
 	return int(min(max(n, int64(d.opts.Concurrency)), MaxPrefetch))
 }
 
-// giveBack naks m so the server redelivers it at once, to this agent's other
-// processes or later to this one.
-func (d *Dispatcher) giveBack(m *nats.Msg) {
-	if d.deferGiveBack(m.Subject, m.Reply, nakBody) {
+// giveBack naks the message on subject, whose ack subject is reply, so the
+// server redelivers it at once, to this agent's other processes or later
+// to this one.
+func (d *Dispatcher) giveBack(subject, reply string) {
+	if d.deferGiveBack(subject, reply, nakBody) {
 		return
 	}
-	if err := d.nc.Publish(m.Reply, nakBody); err != nil {
-		d.opts.Logger.Debug("give back message", "subject", m.Subject, "error", err)
+	if err := d.nc.Publish(reply, nakBody); err != nil {
+		d.opts.Logger.Debug("give back message", "subject", subject, "error", err)
 	}
 }
 
@@ -687,11 +687,11 @@ func (d *Dispatcher) sendGivenBack() {
 // releaseBuffered gives back every message still waiting in memory.
 func (d *Dispatcher) releaseBuffered() {
 	d.mu.Lock()
-	var msgs []*nats.Msg
+	var msgs []*Msg
 	for _, l := range d.lanes {
 		for _, q := range l.queues {
 			for _, h := range q.buf {
-				msgs = append(msgs, h.msg)
+				msgs = append(msgs, &h.m)
 			}
 			q.buf = nil
 		}
@@ -700,7 +700,7 @@ func (d *Dispatcher) releaseBuffered() {
 	}
 	d.mu.Unlock()
 	for _, m := range msgs {
-		d.giveBack(m)
+		d.giveBack(m.Subject, m.reply)
 	}
 }
 
@@ -712,7 +712,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(d.opts.AckWait / 6)
 	defer t.Stop()
-	var due []*nats.Msg
+	var due []*Msg // only their Subject and reply are read
 	for {
 		select {
 		case <-stop:
@@ -723,7 +723,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 			touch := func(h *held) {
 				if h.touched.Before(limit) {
 					h.touched = now
-					due = append(due, h.msg)
+					due = append(due, &h.m)
 				}
 			}
 			d.mu.Lock()
@@ -739,7 +739,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 			}
 			d.mu.Unlock()
 			for _, m := range due {
-				if err := d.nc.Publish(m.Reply, progressBody); err != nil {
+				if err := d.nc.Publish(m.reply, progressBody); err != nil {
 					d.opts.Logger.Debug("in-progress ack", "subject", m.Subject, "error", err)
 				}
 			}

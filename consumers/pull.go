@@ -138,7 +138,7 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 	d.mu.Lock()
 	if d.stopping {
 		d.mu.Unlock()
-		d.giveBack(m)
+		d.giveBack(m.Subject, m.Reply)
 		return
 	}
 	q := l.queues[0]
@@ -150,7 +150,6 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 		}
 	}
 	q.buf = append(q.buf, &held{
-		msg:     m,
 		m:       Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Metadata: md, reply: m.Reply, d: d},
 		touched: now,
 	})
