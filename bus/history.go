@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -596,7 +595,7 @@ func (b *Admin) RedeliverEntry(ctx context.Context, e HistoryEntry, to string) (
 	}
 	m := e.Message
 	setExtension(&m, ExtRedeliveryOf, e.ID) // a copy of the extensions
-	m.ID, m.To, m.TTL = uuid.NewString(), to, 0
+	m.ID, m.To, m.TTL = codec.NewID(), to, 0
 	msg, err := b.encode(&m)
 	if err != nil {
 		return PubAck{}, fmt.Errorf("redeliver %s: %w", e.ID, err)

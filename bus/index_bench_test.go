@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,14 +14,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
 // BenchmarkIndexBySubject compares, with raw nats.go alone, two ways of
 // finding a message by its ID: a status record per message, as the bus
-// keeps today, and the message's subject carrying its ID and conversation
-// key, so that the stream's own subject index finds it. Three
+// kept before, and the message's subject carrying its ID and conversation
+// key, so that the stream's own subject index finds it. Four
 // sub-benchmarks on a fresh server each, b.N messages of 1 KiB to 1,000
 // agents (half of them to one), in conversations of ten messages:
 //
@@ -28,7 +30,10 @@ import (
 //	        and no index: the baseline
 //	record  shared, plus each message's pending status record as the bus
 //	        writes it (rawPendingRecord) in a bucket configured alike
-//	unique  shared's subjects followed by .<message ID>.<conversation key>
+//	unique  shared's subjects followed by .<message ID>.<conversation key>,
+//	        the ID made by codec.NewID as the bus makes it (a UUID v7)
+//	unique-v4  unique with random IDs (UUID v4), as the bus made them
+//	        before: what the ID's form costs the server's index
 //
 // Each reports its publish rate (PublishMsgAsync until the last ack), the
 // server heap each message adds (a GC before and after; the server runs in
@@ -48,8 +53,8 @@ import (
 func BenchmarkIndexBySubject(b *testing.B) {
 	const convLen = 10 // messages per conversation
 	var shared struct{ publish, consume, heap float64 }
-	for _, name := range []string{"shared", "record", "unique"} {
-		unique, record := name == "unique", name == "record"
+	for _, name := range []string{"shared", "record", "unique", "unique-v4"} {
+		unique, record := strings.HasPrefix(name, "unique"), name == "record"
 		b.Run(name, func(b *testing.B) {
 			s := embeddedtest.RunServer(b)
 			js, err := jetstream.New(embeddedtest.Connect(b, s))
@@ -76,7 +81,10 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				return subj
 			}
 			for i := range ids {
-				ids[i] = uuid.NewString()
+				ids[i] = codec.NewID()
+				if name == "unique-v4" {
+					ids[i] = uuid.NewString()
+				}
 			}
 			var (
 				kv     jetstream.KeyValue

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -454,7 +453,7 @@ func (b *Bus) writePresence(ctx context.Context, d presenceData, ttl time.Durati
 		typ = EventPresenceOffline
 	}
 	data, err := json.Marshal(presenceRecord{
-		SpecVersion: codec.SpecVersion, ID: uuid.NewString(), Source: codec.SourcePrefix + subjects.EncodeToken(b.agent),
+		SpecVersion: codec.SpecVersion, ID: codec.NewID(), Source: codec.SourcePrefix + subjects.EncodeToken(b.agent),
 		Type: typ, Time: time.Now().UTC(), DataContentType: "application/json", Data: d,
 	})
 	if err != nil {

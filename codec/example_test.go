@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/codec"
@@ -134,4 +135,13 @@ func ExampleFieldError() {
 	}
 	// Output:
 	// priority 9 true
+}
+
+// NewID makes the ID SetDefaults gives a message without one: a UUID of
+// version 7, so IDs sort in the order they were made.
+func ExampleNewID() {
+	first, second := codec.NewID(), codec.NewID()
+	u, err := uuid.Parse(first)
+	fmt.Println(u.Version(), err, first < second)
+	// Output: VERSION_7 <nil> true
 }

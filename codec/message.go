@@ -20,7 +20,7 @@ import (
 // Message they are given.
 type Message struct {
 	// ID identifies the message (CloudEvents id). "" makes SetDefaults
-	// assign a random UUID (version 4).
+	// assign a new one (NewID).
 	ID string
 	// From is the sender's agent ID (CloudEvents source "/agents/<token>").
 	// It must pass subjects.ValidateID.
@@ -63,13 +63,28 @@ type Message struct {
 	Extensions map[string]string
 }
 
+// NewID returns a new message ID: a UUID of version 7 (RFC 9562), whose
+// first 48 bits are the Unix time in milliseconds and the rest a counter
+// and random bits, so that IDs made one after another in a process sort in
+// the order they were made (the counter keeps that within a millisecond).
+//
+// The bus puts a message's ID in its subject, and the server indexes every
+// stored subject in memory. IDs that share their leading characters cost
+// that index less than random ones (version 4): about 280 B of server heap
+// per stored message instead of 325 B, measured in docs/performance.md.
+func NewID() string {
+	// Must: it fails only when the system's random source does, where
+	// uuid.NewString panics too.
+	return uuid.Must(uuid.NewV7()).String()
+}
+
 // SetDefaults fills the fields a sender usually leaves out: a zero ID becomes
-// a random UUID (version 4), a zero Time becomes now in UTC, Priority 0
+// a new one (NewID), a zero Time becomes now in UTC, Priority 0
 // becomes subjects.DefaultPriority and an empty CorrelationID becomes the ID.
 // Fields already set are kept.
 func (m *Message) SetDefaults(now time.Time) {
 	if m.ID == "" {
-		m.ID = uuid.NewString()
+		m.ID = NewID()
 	}
 	if m.Time.IsZero() {
 		m.Time = now.UTC()

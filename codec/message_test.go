@@ -13,13 +13,33 @@ import (
 	"github.com/agentbus/agentbus/subjects"
 )
 
+func TestNewIDSortsInOrderMade(t *testing.T) {
+	// Made within one millisecond or across several, each ID sorts after
+	// the one before it, as a string and as its time.
+	prev := codec.NewID()
+	for range 10000 {
+		id := codec.NewID()
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+			t.Fatalf("NewID() = %q: want a UUID v7 of the RFC 4122 variant (err %v)", id, err)
+		}
+		if id <= prev {
+			t.Fatalf("NewID() = %q after %q: not in the order made", id, prev)
+		}
+		if sec, nsec := u.Time().UnixTime(); time.Since(time.Unix(sec, nsec)).Abs() > time.Minute {
+			t.Fatalf("NewID() = %q carries the time %v, not now", id, time.Unix(sec, nsec))
+		}
+		prev = id
+	}
+}
+
 func TestSetDefaults(t *testing.T) {
 	var m codec.Message
 	now := time.Date(2025, 1, 2, 3, 4, 5, 6, time.FixedZone("CET", 3600))
 	m.SetDefaults(now)
 	u, err := uuid.Parse(m.ID)
-	if err != nil || u.Version() != 4 {
-		t.Errorf("ID = %q, want a UUID v4 (err %v)", m.ID, err)
+	if err != nil || u.Version() != 7 {
+		t.Errorf("ID = %q, want a UUID v7 (err %v)", m.ID, err)
 	}
 	if !m.Time.Equal(now) || m.Time.Location() != time.UTC {
 		t.Errorf("Time = %v, want %v in UTC", m.Time, now)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/agentbus/agentbus/codec"
 )
 
@@ -183,7 +181,7 @@ func (p BaseMessage) ErrorReply(orig *codec.Message, code, detail, from string, 
 		Version       string       `json:"version"`
 		Payload       errorPayload `json:"payload"`
 	}{
-		MessageID:     uuid.NewString(),
+		MessageID:     codec.NewID(),
 		CorrelationID: correlation,
 		ReplyTo:       origID,
 		Timestamp:     now.UTC().Format(time.RFC3339Nano),

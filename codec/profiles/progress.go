@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/agentbus/agentbus/codec"
 )
 
@@ -79,7 +77,7 @@ func (p BaseMessage) StatusUpdate(task *codec.Message, u Update, from string, no
 		Version       string  `json:"version"`
 		Payload       payload `json:"payload"`
 	}{
-		MessageID: uuid.NewString(), CorrelationID: correlation, ReplyTo: task.ID,
+		MessageID: codec.NewID(), CorrelationID: correlation, ReplyTo: task.ID,
 		Timestamp: now.UTC().Format(time.RFC3339Nano), From: from, To: task.From,
 		Type: "STATUS_UPDATE", Version: p.Version(),
 		Payload: payload{TaskID: taskOf(task, "payload"), Status: "PROGRESS", Progress: u.Percent, Details: u.Message},
