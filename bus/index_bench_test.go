@@ -80,11 +80,12 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				}
 				return subj
 			}
+			newID := codec.NewID
+			if name == "unique-v4" {
+				newID = uuid.NewString
+			}
 			for i := range ids {
-				ids[i] = codec.NewID()
-				if name == "unique-v4" {
-					ids[i] = uuid.NewString()
-				}
+				ids[i] = newID()
 			}
 			var (
 				kv     jetstream.KeyValue

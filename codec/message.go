@@ -64,9 +64,9 @@ type Message struct {
 }
 
 // NewID returns a new message ID: a UUID of version 7 (RFC 9562), whose
-// first 48 bits are the Unix time in milliseconds and the rest a counter
-// and random bits, so that IDs made one after another in a process sort in
-// the order they were made (the counter keeps that within a millisecond).
+// first 48 bits are the Unix time in milliseconds, the next 12 the time
+// within the millisecond (kept increasing) and the last 62 random, so that
+// IDs made one after another in a process sort in the order they were made.
 //
 // The bus puts a message's ID in its subject, and the server indexes every
 // stored subject in memory. IDs that share their leading characters cost
