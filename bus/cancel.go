@@ -183,10 +183,13 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 }
 
 // cancels are what a Bus knows of canceled messages to its agent: the
-// handlings running, by message ID, and the IDs canceled lately.
+// handlings running and the IDs canceled lately.
 type cancels struct {
-	mu       sync.Mutex
-	running  map[string]*handling
+	mu sync.Mutex
+	// running holds every handling under way, each at its index
+	// (handling.slot): a slice, not a map by ID, because every delivered
+	// message is added and removed and only a cancel notice searches it.
+	running  []*handling
 	canceled recentSet
 }
 
@@ -198,30 +201,32 @@ func (c *cancels) start(h *handling) bool {
 	if c.canceled.has(h.d.ID) {
 		return true
 	}
-	if c.running == nil {
-		c.running = make(map[string]*handling)
-	}
-	c.running[h.d.ID] = h
+	h.slot = len(c.running)
+	c.running = append(c.running, h)
 	return false
 }
 
-// done unregisters h.
+// done unregisters h, which start registered.
 func (c *cancels) done(h *handling) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.running[h.d.ID] == h {
-		delete(c.running, h.d.ID)
-	}
+	last := len(c.running) - 1
+	moved := c.running[last]
+	c.running[h.slot], moved.slot = moved, h.slot
+	c.running[last] = nil
+	c.running = c.running[:last]
 }
 
-// apply marks id canceled and cancels its handler if one runs.
+// apply marks id canceled and cancels its handlers if any run.
 func (c *cancels) apply(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.canceled.add(id)
-	if h := c.running[id]; h != nil {
-		h.canceled.Store(true)
-		h.cancel(ErrCanceled)
+	for _, h := range c.running {
+		if h.d.ID == id {
+			h.canceled.Store(true)
+			h.cancel(ErrCanceled)
+		}
 	}
 }
 

@@ -96,4 +96,5 @@ type handling struct {
 	cancel   context.CancelCauseFunc
 	canceled atomic.Bool
 	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
+	slot     int          // its index in cancels.running while it runs
 }

@@ -87,14 +87,16 @@ func (c incomingCarrier) Keys() []string {
 // prefix.
 const codecHeaderPrefix = "ce-"
 
-// headerValue returns the first value of key in h, matched
-// case-insensitively.
+// headerValue returns the first value of key, an ASCII header name, in h,
+// matched case-insensitively. It runs for every delivered message, mostly
+// to find that key is absent, so names of another length are passed over
+// before they are compared: ASCII folds byte for byte.
 func headerValue(h nats.Header, key string) string {
 	if v := h[key]; len(v) > 0 {
 		return v[0]
 	}
 	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, key) {
+		if len(k) == len(key) && len(v) > 0 && strings.EqualFold(k, key) {
 			return v[0]
 		}
 	}

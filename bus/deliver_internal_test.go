@@ -1,0 +1,87 @@
+package bus
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+)
+
+// BenchmarkHandlerPath measures the bus's work on one delivered message
+// between the dispatcher and the user's handler and back, without the
+// server: decoding it, its checks, its telemetry with tracing off, its
+// cancelable context and Delivery, and a handler that returns nil. The
+// settlement (an ack, one publish) is left out. BenchmarkConsume's
+// "dispatcher" and "bus-untracked" rows show the same work in a running
+// subscription; this one isolates it for profiles and before/after
+// comparisons. Decoding alone is BenchmarkBinaryDecode in package codec.
+func BenchmarkHandlerPath(b *testing.B) {
+	s := embeddedtest.RunServer(b)
+	nc := embeddedtest.Connect(b, s)
+	a, err := NewAdmin(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.Provision(context.Background(), StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	// Sent as a bus with its defaults sends it, on an indexed subject.
+	sender, err := New(embeddedtest.Connect(b, s), "bench-sender")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sender.Close()
+	cm := deliveredMsg(b, sender, &Message{To: "bench-receiver", Type: "BENCH", Data: make([]byte, 1024)})
+	for _, bm := range []struct {
+		name string
+		opts []Option
+	}{
+		{"defaults", nil},
+		{"untracked", []Option{WithoutLifecycle()}},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			bb, err := New(embeddedtest.Connect(b, s), "bench-receiver", bm.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bb.Close()
+			handler := func(context.Context, *Delivery) error { return nil }
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				m, derr := codec.Decode(cm.Header, cm.Data)
+				hctx, op := bb.tel.startProcess(ctx, cm, m)
+				err := bb.handle(hctx, handler, cm, m, derr, consumers.DefaultMaxDeliver)
+				op.end(bb.tel, hctx, err)
+				op.span.End()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// deliveredMsg returns m, sent by bb, as the dispatcher hands it to the
+// recipient after its first delivery.
+func deliveredMsg(b *testing.B, bb *Bus, m *Message) *consumers.Msg {
+	b.Helper()
+	m.From = bb.agent
+	m.SetDefaults(time.Now())
+	msg, err := bb.encode(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, ok := msg.Header[jetstream.MsgIDHeader]; !ok {
+		b.Fatal("no message ID header")
+	}
+	return &consumers.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data, Metadata: consumers.Metadata{
+		Stream: bb.opts.scheme.Stream(), Consumer: "bench-receiver_p3", Deliveries: 1, StreamSeq: 1, ConsumerSeq: 1,
+		Timestamp: time.Now(),
+	}}
+}
