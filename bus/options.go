@@ -320,7 +320,7 @@ func WithConcurrency(n int) SubscribeOption {
 // per priority and one for the broadcasts) this process holds in memory
 // ahead of its handlers. By default it adapts: a consumer holds about what
 // the handlers start in 100 ms at the speed they have shown so far, at
-// least the concurrency and at most 256 (consumers.MaxPrefetch). Fast
+// least the concurrency and at most 512 (consumers.MaxPrefetch). Fast
 // handlers then never wait for a pull round trip to the server, and slow
 // ones, an agent working minutes on each task, hold no more than they are
 // about to start, leaving the rest of a backlog to the agent's other

@@ -49,7 +49,7 @@ func (p Policy) String() string {
 // Adaptive prefetch (Options.Prefetch zero).
 const (
 	// MaxPrefetch bounds what a lane holds in memory.
-	MaxPrefetch = 256
+	MaxPrefetch = 512
 	// PrefetchWindow is how much work, in handler time, a lane holds.
 	PrefetchWindow = 100 * time.Millisecond
 )
