@@ -119,8 +119,8 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 		if prev != nil && prev.since.Equal(c.Presence.Since) {
 			return
 		}
-		if prev != nil {
-			prev.timer.Stop()
+		if prev != nil && prev.timer.Stop() {
+			w.timers.Done() // it will not run
 		}
 		o := &outage{since: c.Presence.Since, reason: c.Presence.Reason, policy: p, done: make(chan struct{})}
 		w.timers.Add(1)
