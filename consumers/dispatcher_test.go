@@ -720,3 +720,41 @@ func TestAddLaneCreatesConsumer(t *testing.T) {
 	close(create)
 	wantHandled(t, r, append([]uint64{low[0]}, append(high, low[1:]...)...), "nothing of the lower level while the higher one's consumer was created")
 }
+
+// TestLaneWithoutConsumerYet: a lane whose consumer does not exist gets
+// 503 (no responders) for its pulls; the dispatcher keeps asking, reports
+// it once it lasts (a consumer another process has just created may not
+// take requests for a few milliseconds, which is not worth an error), and
+// delivers the consumer's messages once it exists.
+func TestLaneWithoutConsumerYet(t *testing.T) {
+	nc, js := setup(t)
+	seqs := publish(t, js, "late", "late")
+	r := &record{}
+	errs := make(chan error, 16)
+	d, err := consumers.Start(nc, stream, 1, []consumers.Lane{{Consumer: "late"}}, r.handle,
+		consumers.Options{OnError: func(err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, consumers.ErrPull) || !strings.Contains(err.Error(), "503") {
+			t.Errorf("reported %v, want a pull failure with status 503", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("pulls from a missing consumer never reported")
+	}
+	if _, err := consumers.Ensure(t.Context(), js, stream, []consumers.Spec{{Name: "late", FilterSubject: "s.late.>"}}, consumers.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	wantHandled(t, r, seqs, "the consumer's messages once it exists")
+}

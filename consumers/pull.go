@@ -48,11 +48,12 @@ type lane struct {
 type endKind int
 
 const (
-	endFilled    endKind = iota // every message asked for arrived
-	endEmpty                    // 404 or 408: the server had no more to send
-	endFailed                   // refused, unanswered, or not sent
-	endReconnect                // the connection was re-established
-	endStopped                  // the dispatcher is stopping
+	endFilled      endKind = iota // every message asked for arrived
+	endEmpty                      // 404 or 408: the server had no more to send
+	endFailed                     // refused, unanswered, or not sent
+	endUnavailable                // 503: no consumer took the request
+	endReconnect                  // the connection was re-established
+	endStopped                    // the dispatcher is stopping
 )
 
 type ending struct {
@@ -123,7 +124,9 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 			case "100": // idle heartbeat
 			case "404", "408": // no messages (no_wait), or the request expired
 				l.end(endEmpty, seq, nil)
-			default: // 409 conflicts, 503 no responders, ...
+			case "503": // no responders
+				l.end(endUnavailable, seq, fmt.Errorf("%w: consumer %s: status 503, no consumer took the request", ErrPull, l.name))
+			default: // 409 conflicts, ...
 				l.end(endFailed, seq, fmt.Errorf("%w: consumer %s: status %s %s", ErrPull, l.name, status, m.Header.Get("Description")))
 			}
 			return
@@ -181,6 +184,7 @@ func (d *Dispatcher) pull(l *lane) {
 		return
 	}
 	retry := time.Duration(0)
+	unavailable := 0 // 503s in a row
 	for {
 		room, drained, ok := d.waitRoom(l)
 		if !ok {
@@ -191,29 +195,44 @@ func (d *Dispatcher) pull(l *lane) {
 		case endStopped:
 			return
 		case endFilled: // onMessage cleared drained
-			retry = 0
+			retry, unavailable = 0, 0
 			continue
 		case endEmpty:
 			d.setDrained(l, true)
-			retry = 0
+			retry, unavailable = 0, 0
 			continue
 		case endReconnect:
 			d.setDrained(l, false)
 			continue
 		}
 		d.setDrained(l, false)
+		first := 100 * time.Millisecond
+		if e.kind == endUnavailable {
+			// A consumer just created, as by another process of the same
+			// agent, can take a few milliseconds to take requests, and a
+			// cluster can be electing its leader: ask again soon, then
+			// less often, and report it only if it lasts. A 100ms wait
+			// here let the other process take a whole backlog.
+			first = 10 * time.Millisecond
+			if unavailable++; unavailable == 1 {
+				if !d.backOff(&retry, first) {
+					return
+				}
+				continue
+			}
+		}
 		d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
-		if !d.backOff(&retry) {
+		if !d.backOff(&retry, first) {
 			return
 		}
 	}
 }
 
 // backOff waits before the next attempt after a failure, twice as long as
-// the last time (retry), from 100ms up to 5s, and reports false if the
+// the last time (retry), from first up to 5s, and reports false if the
 // dispatcher stopped meanwhile.
-func (d *Dispatcher) backOff(retry *time.Duration) bool {
-	*retry = min(max(2**retry, 100*time.Millisecond), 5*time.Second)
+func (d *Dispatcher) backOff(retry *time.Duration, first time.Duration) bool {
+	*retry = min(max(2**retry, first), 5*time.Second)
 	select {
 	case <-time.After(*retry):
 		return true
@@ -239,7 +258,7 @@ func (d *Dispatcher) create(l *lane) bool {
 		}
 		d.opts.OnError(fmt.Errorf("create consumer %s: %w", l.name, err))
 		d.setDrained(l, true)
-		if !d.backOff(&retry) {
+		if !d.backOff(&retry, 100*time.Millisecond) {
 			return false
 		}
 	}
