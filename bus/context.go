@@ -92,83 +92,9 @@ type handling struct {
 	progress atomic.Int64 // progress updates sent on d, before this delivery too
 	// seedProgress reads, once, how many updates earlier deliveries sent.
 	seedProgress sync.Once
-	// ctx is the handler's context, which Cancel cancels; canceled says
-	// it did. Nil for a handling ContextWithDelivery made.
-	ctx      *handlerContext
+	// cancel cancels the handler's context, canceled says Cancel did.
+	cancel   context.CancelCauseFunc
 	canceled atomic.Bool
 	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
 	slot     int          // its index in cancels.running while it runs
-}
-
-// handlerContext is the context a handler runs under: its parent (the
-// subscription's), with the handling as the value of deliveryKey, as
-// context.WithValue would make it, and a cancellation of its own for
-// Cancel. That cancellation, a context.WithCancelCause of the parent, is
-// made only when something asks for it: Done (a select on it, a child
-// context), or a cancel. Until then Err and Value are the parent's, which
-// is what the cancel context would answer too. A handler that never
-// watches its context then costs no cancel context, no registration with
-// the parent and no release: two allocations and a locked map insert and
-// delete, for every message.
-type handlerContext struct {
-	context.Context // the parent
-	h               *handling
-
-	mu     sync.Mutex
-	inner  context.Context // the cancel context, once made
-	cancel context.CancelCauseFunc
-}
-
-// own returns the cancel context, made now if not yet.
-func (c *handlerContext) own() (context.Context, context.CancelCauseFunc) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inner == nil {
-		c.inner, c.cancel = context.WithCancelCause(c.Context)
-	}
-	return c.inner, c.cancel
-}
-
-// current returns the cancel context if it was made, else the parent.
-func (c *handlerContext) current() context.Context {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inner != nil {
-		return c.inner
-	}
-	return c.Context
-}
-
-func (c *handlerContext) Done() <-chan struct{} {
-	inner, _ := c.own()
-	return inner.Done()
-}
-
-func (c *handlerContext) Err() error { return c.current().Err() }
-
-// Value answers deliveryKey itself. Other keys, the context package's own
-// included (context.Cause finds the cancel context through one), go to the
-// cancel context once it exists and to the parent before.
-func (c *handlerContext) Value(key any) any {
-	if _, ok := key.(deliveryKey); ok {
-		return c.h
-	}
-	return c.current().Value(key)
-}
-
-// cancelWith cancels the context with cause.
-func (c *handlerContext) cancelWith(cause error) {
-	_, cancel := c.own()
-	cancel(cause)
-}
-
-// release frees the cancel context, if one was made, once the handler has
-// returned.
-func (c *handlerContext) release() {
-	c.mu.Lock()
-	cancel := c.cancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel(nil)
-	}
 }
