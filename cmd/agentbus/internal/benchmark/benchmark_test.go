@@ -157,3 +157,36 @@ func TestMirrored(t *testing.T) {
 		t.Errorf("error %v, want boom named raw", err)
 	}
 }
+
+// TestInterleaved: every side is called once per round, the order turning
+// by one each round, and each side's durations come back in its own slot;
+// an error names its side and message.
+func TestInterleaved(t *testing.T) {
+	var calls []string
+	side := func(name string) func(i int) error {
+		return func(i int) error {
+			calls = append(calls, fmt.Sprintf("%s%d", name, i))
+			return nil
+		}
+	}
+	lat, err := interleaved(3, side("a"), side("b"), side("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a0", "b0", "c0", "b1", "c1", "a1", "c2", "a2", "b2"}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	if len(lat) != 3 || len(lat[0]) != 3 || len(lat[2]) != 3 {
+		t.Errorf("durations %v, want three sides of three", lat)
+	}
+	failed := errors.New("boom")
+	_, err = interleaved(2, side("a"), side("b"), func(i int) error {
+		if i == 1 {
+			return failed
+		}
+		return nil
+	})
+	if !errors.Is(err, failed) || !strings.HasPrefix(err.Error(), "raw+headers: message 1: ") {
+		t.Errorf("error %v, want boom named raw+headers, message 1", err)
+	}
+}

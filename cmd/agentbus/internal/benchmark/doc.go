@@ -29,7 +29,9 @@
 //     publish is acknowledged;
 //   - async-untracked: the same with the bus's lifecycle tracking off,
 //     whose subjects name no message, and raw on such subjects too;
-//   - sync: the latency of Publish against PublishMsg, one after another;
+//   - sync: the latency of Publish against PublishMsg, one after another,
+//     of the bare payload and of the bus's headers on its indexed subject,
+//     each timed from making its message and the three taking turns;
 //   - consume: the rate at which a handler that returns nil drains a
 //     backlog, bus Subscribe (prefetch ConsumePrefetch) against a raw
 //     durable consumer's Consume with explicit acks, of bare messages and

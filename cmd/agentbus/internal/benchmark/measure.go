@@ -178,6 +178,29 @@ func mirroredLatency(n int, rate float64, bus, raw func(k int) ([]time.Duration,
 	return newLatency(n, rate, append(lat[0][0], lat[0][1]...), append(lat[1][0], lat[1][1]...)), nil
 }
 
+// interleaved calls each of sides n times, taking turns: one call of each
+// per round, the order rotating from round to round, and returns how long
+// each side's calls took. Latency one call at a time is what a noisy
+// machine moves most from one moment to the next; taking turns, every side
+// meets the same moments, where mirrored halves would give each its own.
+func interleaved(n int, sides ...func(i int) error) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(sides))
+	for j := range out {
+		out[j] = make([]time.Duration, n)
+	}
+	for i := range n {
+		for k := range sides {
+			j := (i + k) % len(sides)
+			start := time.Now()
+			if err := sides[j](i); err != nil {
+				return nil, fmt.Errorf("%s: message %d: %w", sideNames[j], i, err)
+			}
+			out[j][i] = time.Since(start)
+		}
+	}
+	return out, nil
+}
+
 // latencies calls f n times, one after another, and returns how long each
 // call took.
 func latencies(n int, f func(i int) error) ([]time.Duration, error) {

@@ -77,6 +77,23 @@ type Latency struct {
 	RawP99Micros   float64  `json:"raw_p99_us"`
 	RatioBusRawP50 *float64 `json:"ratio_bus_raw_p50"`
 	RatioBusRawP99 *float64 `json:"ratio_bus_raw_p99"`
+	// RawHeadersP50Micros and RawHeadersP99Micros are raw nats.go doing
+	// the bus's job (its headers, its subjects; sync only), with the bus's
+	// ratios to them; nil where the scenario has no such side.
+	RawHeadersP50Micros   *float64 `json:"raw_headers_p50_us,omitempty"`
+	RawHeadersP99Micros   *float64 `json:"raw_headers_p99_us,omitempty"`
+	RatioBusRawHeadersP50 *float64 `json:"ratio_bus_raw_headers_p50,omitempty"`
+	RatioBusRawHeadersP99 *float64 `json:"ratio_bus_raw_headers_p99,omitempty"`
+}
+
+// withRawHeaders adds the raw+headers side's latencies to l.
+func (l *Latency) withRawHeaders(lat []time.Duration) *Latency {
+	h := Percentiles(lat, 50, 99)
+	p50, p99 := micros(h[0]), micros(h[1])
+	l.RawHeadersP50Micros, l.RawHeadersP99Micros = &p50, &p99
+	l.RatioBusRawHeadersP50 = Ratio(l.BusP50Micros, p50)
+	l.RatioBusRawHeadersP99 = Ratio(l.BusP99Micros, p99)
+	return l
 }
 
 // newLatency summarises the latencies of both sides.
@@ -200,8 +217,10 @@ func throughputRow(scenario, figure string, t *Throughput) []string {
 // latencyRows returns the p50 and p99 rows of l.
 func latencyRows(scenario, figure string, l *Latency) [][]string {
 	return [][]string{
-		{scenario, figure + " p50", "µs", formatTenths(l.BusP50Micros), formatTenths(l.RawP50Micros), "-", optional(formatRatio, l.RatioBusRawP50), "-"},
-		{scenario, figure + " p99", "µs", formatTenths(l.BusP99Micros), formatTenths(l.RawP99Micros), "-", optional(formatRatio, l.RatioBusRawP99), "-"},
+		{scenario, figure + " p50", "µs", formatTenths(l.BusP50Micros), formatTenths(l.RawP50Micros),
+			optional(formatTenths, l.RawHeadersP50Micros), optional(formatRatio, l.RatioBusRawP50), optional(formatRatio, l.RatioBusRawHeadersP50)},
+		{scenario, figure + " p99", "µs", formatTenths(l.BusP99Micros), formatTenths(l.RawP99Micros),
+			optional(formatTenths, l.RawHeadersP99Micros), optional(formatRatio, l.RatioBusRawP99), optional(formatRatio, l.RatioBusRawHeadersP99)},
 	}
 }
 

@@ -85,24 +85,31 @@ func newThroughput(n int, rates []float64) *Throughput {
 	}
 }
 
-// sync compares the latency of synchronous publishes, one after another.
+// sync compares the latency of synchronous publishes, one after another:
+// the bus's Publish, raw nats.go's PublishMsg of the bare payload, and of
+// the bus's headers on the subject the bus uses (indexed), each timed from
+// making its message to its ack, taking turns (interleaved).
 func (r *runner) sync(ctx context.Context, e *env) error {
 	subject, err := e.rawSubject(subjects.DefaultPriority)
 	if err != nil {
 		return err
 	}
-	l, err := mirroredLatency(r.cfg.Messages, 0,
-		func(k int) ([]time.Duration, error) {
-			return latencies(k, func(int) error { _, err := e.sender.Publish(ctx, r.message(receiverAgent, 0)); return err })
+	next, err := busMessages(r.payload, subject, true)
+	if err != nil {
+		return err
+	}
+	lat, err := interleaved(r.cfg.Messages,
+		func(int) error { _, err := e.sender.Publish(ctx, r.message(receiverAgent, 0)); return err },
+		func(int) error {
+			_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: r.payload})
+			return err
 		},
-		func(k int) ([]time.Duration, error) {
-			return latencies(k, func(int) error {
-				_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: r.payload})
-				return err
-			})
-		})
-	r.report.Sync = l
-	return err
+		func(int) error { _, err := e.js.PublishMsg(ctx, next()); return err })
+	if err != nil {
+		return err
+	}
+	r.report.Sync = newLatency(r.cfg.Messages, 0, lat[0], lat[1]).withRawHeaders(lat[2])
+	return nil
 }
 
 // consume compares how fast a subscriber handles and acks a backlog of

@@ -40,7 +40,8 @@ same run and prints each figure with its ratio, bus divided by raw:
   async-untracked    the same with the bus's lifecycle tracking off
                      (bus.WithoutLifecycle; subjects name no message)
   sync               sync publish latency p50 and p99: Publish against
-                     PublishMsg
+                     PublishMsg of the bare payload and of the bus's headers
+                     and subjects, the three taking turns
   consume            subscribe+ack throughput of a backlog: Subscribe
                      (prefetch 500) with a handler that returns nil, against
                      a raw durable consumer's Consume with explicit acks, of

@@ -50,9 +50,9 @@ func TestBenchTable(t *testing.T) {
 				t.Errorf("row %q: cell %d %q is not a number", l, i, c)
 			}
 		}
-		withHeaders := strings.HasPrefix(f[0], "async") || strings.HasPrefix(f[0], "consume")
+		withHeaders := strings.HasPrefix(f[0], "async") || strings.HasPrefix(f[0], "consume") || f[0] == "sync"
 		if _, err := strconv.ParseFloat(cells[4], 64); (err == nil) != withHeaders {
-			t.Errorf("row %q: bus/raw+headers %q, want a number for async and consume only", l, cells[4])
+			t.Errorf("row %q: bus/raw+headers %q, want a number for async, sync and consume only", l, cells[4])
 		}
 	}
 	want := map[string]int{
