@@ -735,14 +735,7 @@ func BenchmarkConsume(b *testing.B) {
 // (pull requests, lanes, priority pick); beside bus-untracked, what its
 // handler path does.
 func benchConsumeDispatcher(b *testing.B, env *benchEnv, base *baselines, agent string) {
-	for range b.N {
-		if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: benchType, Data: payload}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := env.bus.Flush(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	env.publishBacklog(b, agent)
 	s := subjects.Default()
 	cs, err := s.Consumers(agent)
 	if err != nil {
@@ -786,21 +779,17 @@ func benchConsumeDispatcher(b *testing.B, env *benchEnv, base *baselines, agent 
 	}
 	<-clock.done
 	b.StopTimer()
-	msgs, cpu := clock.report(b)
-	base.report(b, "", msgs)
-	base.report(b, "cpu-", cpu)
+	clock.reportTo(b, base)
 	d.Stop()
 	<-d.Done()
 }
 
-// benchConsumeBus publishes a backlog of b.N messages to agent and times
-// how long a subscription of agent (a bus with opts, subscribed with
-// subOpts) takes to handle and ack them, and reports the rate against the
-// raw baselines in base, if any.
-func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string, subOpts []bus.SubscribeOption, opts ...bus.Option) {
-	// The backlog is published as a bus with its defaults sends it, on
-	// indexed subjects; the publisher writes no status for these messages
-	// (no TTL), so none of its work overlaps the measured consume.
+// publishBacklog publishes b.N messages to agent as a bus with its
+// defaults sends them, on indexed subjects, and waits until they are
+// stored. The publisher writes no status for these messages (no TTL), so
+// none of its work overlaps a consume measured after.
+func (env *benchEnv) publishBacklog(b *testing.B, agent string) {
+	b.Helper()
 	for range b.N {
 		if _, err := env.bus.PublishAsync(context.Background(), bus.Message{To: agent, Type: benchType, Data: payload}); err != nil {
 			b.Fatal(err)
@@ -809,6 +798,14 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 	if err := env.bus.Flush(context.Background()); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// benchConsumeBus publishes a backlog of b.N messages to agent and times
+// how long a subscription of agent (a bus with opts, subscribed with
+// subOpts) takes to handle and ack them, and reports the rate against the
+// raw baselines in base, if any.
+func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string, subOpts []bus.SubscribeOption, opts ...bus.Option) {
+	env.publishBacklog(b, agent)
 	rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent, opts...)
 	if err != nil {
 		b.Fatal(err)
@@ -830,9 +827,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	msgs, cpu := clock.report(b)
-	base.report(b, "", msgs)
-	base.report(b, "cpu-", cpu)
+	clock.reportTo(b, base)
 	sub.Stop()
 	<-sub.Done()
 }
@@ -877,6 +872,14 @@ func (c *consumeClock) report(b *testing.B) (msgs, cpu float64) {
 	b.ReportMetric(msgs, "msg/s")
 	cpu = cpuPer(b, processCPU()-time.Duration(c.firstCPU.Load()), int(c.total-1), time.Microsecond, "cpu-µs/msg")
 	return msgs, cpu
+}
+
+// reportTo reports a bus row's rate and CPU per message, with its ratios
+// to the raw rows in base.
+func (c *consumeClock) reportTo(b *testing.B, base *baselines) {
+	msgs, cpu := c.report(b)
+	base.report(b, "", msgs)
+	base.report(b, "cpu-", cpu)
 }
 
 // BenchmarkRequestReply measures the round trip of a request and its reply

@@ -138,8 +138,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	}
 	b.reportFindings(ctx, m)
 	md := cm.Metadata
-	// m.Expired, reading the clock only for a message that can expire.
-	if exp := m.ExpiresAt(); !exp.IsZero() && !time.Now().Before(exp) {
+	if m.Expired(time.Now()) {
 		err := fmt.Errorf("%w at %s", ErrExpired, m.ExpiresAt().Format(time.RFC3339Nano))
 		by, ok := conversationBy(m)
 		if ok && !by.After(m.ExpiresAt()) {

@@ -214,14 +214,11 @@ func (d *Dispatcher) pull(l *lane) {
 			// less often, and report it only if it lasts. A 100ms wait
 			// here let the other process take a whole backlog.
 			first = 10 * time.Millisecond
-			if unavailable++; unavailable == 1 {
-				if !d.backOff(&retry, first) {
-					return
-				}
-				continue
-			}
+			unavailable++
 		}
-		d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
+		if e.kind != endUnavailable || unavailable > 1 {
+			d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
+		}
 		if !d.backOff(&retry, first) {
 			return
 		}
