@@ -168,13 +168,16 @@ func (b *Bus) Flush(ctx context.Context) error {
 // context in m, and checks and encodes m as a NATS message. On error there
 // is no span to end.
 func (b *Bus) prepare(ctx context.Context, m *Message) (*nats.Msg, sendOp, error) {
-	return b.prepareAt(ctx, m, time.Now())
+	now := time.Now()
+	return b.prepareAt(ctx, m, now, now)
 }
 
-// prepareAt is prepare for a message that leaves at start: now, or when its
-// schedule fires; a conversation's deadline counts from then. A zero start
-// (a recurring schedule) gives it no deadline.
-func (b *Bus) prepareAt(ctx context.Context, m *Message, start time.Time) (*nats.Msg, sendOp, error) {
+// prepareAt is prepare, at now, for a message that leaves at start: now, or
+// when its schedule fires; a conversation's deadline counts from then. A
+// zero start (a recurring schedule) gives it no deadline. The clock is read
+// once per message, by the caller: now is its default time and when its
+// send began.
+func (b *Bus) prepareAt(ctx context.Context, m *Message, now, start time.Time) (*nats.Msg, sendOp, error) {
 	if b.isClosed() {
 		return nil, sendOp{}, ErrClosed
 	}
@@ -183,11 +186,11 @@ func (b *Bus) prepareAt(ctx context.Context, m *Message, start time.Time) (*nats
 	} else if m.From != b.agent {
 		return nil, sendOp{}, &codec.FieldError{Field: "From", Value: m.From, Err: fmt.Errorf("%w: a bus publishes as its own agent %q", ErrInvalidMessage, b.agent)}
 	}
-	m.SetDefaults(time.Now())
+	m.SetDefaults(now)
 	if !start.IsZero() {
 		b.limitToConversation(ctx, m, start)
 	}
-	op := b.tel.startSend(ctx, m)
+	op := b.tel.startSend(ctx, m, now)
 	msg, err := b.encode(m)
 	if err != nil {
 		op.abandon(err)
@@ -220,12 +223,21 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The keys are canonical already; assigning skips Set's canonicalizing.
-	h[jetstream.MsgIDHeader] = []string{m.ID}
+	// The message and its Nats-Msg-Id value are one allocation. The keys
+	// are canonical already; assigning skips Set's canonicalizing.
+	out := &encoded{Msg: nats.Msg{Subject: subject, Header: h, Data: data}, id: [1]string{m.ID}}
+	h[jetstream.MsgIDHeader] = out.id[:]
 	if m.TTL > 0 { // the time left: Time may lie in the past
 		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(time.Until(m.ExpiresAt()))}
 	}
-	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+	return &out.Msg, nil
+}
+
+// encoded is a message encode made, with the value of its Nats-Msg-Id
+// header.
+type encoded struct {
+	nats.Msg
+	id [1]string
 }
 
 // indexed reports whether c sends direct messages on indexed subjects:

@@ -145,7 +145,7 @@ func (b *Bus) Schedule(ctx context.Context, m Message, w When) (PubAck, error) {
 		}
 		start = w.at
 	}
-	msg, op, err := b.prepareAt(ctx, &m, start)
+	msg, op, err := b.prepareAt(ctx, &m, time.Now(), start)
 	if err != nil {
 		return PubAck{}, err
 	}

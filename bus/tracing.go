@@ -123,9 +123,9 @@ type sendOp struct {
 
 // startSend starts the producer span of m, about to be encoded, and writes
 // its trace context into m as the distributed tracing extension (on a copy
-// of m.Extensions: the caller's map is left alone). Call describe once m is
-// encoded, or abandon if it does not encode.
-func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
+// of m.Extensions: the caller's map is left alone). The send began at
+// start. Call describe once m is encoded, or abandon if it does not encode.
+func (t *telemetry) startSend(ctx context.Context, m *Message, start time.Time) sendOp {
 	dest := t.destinationFor(m)
 	name := "send" // of a message that will not encode
 	if dest != nil {
@@ -135,7 +135,7 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	untraced := t.untraced()
 	if untraced && !sc.IsValid() {
 		// No span to start and no trace context to relay: nothing to do.
-		return sendOp{span: noop.Span{}, start: time.Now(), dest: dest}
+		return sendOp{span: noop.Span{}, start: start, dest: dest}
 	}
 	root := conversationRoot(conversationOf(m))
 	ctx, link := parentUnder(ctx, sc, root)
@@ -149,7 +149,7 @@ func (t *telemetry) startSend(ctx context.Context, m *Message) sendOp {
 	// Untraced, the trace context ctx carries (a handler's, received with
 	// its message) is relayed, as a no-op tracer relays its parent's.
 	writeTraceContext(ctx, m, root)
-	return sendOp{span: span, start: time.Now(), dest: dest}
+	return sendOp{span: span, start: start, dest: dest}
 }
 
 // writeTraceContext writes the trace context of ctx's span into m as the

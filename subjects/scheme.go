@@ -1,7 +1,6 @@
 package subjects
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -157,7 +156,7 @@ func (s Scheme) IndexedDirect(to, from, typ string, priority int, id, correlatio
 	b.WriteByte('.')
 	b.WriteString(idTok)
 	b.WriteByte('.')
-	sum := sha256.Sum256([]byte(correlationID))
+	sum := conversationSum(correlationID)
 	var conv [2 * conversationKeyBytes]byte
 	hex.Encode(conv[:], sum[:conversationKeyBytes])
 	b.Write(conv[:])
