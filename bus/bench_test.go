@@ -56,10 +56,18 @@ package bus_test
 // bus/raw is what agentbus costs over the plainest JetStream use; bus/raw-
 // headers is what the library itself costs. docs/performance.md records
 // the ratios.
+//
+// The server is embedded in the benchmark's process and connected to in
+// process. With -args -agentbus.server-process it is a nats-server process
+// of its own, built from the version this module requires and connected to
+// over TCP on loopback, as in production: the benchmark's CPU time
+// (cpu-µs/msg) is then the client's alone, and its garbage collector no
+// longer marks the server's heap.
 
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"runtime"
@@ -76,7 +84,6 @@ import (
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
-	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -287,8 +294,8 @@ func percentiles(lat []time.Duration) (p50, p99 float64) {
 // alike (file storage, same duplicate window) under rawRoot, and a
 // connection for each side.
 type benchEnv struct {
-	srv *embedded.Server
-	bus *bus.Bus
+	connect func(b *testing.B) *nats.Conn // a new connection to the server, closed when b ends
+	bus     *bus.Bus
 	// alone is a bus WithoutLifecycle under a root of its own, whose
 	// stream nobody else fills: the publish benchmarks' bus-untracked,
 	// which would otherwise meet the duplicate window bus filled.
@@ -305,19 +312,34 @@ func (env *benchEnv) name(prefix string) string {
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	s := embeddedtest.RunServer(b)
+	env := &benchEnv{}
+	if *benchServerProcess {
+		p := startServerProcess(b, buildNATSServer(b))
+		env.connect = func(b *testing.B) *nats.Conn {
+			b.Helper()
+			nc, err := nats.Connect(p.url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(nc.Close)
+			return nc
+		}
+	} else {
+		s := embeddedtest.RunServer(b)
+		env.connect = func(b *testing.B) *nats.Conn { return embeddedtest.Connect(b, s) }
+	}
 	ctx := context.Background()
-	nc := embeddedtest.Connect(b, s)
+	nc := env.connect(b)
 	if _, err := newAdmin(b, nc).Provision(ctx, bus.StreamConfig{}); err != nil {
 		b.Fatal(err)
 	}
-	rawConn := embeddedtest.Connect(b, s)
+	rawConn := env.connect(b)
 	raw, err := jetstream.New(rawConn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	createRawStream(b, raw)
-	bb, err := bus.New(embeddedtest.Connect(b, s), senderAgent)
+	bb, err := bus.New(env.connect(b), senderAgent)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -325,13 +347,22 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if _, err := newAdmin(b, nc, bus.WithRoot(aloneRoot)).Provision(ctx, bus.StreamConfig{Root: aloneRoot}); err != nil {
 		b.Fatal(err)
 	}
-	ab, err := bus.New(embeddedtest.Connect(b, s), senderAgent, bus.WithRoot(aloneRoot), bus.WithoutLifecycle())
+	ab, err := bus.New(env.connect(b), senderAgent, bus.WithRoot(aloneRoot), bus.WithoutLifecycle())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ab.Close() })
-	return &benchEnv{srv: s, bus: bb, alone: ab, raw: raw, rawConn: rawConn}
+	env.bus, env.alone, env.raw, env.rawConn = bb, ab, raw, rawConn
+	return env
 }
+
+// benchServerProcess runs the benchmarks that use benchEnv against a
+// nats-server in a process of its own, over TCP on loopback, as in
+// production, instead of an embedded server in the benchmark's process
+// (in-process connections). Its own process keeps the server's heap, the
+// stream's subject index with it, out of what the benchmark's garbage
+// collector marks.
+var benchServerProcess = flag.Bool("agentbus.server-process", false, "run the benchEnv benchmarks against a nats-server process of their own")
 
 // aloneRoot is the root of benchEnv.alone.
 const aloneRoot = "alone"
@@ -677,7 +708,7 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			env.publishRaw(b, next)
 			<-env.raw.PublishAsyncComplete()
-			rc := embeddedtest.Connect(b, env.srv)
+			rc := env.connect(b)
 			js, err := jetstream.New(rc)
 			if err != nil {
 				b.Fatal(err)
@@ -753,7 +784,7 @@ func benchConsumeDispatcher(b *testing.B, env *benchEnv, base *baselines, agent 
 		}
 		lanes = append(lanes, consumers.Lane{Consumer: c.Name, Level: level})
 	}
-	nc := embeddedtest.Connect(b, env.srv)
+	nc := env.connect(b)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
@@ -806,7 +837,7 @@ func (env *benchEnv) publishBacklog(b *testing.B, agent string) {
 // raw baselines in base, if any.
 func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string, subOpts []bus.SubscribeOption, opts ...bus.Option) {
 	env.publishBacklog(b, agent)
-	rb, err := bus.New(embeddedtest.Connect(b, env.srv), agent, opts...)
+	rb, err := bus.New(env.connect(b), agent, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -913,7 +944,7 @@ func BenchmarkRequestReply(b *testing.B) {
 
 	b.Run("raw-core", func(b *testing.B) {
 		subject := env.name("raw.core.request")
-		resp := embeddedtest.Connect(b, env.srv)
+		resp := env.connect(b)
 		sub, err := resp.Subscribe(subject, func(m *nats.Msg) { m.Respond(m.Data) })
 		if err != nil {
 			b.Fatal(err)
@@ -922,7 +953,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		if err := resp.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		req := embeddedtest.Connect(b, env.srv)
+		req := env.connect(b)
 		b.ReportAllocs()
 		var lat []time.Duration
 		for b.Loop() {
@@ -993,7 +1024,7 @@ func BenchmarkRequestReply(b *testing.B) {
 
 	busRoundTrips := func(b *testing.B, opts []bus.Option, ropts ...bus.RequestOption) {
 		requester, responder := env.name("requester"), env.name("responder")
-		rb, err := bus.New(embeddedtest.Connect(b, env.srv), responder, opts...)
+		rb, err := bus.New(env.connect(b), responder, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -1008,7 +1039,7 @@ func BenchmarkRequestReply(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { rsub.Stop(); <-rsub.Done() }()
-		qb, err := bus.New(embeddedtest.Connect(b, env.srv), requester, opts...)
+		qb, err := bus.New(env.connect(b), requester, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
-	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -302,7 +301,7 @@ func BenchmarkPublishGroup(b *testing.B) {
 func setUpGroup(b *testing.B, env *benchEnv, group string, members []string, rawConsumers []jetstream.ConsumerConfig) {
 	b.Helper()
 	ctx := context.Background()
-	admin := newAdmin(b, embeddedtest.Connect(b, env.srv))
+	admin := newAdmin(b, env.connect(b))
 	if err := admin.AddToGroup(ctx, group, members...); err != nil {
 		b.Fatal(err)
 	}

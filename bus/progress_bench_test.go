@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
-	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -232,7 +231,7 @@ func progressLatency(b *testing.B, data json.RawMessage) time.Duration {
 // server, closed when b ends.
 func newBenchBus(b *testing.B, env *benchEnv, agent string, opts ...bus.Option) *bus.Bus {
 	b.Helper()
-	bb, err := bus.New(embeddedtest.Connect(b, env.srv), agent, opts...)
+	bb, err := bus.New(env.connect(b), agent, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -258,7 +257,7 @@ func subscribeBench(b *testing.B, bb *bus.Bus, h bus.Handler) {
 func consumeRawAgent(b *testing.B, env *benchEnv, agent string, f func(js jetstream.JetStream, m *codec.Message)) {
 	b.Helper()
 	ctx := context.Background()
-	js, err := jetstream.New(embeddedtest.Connect(b, env.srv))
+	js, err := jetstream.New(env.connect(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -28,7 +28,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/bus"
-	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // telemetryMode is one configuration of the providers.
@@ -70,7 +69,7 @@ func BenchmarkTracedPublishSync(b *testing.B) {
 	ctx := context.Background()
 	for _, mode := range telemetryModes {
 		b.Run(mode.name, func(b *testing.B) {
-			pb, err := bus.New(embeddedtest.Connect(b, env.srv), "bench-sender", mode.options(b)...)
+			pb, err := bus.New(env.connect(b), "bench-sender", mode.options(b)...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -89,7 +88,7 @@ func BenchmarkTracedPublishAsync(b *testing.B) {
 	env := newBenchEnv(b)
 	for _, mode := range telemetryModes {
 		b.Run(mode.name, func(b *testing.B) {
-			pb, err := bus.New(embeddedtest.Connect(b, env.srv), "bench-sender", mode.options(b)...)
+			pb, err := bus.New(env.connect(b), "bench-sender", mode.options(b)...)
 			if err != nil {
 				b.Fatal(err)
 			}
