@@ -71,12 +71,12 @@ func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 		delay = defaultBackoff
 	}
 	return func(ctx context.Context, cm *consumers.Msg) {
-		m, derr := codec.Decode(cm.Header, cm.Data)
+		m, th, derr := codec.DecodeWithTraceHeaders(cm.Header, cm.Data)
 		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
 			b.settle(cm, settlement{outcome: outcomeAck}, nil)
 			return
 		}
-		ctx, op := b.tel.startProcess(ctx, cm, m)
+		ctx, op := b.tel.startProcess(ctx, cm, m, th)
 		defer op.span.End()
 		err := b.handle(ctx, h, cm, m, derr, maxDeliver)
 		op.end(b.tel, ctx, err)

@@ -54,8 +54,8 @@ func BenchmarkHandlerPath(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				m, derr := codec.Decode(cm.Header, cm.Data)
-				hctx, op := bb.tel.startProcess(ctx, cm, m)
+				m, th, derr := codec.DecodeWithTraceHeaders(cm.Header, cm.Data)
+				hctx, op := bb.tel.startProcess(ctx, cm, m, th)
 				err := bb.handle(hctx, handler, cm, m, derr, consumers.DefaultMaxDeliver)
 				op.end(bb.tel, hctx, err)
 				op.span.End()

@@ -5,6 +5,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/agentbus/agentbus/codec"
 )
 
 // The trace context travels as the CloudEvents Distributed Tracing
@@ -50,12 +52,13 @@ var noExtensions = map[string]string{}
 // incomingCarrier reads the trace context of a delivered message: the
 // event's distributed tracing extension if it has one (ext, the decoded
 // extensions; or, for a message that could not be decoded, its ce-
-// headers), else the plain W3C headers. Headers match in any case:
-// nats.Header is case-sensitive, and other clients write "Traceparent" or
-// "CE-TraceParent".
+// headers), else the plain W3C headers (plain, read while decoding).
+// Headers match in any case: nats.Header is case-sensitive, and other
+// clients write "Traceparent" or "CE-TraceParent".
 type incomingCarrier struct {
-	h   nats.Header
-	ext map[string]string // nil when the message could not be decoded
+	h     nats.Header
+	ext   map[string]string  // nil when the message could not be decoded
+	plain codec.TraceHeaders // from codec.DecodeWithTraceHeaders
 }
 
 // Get returns the value of key, from the extension first.
@@ -67,6 +70,12 @@ func (c incomingCarrier) Get(key string) string {
 		// A decoded event's ce- headers are in ext already.
 	} else if v := headerValue(c.h, codecHeaderPrefix+key); v != "" {
 		return v
+	}
+	switch key {
+	case traceParentKey:
+		return c.plain.TraceParent
+	case extTraceState:
+		return c.plain.TraceState
 	}
 	return headerValue(c.h, key)
 }
@@ -88,8 +97,7 @@ func (c incomingCarrier) Keys() []string {
 const codecHeaderPrefix = "ce-"
 
 // headerValue returns the first value of key, an ASCII header name, in h,
-// matched case-insensitively. It runs for every delivered message, mostly
-// to find that key is absent, so names of another length are passed over
+// matched case-insensitively. Names of another length are passed over
 // before they are compared: ASCII folds byte for byte.
 func headerValue(h nats.Header, key string) string {
 	if v := h[key]; len(v) > 0 {

@@ -216,11 +216,12 @@ type processOp struct {
 }
 
 // startProcess starts the consumer span of a delivered message. m is the
-// decoded message, nil if it could not be decoded. The span's parent is the
+// decoded message, nil if it could not be decoded, and th its plain trace
+// headers (codec.DecodeWithTraceHeaders). The span's parent is the
 // producer's span, from the trace context it carries, if it is in the
 // conversation's trace, and the conversation root otherwise; the producer's
 // span is also linked to.
-func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Message) (context.Context, processOp) {
+func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Message, th codec.TraceHeaders) (context.Context, processOp) {
 	dest := t.destinationOf(cm.Subject)
 	name := "process"
 	if dest != nil {
@@ -230,7 +231,7 @@ func (t *telemetry) startProcess(ctx context.Context, cm *consumers.Msg, m *Mess
 			t.redeliveries.Add(ctx, 1, t.levels[dest.priority-1].opts...)
 		}
 	}
-	carrier := incomingCarrier{h: cm.Header}
+	carrier := incomingCarrier{h: cm.Header, plain: th}
 	if m != nil {
 		carrier.ext = m.Extensions
 		if carrier.ext == nil {

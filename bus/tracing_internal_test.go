@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -70,7 +71,7 @@ func TestIncomingCarrier(t *testing.T) {
 		{"decoded without it", map[string]string{}, "plain"},
 		{"undecodable", nil, "ce"},
 	} {
-		carrier := incomingCarrier{h: h, ext: c.ext}
+		carrier := incomingCarrier{h: h, ext: c.ext, plain: codec.ReadTraceHeaders(h)}
 		if got := carrier.Get("traceparent"); got != c.want {
 			t.Errorf("%s: Get(traceparent) = %q, want %q", c.name, got, c.want)
 		}
@@ -78,7 +79,8 @@ func TestIncomingCarrier(t *testing.T) {
 			t.Errorf("%s: Get(tracestate) = %q, want empty", c.name, got)
 		}
 	}
-	if got := (incomingCarrier{h: nats.Header{"TRACEPARENT": {"p"}}}).Get("traceparent"); got != "p" {
+	upper := nats.Header{"TRACEPARENT": {"p"}}
+	if got := (incomingCarrier{h: upper, plain: codec.ReadTraceHeaders(upper)}).Get("traceparent"); got != "p" {
 		t.Errorf("Get(traceparent) of TRACEPARENT = %q, want p", got)
 	}
 }

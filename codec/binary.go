@@ -109,7 +109,7 @@ func (w *headerWriter) set(key, v string) {
 // decodeBinary reads the ce- headers of h. mode is modeStructured when a
 // Content-Type header announces structured mode, and modeBare when h has no
 // ce- and no Content-Type header (the message is then ErrNotCloudEvent).
-func decodeBinary(h nats.Header, data []byte) (_ *Message, mode int, _ error) {
+func decodeBinary(h nats.Header, data []byte, th *TraceHeaders) (_ *Message, mode int, _ error) {
 	r := newReader()
 	var (
 		firstErr    error
@@ -120,6 +120,9 @@ func decodeBinary(h nats.Header, data []byte) (_ *Message, mode int, _ error) {
 	)
 	for k, vs := range h {
 		if !isCEHeader(k) {
+			if th != nil {
+				th.note(k, vs)
+			}
 			if len(k) == len(headerContentType) && strings.EqualFold(k, headerContentType) {
 				for _, v := range vs {
 					if ok, rule := structuredContentType(v); ok {

@@ -2,6 +2,7 @@ package codec_test
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,50 @@ func TestDecodeBinaryLenient(t *testing.T) {
 				t.Errorf("Data = %q, want the payload", m.Data)
 			}
 		})
+	}
+}
+
+// TestTraceHeaders: the plain trace headers are found in any case, the
+// lower-case spelling wins over another, and a structured or undecodable
+// message has them too.
+func TestTraceHeaders(t *testing.T) {
+	event := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"1"}, "ce-source": {"x"}, "ce-type": {"T"}}
+	with := func(h nats.Header, kv ...string) nats.Header {
+		out := maps.Clone(h)
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i]] = []string{kv[i+1]}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name        string
+		h           nats.Header
+		data        []byte
+		parent      string
+		state       string
+		wantDecoded bool
+	}{
+		{"none", event, nil, "", "", true},
+		{"lower case", with(event, "traceparent", "p", "tracestate", "s"), nil, "p", "s", true},
+		{"another case", with(event, "TraceParent", "p", "TRACESTATE", "s"), nil, "p", "s", true},
+		{"lower case wins", with(event, "Traceparent", "other", "traceparent", "p"), nil, "p", "", true},
+		{"the extension is not a plain header", with(event, "ce-traceparent", "ext"), nil, "", "", true},
+		{"structured", nats.Header{"content-type": {"application/cloudevents+json"}, "Traceparent": {"p"}},
+			[]byte(`{"specversion":"1.0","id":"1","source":"x","type":"T"}`), "p", "", true},
+		{"undecodable", with(event, "ce-id", "", "traceparent", "p"), nil, "p", "", false},
+	} {
+		m, th, err := codec.DecodeWithTraceHeaders(c.h, c.data)
+		if (err == nil) != c.wantDecoded {
+			t.Errorf("%s: error %v, want decoded %v", c.name, err, c.wantDecoded)
+		}
+		if err == nil && m == nil {
+			t.Errorf("%s: no message and no error", c.name)
+		}
+		if th.TraceParent != c.parent || th.TraceState != c.state {
+			t.Errorf("%s: found %q, %q; want %q, %q", c.name, th.TraceParent, th.TraceState, c.parent, c.state)
+		}
+		if want := codec.ReadTraceHeaders(c.h); th != want {
+			t.Errorf("%s: DecodeWithTraceHeaders %+v, ReadTraceHeaders %+v", c.name, th, want)
+		}
 	}
 }

@@ -93,7 +93,12 @@ var (
 // not a CloudEvent at all, and a *FieldError when an attribute is at fault
 // (when several are, which one is named is unspecified).
 func Decode(h nats.Header, data []byte) (*Message, error) {
-	m, mode, err := decodeBinary(h, data)
+	m, mode, err := decodeBinary(h, data, nil)
+	return decodeMode(m, mode, err, data)
+}
+
+// decodeMode finishes Decode once decodeBinary told the content mode.
+func decodeMode(m *Message, mode int, err error, data []byte) (*Message, error) {
 	switch mode {
 	case modeStructured:
 		if err != nil {

@@ -63,6 +63,12 @@
 // can be forwarded as it is. Decoding never panics; fuzz tests hold it to
 // that and to Decode(Encode(m)) == m.
 //
+// An event's trace context is its distributed tracing extension
+// (Extensions["traceparent"]). Producers that are not CloudEvents ones
+// write plain W3C traceparent and tracestate headers instead;
+// [DecodeWithTraceHeaders] returns those too, found in the same pass over
+// the headers, and [ReadTraceHeaders] reads them alone.
+//
 // # sdk-go
 //
 // [ToEvent] and [FromEvent] convert to and from the CloudEvents Go SDK's

@@ -120,6 +120,28 @@ func ExampleDecode() {
 	// codec: malformed event: not a CloudEvent (no ce-specversion header, not structured mode)
 }
 
+// A producer that is not a CloudEvents one, an OpenTelemetry NATS
+// instrumentation say, sends its trace context as plain W3C headers, in the
+// spelling it likes; the event's own is its traceparent extension.
+func ExampleDecodeWithTraceHeaders() {
+	h := nats.Header{
+		"ce-specversion": {"1.0"},
+		"ce-id":          {"1"},
+		"ce-source":      {"/agents/planner"},
+		"ce-type":        {"PLAN"},
+		"Traceparent":    {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+	}
+	m, th, err := codec.DecodeWithTraceHeaders(h, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("extension %q\nheader %q\n", m.Extensions["traceparent"], th.TraceParent)
+	// Output:
+	// extension ""
+	// header "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+}
+
 func ExampleFieldError() {
 	h := nats.Header{
 		"ce-specversion": {"1.0"},

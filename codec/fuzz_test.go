@@ -81,10 +81,25 @@ func FuzzDecodeBinary(f *testing.F) {
 	f.Add("ce-specversion:1.0\nce-id:%C0%A0\nce-source:x\nce-type:T", []byte(nil))
 	f.Add("ce-specversion:1.0\nce-id:1\nce-source:x\nce-type:T\nce-time:2025-01-01T00:00:00Z\nce-expirytime:2025-01-01T00:00:01.5+01:00", []byte(nil))
 	f.Add("Nats-Msg-Id:1", []byte(`{"specversion":"1.0","id":"1","source":"s","type":"T"}`))
+	f.Add("ce-specversion:1.0\nce-id:1\nce-source:x\nce-type:T\nTraceparent:a\nTRACEPARENT:b\ntracestate:c", []byte(nil))
+	f.Add("content-type:application/cloudevents+json\nTraceParent:a", []byte(`{"specversion":"1.0","id":"1","source":"s","type":"T"}`))
 	f.Fuzz(func(t *testing.T, hdr string, data []byte) {
-		m, err := codec.Binary{}.Decode(parseHeader(hdr), data)
+		h := parseHeader(hdr)
+		m, err := codec.Binary{}.Decode(h, data)
+		// DecodeWithTraceHeaders decodes alike and finds what
+		// ReadTraceHeaders finds.
+		m2, th, err2 := codec.DecodeWithTraceHeaders(h, data)
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("Decode error %v, DecodeWithTraceHeaders error %v", err, err2)
+		}
+		if want := codec.ReadTraceHeaders(h); th != want {
+			t.Fatalf("DecodeWithTraceHeaders found %+v, ReadTraceHeaders %+v", th, want)
+		}
 		if err != nil {
 			return
+		}
+		if d := diff(m, m2); d != "" {
+			t.Fatalf("Decode and DecodeWithTraceHeaders differ: %s", d)
 		}
 		checkDecoded(t, m)
 	})

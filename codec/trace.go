@@ -1,0 +1,76 @@
+package codec
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// TraceHeaders is the W3C Trace Context a message carries in plain
+// traceparent and tracestate headers, beside the event rather than in it:
+// what producers that are not CloudEvents ones write (nats.go's and
+// OpenTelemetry's NATS instrumentations). An event's own trace context is
+// its distributed tracing extension, Message.Extensions["traceparent"] and
+// ["tracestate"] (ce- headers in binary mode).
+//
+// Header names match in any case, since nats.Header is case-sensitive and
+// clients differ ("traceparent", "Traceparent"). Should a message have a
+// name in several spellings, the one that sorts last wins, which is the
+// one in lower case when it is there; a header's first value is taken.
+type TraceHeaders struct {
+	TraceParent string
+	TraceState  string
+
+	parentName, stateName string // the header names the values came from
+}
+
+// The plain W3C Trace Context header names.
+const (
+	headerTraceParent = "traceparent"
+	headerTraceState  = "tracestate"
+)
+
+// ReadTraceHeaders returns the plain trace headers of h.
+func ReadTraceHeaders(h nats.Header) TraceHeaders {
+	var th TraceHeaders
+	for k, vs := range h {
+		th.note(k, vs)
+	}
+	return th
+}
+
+// DecodeWithTraceHeaders is Decode that also returns the message's plain
+// trace headers, whether or not it decodes. A binary-mode message, the
+// common case, has them found in Decode's own pass over h: a consumer that
+// reads them for every message (package bus does) saves a second walk of
+// the header map.
+func DecodeWithTraceHeaders(h nats.Header, data []byte) (*Message, TraceHeaders, error) {
+	var th TraceHeaders
+	m, mode, err := decodeBinary(h, data, &th)
+	if mode == modeStructured {
+		// decodeBinary stopped at the Content-Type header.
+		th = ReadTraceHeaders(h)
+	}
+	m, err = decodeMode(m, mode, err, data)
+	return m, th, err
+}
+
+// note takes header k with values vs if it is a trace header.
+func (th *TraceHeaders) note(k string, vs []string) {
+	if len(vs) == 0 {
+		return
+	}
+	var v, name *string
+	switch {
+	case len(k) == len(headerTraceParent) && strings.EqualFold(k, headerTraceParent):
+		v, name = &th.TraceParent, &th.parentName
+	case len(k) == len(headerTraceState) && strings.EqualFold(k, headerTraceState):
+		v, name = &th.TraceState, &th.stateName
+	default:
+		return
+	}
+	// Lower case sorts after every other spelling of the same name.
+	if k > *name {
+		*v, *name = vs[0], k
+	}
+}
