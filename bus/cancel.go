@@ -225,7 +225,7 @@ func (c *cancels) apply(id string) {
 	for _, h := range c.running {
 		if h.d.ID == id {
 			h.canceled.Store(true)
-			h.cancel(ErrCanceled)
+			h.ctx.cancelWith(ErrCanceled)
 		}
 	}
 }

@@ -6,14 +6,22 @@ import (
 	"testing"
 )
 
+// newHandling returns the handling of a delivery of message id, and its
+// handler's context, as Bus.handle makes them.
+func newHandling(parent context.Context, id string) (*handling, *handlerContext) {
+	f := &inFlight{d: Delivery{Message: Message{ID: id}}}
+	f.hs.d, f.hs.ctx = &f.d, &f.ctx
+	f.ctx.Context, f.ctx.h = parent, &f.hs
+	return &f.hs, &f.ctx
+}
+
 // TestCancelsRunning: apply cancels every running handling of its ID and
 // no other, done removes a handling whatever its place, and a canceled ID
 // is refused at start.
 func TestCancelsRunning(t *testing.T) {
 	var c cancels
 	start := func(id string) (*handling, context.Context) {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		h := &handling{d: &Delivery{Message: Message{ID: id}}, cancel: cancel}
+		h, ctx := newHandling(context.Background(), id)
 		if c.start(h) {
 			t.Fatalf("start(%s) reported canceled", id)
 		}
@@ -43,30 +51,93 @@ func TestCancelsRunning(t *testing.T) {
 	if len(c.running) != 0 {
 		t.Errorf("%d handlings left running", len(c.running))
 	}
-	if !c.start(&handling{d: &Delivery{Message: Message{ID: "a"}}}) {
+	h, _ := newHandling(context.Background(), "a")
+	if !c.start(h) {
 		t.Error("start of a canceled ID did not report it canceled")
 	}
 }
 
 // TestHandlerContext: a handler's context carries its handling, leaves
-// other values and cancellation to its parent, and reports the cause a
-// cancel gave.
+// other values and cancellation to its parent until it is canceled itself
+// or watched, and reports the cause of whichever cancellation came.
 func TestHandlerContext(t *testing.T) {
 	type key struct{}
-	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), key{}, "v"))
-	hs := &handling{d: &Delivery{Message: Message{ID: "m"}}, cancel: cancel}
-	ctx := &handlerContext{Context: parent, h: hs}
-	if d, ok := DeliveryFromContext(ctx); !ok || d.ID != "m" {
-		t.Errorf("DeliveryFromContext = %v, %v", d, ok)
-	}
-	if ctx.Value(key{}) != "v" {
-		t.Errorf("Value(key) = %v, want the parent's v", ctx.Value(key{}))
-	}
-	child, stop := context.WithCancel(ctx)
-	defer stop()
-	hs.cancel(ErrCanceled)
-	<-child.Done()
-	if !errors.Is(context.Cause(ctx), ErrCanceled) || !errors.Is(context.Cause(child), ErrCanceled) {
-		t.Errorf("causes %v and %v, want ErrCanceled", context.Cause(ctx), context.Cause(child))
-	}
+	base := context.WithValue(context.Background(), key{}, "v")
+
+	t.Run("canceled unwatched", func(t *testing.T) {
+		hs, ctx := newHandling(base, "m")
+		if d, ok := DeliveryFromContext(ctx); !ok || d != hs.d {
+			t.Errorf("DeliveryFromContext = %v, %v", d, ok)
+		}
+		if ctx.Value(key{}) != "v" || ctx.Err() != nil || context.Cause(ctx) != nil {
+			t.Errorf("before: value %v, err %v, cause %v", ctx.Value(key{}), ctx.Err(), context.Cause(ctx))
+		}
+		ctx.cancelWith(ErrCanceled)
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), ErrCanceled) {
+			t.Errorf("after: err %v, cause %v", ctx.Err(), context.Cause(ctx))
+		}
+		if ctx.Value(key{}) != "v" {
+			t.Errorf("after: value %v", ctx.Value(key{}))
+		}
+		ctx.release()
+	})
+	t.Run("watched, then canceled", func(t *testing.T) {
+		_, ctx := newHandling(base, "m")
+		child, stop := context.WithCancel(ctx)
+		defer stop()
+		done := ctx.Done()
+		ctx.cancelWith(ErrCanceled)
+		<-done
+		<-child.Done()
+		if !errors.Is(context.Cause(child), ErrCanceled) {
+			t.Errorf("child's cause %v, want ErrCanceled", context.Cause(child))
+		}
+		ctx.release()
+	})
+	t.Run("parent canceled", func(t *testing.T) {
+		parent, cancel := context.WithCancelCause(base)
+		_, ctx := newHandling(parent, "m")
+		stopped := errors.New("stopped")
+		cancel(stopped)
+		if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), stopped) {
+			t.Errorf("unwatched: err %v, cause %v", ctx.Err(), context.Cause(ctx))
+		}
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), stopped) {
+			t.Errorf("watched after: cause %v, want the parent's", context.Cause(ctx))
+		}
+		ctx.release()
+	})
+	t.Run("after the handler returned", func(t *testing.T) {
+		// Unwatched while it ran, then watched, say by a goroutine the
+		// handler left behind: canceled, as an eager cancel context is.
+		_, ctx := newHandling(base, "m")
+		ctx.release()
+		if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), context.Canceled) {
+			t.Errorf("unwatched: err %v, cause %v", ctx.Err(), context.Cause(ctx))
+		}
+		<-ctx.Done()
+		_, watched := newHandling(base, "m")
+		done := watched.Done()
+		watched.release()
+		<-done
+		if !errors.Is(watched.Err(), context.Canceled) {
+			t.Errorf("watched: err %v", watched.Err())
+		}
+		if watched.Value(key{}) != "v" {
+			t.Errorf("value %v", watched.Value(key{}))
+		}
+	})
+	t.Run("parent canceled while watched", func(t *testing.T) {
+		parent, cancel := context.WithCancel(base)
+		_, ctx := newHandling(parent, "m")
+		done := ctx.Done()
+		cancel()
+		<-done
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Errorf("err %v", ctx.Err())
+		}
+		ctx.release()
+	})
 }
