@@ -190,6 +190,9 @@ type tracker struct {
 	mu         sync.Mutex
 	acking     map[string]Status
 	ackingDone chan struct{}
+	// holding is len(acking), written under mu, so that the ack of a
+	// publish that needs no record (most) is passed over without the lock.
+	holding atomic.Int64
 	// released is closed at the next release, for a lookup waiting on one
 	// held record (written); nil while nobody waits.
 	released chan struct{}
@@ -272,6 +275,7 @@ func (t *tracker) hold(s Status) {
 	}
 	t.mu.Lock()
 	t.acking[s.ID] = s
+	t.holding.Store(int64(len(t.acking)))
 	t.mu.Unlock()
 }
 
@@ -302,6 +306,7 @@ func (t *tracker) release(m *nats.Msg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.acking, heldID(m))
+	t.holding.Store(int64(len(t.acking)))
 	if len(t.acking) == 0 && t.ackingDone != nil {
 		close(t.ackingDone)
 		t.ackingDone = nil
@@ -342,7 +347,9 @@ func (t *tracker) written(ctx context.Context, id string) {
 // is under way: nats.go resolves the publish's future before it calls this,
 // and a flush must not find nothing to wait for in between.
 func (t *tracker) acked(m *nats.Msg, ack *jetstream.PubAck) {
-	if t == nil {
+	// Holding nothing, the lock and the look-up are not needed: a record
+	// is held before its publish goes out, so before its ack comes.
+	if t == nil || t.holding.Load() == 0 {
 		return
 	}
 	if s, ok := t.held(m); ok {
