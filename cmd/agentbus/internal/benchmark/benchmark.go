@@ -77,6 +77,12 @@ type Config struct {
 	Rate float64
 	// Only names the scenarios to run (see Scenarios). Empty means all.
 	Only []string
+	// Rounds is how many times each scenario runs, one round after
+	// another, each with streams of its own. The report gives each
+	// scenario's median round by its headline ratio and the spread of that
+	// ratio (Report.Spread). Zero means one round, and no spread; at most
+	// MaxRounds.
+	Rounds int
 	// Progress, if not nil, is called with each scenario just before it
 	// runs.
 	Progress func(Scenario)
@@ -102,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: agents %d is negative", ErrInvalidConfig, c.Agents)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("%w: rate %v must be a positive number of messages per second", ErrInvalidConfig, c.Rate)
+	case c.Rounds < 0 || c.Rounds > MaxRounds:
+		return fmt.Errorf("%w: rounds %d must be between 1 and %d", ErrInvalidConfig, c.Rounds, MaxRounds)
 	}
 	for _, name := range c.Only {
 		if !slices.ContainsFunc(scenarios, func(s Scenario) bool { return s.Name == name }) {
@@ -124,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 1
 	}
 	return c
 }
@@ -214,6 +225,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			SizeBytes:      cfg.Size,
 			Agents:         cfg.Agents,
 			RateMsgsPerSec: cfg.Rate,
+			Rounds:         cfg.Rounds,
 			RunID:          id,
 		}},
 	}
@@ -226,14 +238,44 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if !cfg.runs(s.Name) {
 			continue
 		}
-		if cfg.Progress != nil {
-			cfg.Progress(s)
-		}
-		if err := r.runScenario(ctx, s); err != nil {
+		if err := r.runRounds(ctx, s); err != nil {
 			return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 		}
 	}
 	return r.report, nil
+}
+
+// runRounds runs s cfg.Rounds times and keeps the figures of its median
+// round, with their spread when there was more than one.
+func (r *runner) runRounds(ctx context.Context, s Scenario) error {
+	report := r.report
+	defer func() { r.report = report }()
+	rounds := make([]*Report, r.cfg.Rounds)
+	for i := range rounds {
+		if r.cfg.Progress != nil {
+			r.cfg.Progress(s)
+		}
+		rounds[i] = &Report{}
+		r.report = rounds[i]
+		if err := r.runScenario(ctx, s); err != nil {
+			if len(rounds) > 1 {
+				return fmt.Errorf("round %d of %d: %w", i+1, len(rounds), err)
+			}
+			return err
+		}
+		if report.Settings.ServerVersion == "" {
+			report.Settings.ServerVersion = rounds[i].Settings.ServerVersion
+		}
+	}
+	median, spread := medianRound(s.Name, rounds)
+	report.take(s.Name, median)
+	if len(rounds) > 1 && spread != nil {
+		if report.Spread == nil {
+			report.Spread = make(map[string]*Spread)
+		}
+		report.Spread[s.Name] = spread
+	}
+	return nil
 }
 
 // keepAccountStore creates a small stream of the run that lives until the

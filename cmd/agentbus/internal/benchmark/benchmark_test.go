@@ -34,6 +34,9 @@ func TestConfigValidate(t *testing.T) {
 		{name: "negative agents", cfg: Config{Agents: -1}, wantErr: ErrInvalidConfig},
 		{name: "negative rate", cfg: Config{Rate: -1}, wantErr: ErrInvalidConfig},
 		{name: "unknown scenario", cfg: Config{Only: []string{"sync", "bogus"}}, wantErr: ErrInvalidConfig},
+		{name: "rounds", cfg: Config{Rounds: MaxRounds}},
+		{name: "negative rounds", cfg: Config{Rounds: -1}, wantErr: ErrInvalidConfig},
+		{name: "too many rounds", cfg: Config{Rounds: MaxRounds + 1}, wantErr: ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,5 +191,52 @@ func TestInterleaved(t *testing.T) {
 	})
 	if !errors.Is(err, failed) || !strings.HasPrefix(err.Error(), "raw+headers: message 1: ") {
 		t.Errorf("error %v, want boom named raw+headers, message 1", err)
+	}
+}
+
+// TestMedianRound: the round reported is the one whose headline ratio is
+// the median (the lower middle of an even number), rounds with an
+// undefined ratio are passed over, and the spread covers the defined ones.
+func TestMedianRound(t *testing.T) {
+	consume := func(bus, raw, rawHeaders float64) *Report {
+		th := &Throughput{BusMsgsPerSec: bus, RawMsgsPerSec: raw, RatioBusRaw: Ratio(bus, raw)}
+		if rawHeaders >= 0 {
+			th.RawHeadersMsgsPerSec, th.RatioBusRawHeaders = &rawHeaders, Ratio(bus, rawHeaders)
+		}
+		return &Report{ConsumeDefaults: th}
+	}
+	rounds := []*Report{consume(90, 200, 100), consume(70, 200, 100), consume(80, 200, 100), consume(95, 200, 100)}
+	got, sp := medianRound("consume-defaults", rounds)
+	if got != rounds[2] {
+		t.Errorf("median round %+v, want the third (0.80)", got.ConsumeDefaults)
+	}
+	if sp == nil || sp.Rounds != 4 || sp.Ratio != "bus/raw+headers" || sp.Min != 0.7 || sp.Median != 0.8 || sp.Max != 0.95 {
+		t.Errorf("spread %+v", sp)
+	}
+
+	// Without a raw+headers side the headline is bus/raw; a round whose
+	// raw figure is zero has no ratio and is passed over.
+	rounds = []*Report{consume(50, 100, -1), consume(50, 0, -1), consume(60, 100, -1)}
+	got, sp = medianRound("consume-defaults", rounds)
+	if got != rounds[0] || sp == nil || sp.Ratio != "bus/raw" || sp.Rounds != 3 || sp.Min != 0.5 || sp.Max != 0.6 {
+		t.Errorf("median round %+v, spread %+v", got.ConsumeDefaults, sp)
+	}
+
+	// No defined ratio: the last round, no spread.
+	rounds = []*Report{{Priority: &Inversions{}}, {Priority: &Inversions{}}}
+	if got, sp = medianRound("priority", rounds); got != rounds[1] || sp != nil {
+		t.Errorf("undefined ratios: round %p (want %p), spread %+v", got, rounds[1], sp)
+	}
+
+	// take copies the scenario's figures, and only them.
+	var r Report
+	for _, s := range Scenarios() {
+		r.take(s.Name, &Report{Async: &Throughput{}, AsyncUntracked: &Throughput{}, Sync: &Latency{}, Consume: &Throughput{},
+			ConsumeDefaults: &Throughput{}, ConsumeUntracked: &Throughput{}, Request: &Latency{}, E2E: &Latency{},
+			Priority: &Inversions{}, Setup: &SetupTime{}})
+	}
+	if r.Async == nil || r.AsyncUntracked == nil || r.Sync == nil || r.Consume == nil || r.ConsumeDefaults == nil ||
+		r.ConsumeUntracked == nil || r.Request == nil || r.E2E == nil || r.Priority == nil || r.Setup == nil {
+		t.Errorf("take left a scenario out: %+v", r)
 	}
 }

@@ -70,4 +70,9 @@
 // Every ratio is the bus's figure divided by raw's ([Ratio]): below 1 for
 // throughput, or above 1 for latency, time and inversions, is what the bus
 // costs. Latencies are nearest-rank percentiles ([Percentiles]).
+//
+// One round of a scenario on a shared machine moves by a tenth or more
+// from one run to the next. Config.Rounds runs each scenario several times,
+// each round on streams of its own; the report keeps the median round by
+// the scenario's headline ratio and the ratio's spread ([Spread]).
 package benchmark

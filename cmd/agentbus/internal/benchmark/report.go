@@ -26,6 +26,10 @@ type Report struct {
 	E2E              *Latency    `json:"e2e,omitempty"`
 	Priority         *Inversions `json:"priority,omitempty"`
 	Setup            *SetupTime  `json:"setup,omitempty"`
+	// Spread says, by scenario name, how its headline ratio varied over
+	// the rounds of a run of more than one (Config.Rounds); the figures
+	// above are each scenario's median round. Nil for one round.
+	Spread map[string]*Spread `json:"spread,omitempty"`
 }
 
 // Settings describe the run.
@@ -44,6 +48,8 @@ type Settings struct {
 	SizeBytes      int     `json:"size_bytes"`
 	Agents         int     `json:"agents"`
 	RateMsgsPerSec float64 `json:"rate_msgs_per_s"`
+	// Rounds is Config.Rounds, the default applied.
+	Rounds int `json:"rounds"`
 	// RunID is part of every stream name of the run.
 	RunID string `json:"run_id"`
 }
@@ -161,6 +167,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("\nbus/raw is the bus's figure divided by raw nats.go's: for throughput below 1 means the bus is slower;\n" +
 		"for latency, time, memory and inversions above 1 means the bus takes longer, uses more or inverts more.\n" +
 		"raw+headers is raw nats.go sending the bus's headers and, consuming, decoding each event.\n")
+	if len(r.Spread) > 0 {
+		fmt.Fprintf(&b, "\nEach scenario ran %d rounds; its figures are those of its median round by the ratio below:\n\n", s.Rounds)
+		spread := [][]string{{"scenario", "ratio", "rounds", "min", "median", "max"}}
+		for _, sc := range scenarios {
+			if sp := r.Spread[sc.Name]; sp != nil {
+				spread = append(spread, []string{sc.Name, sp.Ratio, strconv.Itoa(sp.Rounds),
+					formatRatio(sp.Min), formatRatio(sp.Median), formatRatio(sp.Max)})
+			}
+		}
+		writeAligned(&b, spread)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

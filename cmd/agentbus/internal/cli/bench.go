@@ -23,6 +23,7 @@ type benchFlags struct {
 	rate     string
 	json     bool
 	only     []string
+	rounds   int
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -77,6 +78,12 @@ and the global connection flags. Either way every scenario uses streams of
 its own, named agentbus-bench-<run>-<scenario>-bus and -raw (--root is not
 used), and deletes them when it ends.
 
+With --rounds N each scenario runs N times, one round after another; the
+table gives each scenario's median round by its headline ratio (bus/raw+headers
+where there is such a side, else bus/raw; for latency the p50) and, below it,
+that ratio's least, median and greatest over the rounds. On a shared machine
+one round cannot tell a ratio at a target from one just under it.
+
 The output is a table on stdout, or with --json one JSON document with every
 figure, units in the member names (msgs_per_s, us, ms). On a terminal, bench
 reports each scenario on stderr as it starts.`,
@@ -90,6 +97,7 @@ reports each scenario on stderr as it starts.`,
 	fl.StringVar(&f.rate, "rate", strconv.FormatFloat(benchmark.DefaultRate, 'f', -1, 64)+"/s", "publish rate of the e2e scenario, N/s or N messages per second")
 	fl.BoolVar(&f.json, "json", false, "print one JSON document instead of the table")
 	fl.StringSliceVar(&f.only, "only", nil, "comma-separated scenarios to run ("+strings.Join(scenarioNames(), ",")+"); default all")
+	fl.IntVar(&f.rounds, "rounds", 1, fmt.Sprintf("times each scenario runs; the median round is reported, with the spread (at most %d)", benchmark.MaxRounds))
 	return cmd
 }
 
@@ -127,7 +135,7 @@ func (f benchFlags) config() (benchmark.Config, error) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"--messages", f.messages}, {"--size", f.size}, {"--agents", f.agents}} {
+	}{{"--messages", f.messages}, {"--size", f.size}, {"--agents", f.agents}, {"--rounds", f.rounds}} {
 		if v.n <= 0 {
 			return benchmark.Config{}, fmt.Errorf("%s %d must be positive", v.name, v.n)
 		}
@@ -142,7 +150,7 @@ func (f benchFlags) config() (benchmark.Config, error) {
 			only = append(only, s)
 		}
 	}
-	cfg := benchmark.Config{Messages: f.messages, Size: f.size, Agents: f.agents, Rate: rate, Only: only}
+	cfg := benchmark.Config{Messages: f.messages, Size: f.size, Agents: f.agents, Rate: rate, Only: only, Rounds: f.rounds}
 	return cfg, cfg.Validate()
 }
 

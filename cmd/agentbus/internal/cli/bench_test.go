@@ -66,6 +66,44 @@ func TestBenchTable(t *testing.T) {
 	}
 }
 
+// TestBenchRounds: with --rounds the table ends with each scenario's
+// spread over its rounds, and the JSON has it too.
+func TestBenchRounds(t *testing.T) {
+	r := runIn(t, "", "bench", "--messages", "40", "--rounds", "3", "--only", "consume-defaults,sync")
+	if r.code != 0 {
+		t.Fatalf("bench: exit %d, stderr %q", r.code, r.stderr)
+	}
+	_, spread, ok := strings.Cut(r.stdout, "Each scenario ran 3 rounds")
+	if !ok {
+		t.Fatalf("no spread in the output:\n%s", r.stdout)
+	}
+	for _, want := range []string{"consume-defaults  bus/raw+headers      3", "sync              bus/raw+headers p50  3"} {
+		if !strings.Contains(spread, want) {
+			t.Errorf("spread %q, want a line starting %q", spread, want)
+		}
+	}
+	r = runIn(t, "", "bench", "--messages", "40", "--rounds", "2", "--only", "consume-defaults", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench --json: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rep struct {
+		Settings struct {
+			Rounds int `json:"rounds"`
+		} `json:"settings"`
+		Spread map[string]struct {
+			Rounds           int
+			Min, Median, Max float64
+		} `json:"spread"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	sp, ok := rep.Spread["consume-defaults"]
+	if rep.Settings.Rounds != 2 || !ok || sp.Rounds != 2 || !(sp.Min <= sp.Median && sp.Median <= sp.Max) || sp.Min <= 0 {
+		t.Errorf("settings.rounds %d, spread %+v", rep.Settings.Rounds, rep.Spread)
+	}
+}
+
 func TestBenchJSON(t *testing.T) {
 	tmp := embeddedtest.TempDir(t)
 	out := mustRun(t, append(benchTiny, "--json")...)
@@ -171,6 +209,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{name: "small payload", args: []string{"--size", "4"}, want: "size 4"},
 		{name: "one message", args: []string{"--messages", "1"}, want: "messages 1"},
 		{name: "no agents", args: []string{"--agents", "0"}, want: "--agents 0"},
+		{name: "no rounds", args: []string{"--rounds", "0"}, want: "--rounds 0"},
+		{name: "too many rounds", args: []string{"--rounds", "101"}, want: "rounds 101"},
 		{name: "argument", args: []string{"extra"}, want: "extra"},
 	}
 	for _, tt := range tests {
