@@ -109,8 +109,9 @@ type handling struct {
 // Err and Value are the parent's, which is what the cancel context would
 // answer too. A handler that never watches its context then costs no
 // cancel context, no registration with the parent and no release: two
-// allocations and a locked map insert and delete, for every message (about
-// 0.4 µs of the client's CPU in a running subscription, docs/performance.md).
+// allocations and a locked map insert and delete, for every message (a few
+// tenths of a µs of the client's CPU in a running subscription,
+// docs/performance.md).
 type handlerContext struct {
 	context.Context // the parent
 	h               *handling

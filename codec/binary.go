@@ -109,7 +109,7 @@ func (w *headerWriter) set(key, v string) {
 // decodeBinary reads the ce- headers of h. mode is modeStructured when a
 // Content-Type header announces structured mode, and modeBare when h has no
 // ce- and no Content-Type header (the message is then ErrNotCloudEvent).
-func decodeBinary(h nats.Header, data []byte, th *TraceHeaders) (_ *Message, mode int, _ error) {
+func decodeBinary(h nats.Header, data []byte, tn *traceNotes) (_ *Message, mode int, _ error) {
 	r := newReader()
 	var (
 		firstErr    error
@@ -120,8 +120,8 @@ func decodeBinary(h nats.Header, data []byte, th *TraceHeaders) (_ *Message, mod
 	)
 	for k, vs := range h {
 		if !isCEHeader(k) {
-			if th != nil {
-				th.note(k, vs)
+			if tn != nil {
+				tn.note(k, vs)
 			}
 			if len(k) == len(headerContentType) && strings.EqualFold(k, headerContentType) {
 				for _, v := range vs {

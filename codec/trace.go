@@ -20,8 +20,13 @@ import (
 type TraceHeaders struct {
 	TraceParent string
 	TraceState  string
+}
 
-	parentName, stateName string // the header names the values came from
+// traceNotes collects the plain trace headers of a message, header by
+// header, with the names the values came from.
+type traceNotes struct {
+	TraceHeaders
+	parentName, stateName string
 }
 
 // The plain W3C Trace Context header names.
@@ -32,11 +37,11 @@ const (
 
 // ReadTraceHeaders returns the plain trace headers of h.
 func ReadTraceHeaders(h nats.Header) TraceHeaders {
-	var th TraceHeaders
+	var tn traceNotes
 	for k, vs := range h {
-		th.note(k, vs)
+		tn.note(k, vs)
 	}
-	return th
+	return tn.TraceHeaders
 }
 
 // DecodeWithTraceHeaders is Decode that also returns the message's plain
@@ -45,8 +50,9 @@ func ReadTraceHeaders(h nats.Header) TraceHeaders {
 // reads them for every message (package bus does) saves a second walk of
 // the header map.
 func DecodeWithTraceHeaders(h nats.Header, data []byte) (*Message, TraceHeaders, error) {
-	var th TraceHeaders
-	m, mode, err := decodeBinary(h, data, &th)
+	var tn traceNotes
+	m, mode, err := decodeBinary(h, data, &tn)
+	th := tn.TraceHeaders
 	if mode == modeStructured {
 		// decodeBinary stopped at the Content-Type header.
 		th = ReadTraceHeaders(h)
@@ -56,16 +62,16 @@ func DecodeWithTraceHeaders(h nats.Header, data []byte) (*Message, TraceHeaders,
 }
 
 // note takes header k with values vs if it is a trace header.
-func (th *TraceHeaders) note(k string, vs []string) {
+func (tn *traceNotes) note(k string, vs []string) {
 	if len(vs) == 0 {
 		return
 	}
 	var v, name *string
 	switch {
 	case len(k) == len(headerTraceParent) && strings.EqualFold(k, headerTraceParent):
-		v, name = &th.TraceParent, &th.parentName
+		v, name = &tn.TraceParent, &tn.parentName
 	case len(k) == len(headerTraceState) && strings.EqualFold(k, headerTraceState):
-		v, name = &th.TraceState, &th.stateName
+		v, name = &tn.TraceState, &tn.stateName
 	default:
 		return
 	}
