@@ -28,7 +28,10 @@ type Policy int
 const (
 	// Strict always starts the highest-priority message available, in
 	// stream order within a level. Lower levels wait while a higher one has
-	// a backlog.
+	// a backlog, or may have one: while its lane has not told. A lane
+	// whose pulls keep failing (reported to Options.OnError) counts as
+	// empty until one succeeds, so that it cannot hold the levels below it
+	// forever.
 	Strict Policy = iota
 	// Weighted shares handler starts between levels with a backlog in
 	// proportion to Options.Weights (smooth weighted round robin), so that a

@@ -758,3 +758,37 @@ func TestLaneWithoutConsumerYet(t *testing.T) {
 	}
 	wantHandled(t, r, seqs, "the consumer's messages once it exists")
 }
+
+// TestFailingLaneDoesNotHoldStrict: a lane whose pulls keep failing (its
+// consumer was deleted) counts as empty between attempts, once its failure
+// is reported, so Strict goes on with the levels below it rather than wait
+// for it forever.
+func TestFailingLaneDoesNotHoldStrict(t *testing.T) {
+	nc, js := setup(t, "low")
+	low := publishTo(t, js, "low", "low")
+	r := &record{}
+	errs := make(chan error, 16)
+	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "gone", Level: 0}, {Consumer: "low", Level: 1}}, r.handle,
+		consumers.Options{OnError: func(err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	wantHandled(t, r, low, "the level below a lane without a consumer")
+	select {
+	case err := <-errs:
+		if !errors.Is(err, consumers.ErrPull) {
+			t.Errorf("reported %v, want a pull failure", err)
+		}
+	default:
+		t.Error("the failing lane's pulls were not reported")
+	}
+}
