@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
@@ -21,21 +22,9 @@ import (
 // subscription; this one isolates it for profiles and before/after
 // comparisons. Decoding alone is BenchmarkBinaryDecode in package codec.
 func BenchmarkHandlerPath(b *testing.B) {
-	s := embeddedtest.RunServer(b)
-	nc := embeddedtest.Connect(b, s)
-	a, err := NewAdmin(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := a.Provision(context.Background(), StreamConfig{}); err != nil {
-		b.Fatal(err)
-	}
+	s := provisionedServer(b)
 	// Sent as a bus with its defaults sends it, on an indexed subject.
-	sender, err := New(embeddedtest.Connect(b, s), "bench-sender")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sender.Close()
+	sender := benchBus(b, s, "bench-sender")
 	cm := deliveredMsg(b, sender, &Message{To: "bench-receiver", Type: "BENCH", Data: make([]byte, 1024)})
 	for _, bm := range []struct {
 		name string
@@ -45,11 +34,7 @@ func BenchmarkHandlerPath(b *testing.B) {
 		{"untracked", []Option{WithoutLifecycle()}},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
-			bb, err := New(embeddedtest.Connect(b, s), "bench-receiver", bm.opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer bb.Close()
+			bb := benchBus(b, s, "bench-receiver", bm.opts...)
 			handler := func(context.Context, *Delivery) error { return nil }
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -94,19 +79,7 @@ func deliveredMsg(b *testing.B, bb *Bus, m *Message) *consumers.Msg {
 // the server's; this one isolates it for profiles and before/after
 // comparisons.
 func BenchmarkPublishPath(b *testing.B) {
-	s := embeddedtest.RunServer(b)
-	a, err := NewAdmin(embeddedtest.Connect(b, s))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := a.Provision(context.Background(), StreamConfig{}); err != nil {
-		b.Fatal(err)
-	}
-	bb, err := New(embeddedtest.Connect(b, s), "bench-sender")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bb.Close()
+	bb := benchBus(b, provisionedServer(b), "bench-sender")
 	data, ctx := make([]byte, 1024), context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -117,4 +90,30 @@ func BenchmarkPublishPath(b *testing.B) {
 			op.end(bb.tel, ctx, nil, false)
 		}
 	}
+}
+
+// provisionedServer starts an embedded server with the bus's streams and
+// buckets provisioned under the default root.
+func provisionedServer(b *testing.B) *embedded.Server {
+	b.Helper()
+	s := embeddedtest.RunServer(b)
+	a, err := NewAdmin(embeddedtest.Connect(b, s))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.Provision(context.Background(), StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchBus returns a bus of agent on s, closed when b ends.
+func benchBus(b *testing.B, s *embedded.Server, agent string, opts ...Option) *Bus {
+	b.Helper()
+	bb, err := New(embeddedtest.Connect(b, s), agent, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bb.Close() })
+	return bb
 }

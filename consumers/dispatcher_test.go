@@ -730,21 +730,7 @@ func TestLaneWithoutConsumerYet(t *testing.T) {
 	nc, js := setup(t)
 	seqs := publish(t, js, "late", "late")
 	r := &record{}
-	errs := make(chan error, 16)
-	d, err := consumers.Start(nc, stream, 1, []consumers.Lane{{Consumer: "late"}}, r.handle,
-		consumers.Options{OnError: func(err error) {
-			select {
-			case errs <- err:
-			default:
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		d.Stop()
-		<-d.Done()
-	}()
+	errs := startReporting(t, nc, 1, []consumers.Lane{{Consumer: "late"}}, r)
 	select {
 	case err := <-errs:
 		if !errors.Is(err, consumers.ErrPull) || !strings.Contains(err.Error(), "503") {
@@ -767,21 +753,7 @@ func TestFailingLaneDoesNotHoldStrict(t *testing.T) {
 	nc, js := setup(t, "low")
 	low := publishTo(t, js, "low", "low")
 	r := &record{}
-	errs := make(chan error, 16)
-	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{{Consumer: "gone", Level: 0}, {Consumer: "low", Level: 1}}, r.handle,
-		consumers.Options{OnError: func(err error) {
-			select {
-			case errs <- err:
-			default:
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		d.Stop()
-		<-d.Done()
-	}()
+	errs := startReporting(t, nc, 2, []consumers.Lane{{Consumer: "gone", Level: 0}, {Consumer: "low", Level: 1}}, r)
 	wantHandled(t, r, low, "the level below a lane without a consumer")
 	select {
 	case err := <-errs:
@@ -791,4 +763,26 @@ func TestFailingLaneDoesNotHoldStrict(t *testing.T) {
 	default:
 		t.Error("the failing lane's pulls were not reported")
 	}
+}
+
+// startReporting starts a dispatcher of lanes over levels, recording into
+// r, and returns the channel its first errors go to (the rest are
+// dropped). It stops the dispatcher when t ends.
+func startReporting(t *testing.T, nc *nats.Conn, levels int, lanes []consumers.Lane, r *record) <-chan error {
+	t.Helper()
+	errs := make(chan error, 16)
+	d, err := consumers.Start(nc, stream, levels, lanes, r.handle, consumers.Options{OnError: func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Stop()
+		<-d.Done()
+	})
+	return errs
 }

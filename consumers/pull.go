@@ -205,7 +205,6 @@ func (d *Dispatcher) pull(l *lane) {
 			d.setDrained(l, false)
 			continue
 		}
-		d.setDrained(l, false)
 		first := 100 * time.Millisecond
 		if e.kind == endUnavailable {
 			// A consumer just created, as by another process of the same
@@ -216,19 +215,19 @@ func (d *Dispatcher) pull(l *lane) {
 			first = 10 * time.Millisecond
 			unavailable++
 		}
-		if e.kind != endUnavailable || unavailable > 1 {
+		lasts := e.kind != endUnavailable || unavailable > 1
+		if lasts {
 			d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
-			// A lane whose failure lasts cannot tell what the server holds
-			// for it: it counts as empty until a pull succeeds, so that
-			// Strict goes on with the levels below rather than wait for it
-			// (as between attempts to create its consumer).
-			d.setDrained(l, true)
 		}
-		// A consumer deleted under the lane (by an operator, say) is not
-		// made again, even by a lane with Create: a new durable consumer
-		// would start at the stream's first message and deliver again
-		// what the old one had acknowledged. The lane reports it until
-		// someone does, and the levels below go on meanwhile.
+		// Until then Strict waits for the lane. A lane whose failure lasts
+		// cannot tell what the server holds for it: it counts as empty
+		// until a pull succeeds, so that Strict goes on with the levels
+		// below rather than wait for it (as between attempts to create
+		// its consumer). A consumer deleted under the lane (by an
+		// operator, say) is not made again, even by a lane with Create: a
+		// new durable consumer would start at the stream's first message
+		// and deliver again what the old one had acknowledged.
+		d.setDrained(l, lasts)
 		if !d.backOff(&retry, first) {
 			return
 		}

@@ -1,6 +1,7 @@
 package benchmark
 
 import (
+	"reflect"
 	"slices"
 )
 
@@ -24,51 +25,60 @@ type Spread struct {
 	Max    float64 `json:"max"`
 }
 
-// headline returns the headline ratio of scenario name in r and its name,
-// nil when the scenario did not run or the ratio is undefined.
-func (r *Report) headline(name string) (*float64, string) {
-	throughput := func(t *Throughput) (*float64, string) {
-		if t == nil {
-			return nil, ""
-		}
-		if t.RatioBusRawHeaders != nil {
-			return t.RatioBusRawHeaders, "bus/raw+headers"
-		}
-		return t.RatioBusRaw, "bus/raw"
-	}
-	latency := func(l *Latency) (*float64, string) {
-		if l == nil {
-			return nil, ""
-		}
-		if l.RatioBusRawHeadersP50 != nil {
-			return l.RatioBusRawHeadersP50, "bus/raw+headers p50"
-		}
-		return l.RatioBusRawP50, "bus/raw p50"
-	}
+// member returns a pointer to r's figures of scenario name: a
+// **Throughput, **Latency, **Inversions or **SetupTime; nil for a name
+// that is not a scenario's.
+func (r *Report) member(name string) any {
 	switch name {
 	case "async":
-		return throughput(r.Async)
+		return &r.Async
 	case "async-untracked":
-		return throughput(r.AsyncUntracked)
+		return &r.AsyncUntracked
 	case "sync":
-		return latency(r.Sync)
+		return &r.Sync
 	case "consume":
-		return throughput(r.Consume)
+		return &r.Consume
 	case "consume-defaults":
-		return throughput(r.ConsumeDefaults)
+		return &r.ConsumeDefaults
 	case "consume-untracked":
-		return throughput(r.ConsumeUntracked)
+		return &r.ConsumeUntracked
 	case "request":
-		return latency(r.Request)
+		return &r.Request
 	case "e2e":
-		return latency(r.E2E)
+		return &r.E2E
 	case "priority":
-		if r.Priority != nil {
-			return r.Priority.RatioBusRaw, "bus/raw"
-		}
+		return &r.Priority
 	case "setup":
-		if r.Setup != nil {
-			return r.Setup.RatioBusRaw, "bus/raw"
+		return &r.Setup
+	}
+	return nil
+}
+
+// headline returns the headline ratio of scenario name in r and its name:
+// bus/raw+headers where the scenario has that side, else bus/raw, of the
+// p50 for latency; nil when the scenario did not run or the ratio is
+// undefined.
+func (r *Report) headline(name string) (*float64, string) {
+	switch p := r.member(name).(type) {
+	case **Throughput:
+		if t := *p; t != nil && t.RatioBusRawHeaders != nil {
+			return t.RatioBusRawHeaders, "bus/raw+headers"
+		} else if t != nil {
+			return t.RatioBusRaw, "bus/raw"
+		}
+	case **Latency:
+		if l := *p; l != nil && l.RatioBusRawHeadersP50 != nil {
+			return l.RatioBusRawHeadersP50, "bus/raw+headers p50"
+		} else if l != nil {
+			return l.RatioBusRawP50, "bus/raw p50"
+		}
+	case **Inversions:
+		if *p != nil {
+			return (*p).RatioBusRaw, "bus/raw"
+		}
+	case **SetupTime:
+		if *p != nil {
+			return (*p).RatioBusRaw, "bus/raw"
 		}
 	}
 	return nil, ""
@@ -76,27 +86,8 @@ func (r *Report) headline(name string) (*float64, string) {
 
 // take sets the figures of scenario name in r to those in from.
 func (r *Report) take(name string, from *Report) {
-	switch name {
-	case "async":
-		r.Async = from.Async
-	case "async-untracked":
-		r.AsyncUntracked = from.AsyncUntracked
-	case "sync":
-		r.Sync = from.Sync
-	case "consume":
-		r.Consume = from.Consume
-	case "consume-defaults":
-		r.ConsumeDefaults = from.ConsumeDefaults
-	case "consume-untracked":
-		r.ConsumeUntracked = from.ConsumeUntracked
-	case "request":
-		r.Request = from.Request
-	case "e2e":
-		r.E2E = from.E2E
-	case "priority":
-		r.Priority = from.Priority
-	case "setup":
-		r.Setup = from.Setup
+	if dst := r.member(name); dst != nil {
+		reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(from.member(name)).Elem())
 	}
 }
 
