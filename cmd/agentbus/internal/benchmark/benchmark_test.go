@@ -144,7 +144,7 @@ func TestMirrored(t *testing.T) {
 			return k, nil
 		}
 	}
-	got, err := mirrored(7, side("a"), side("b"), side("c"))
+	got, err := mirrored(7, sideNames, side("a"), side("b"), side("c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestMirrored(t *testing.T) {
 		t.Errorf("measures %v, want %v", got, want)
 	}
 	failed := errors.New("boom")
-	_, err = mirrored(4, side("a"), func(int) (int, error) { return 0, failed })
+	_, err = mirrored(4, sideNames, side("a"), func(int) (int, error) { return 0, failed })
 	if !errors.Is(err, failed) || !strings.HasPrefix(err.Error(), "raw: ") {
 		t.Errorf("error %v, want boom named raw", err)
 	}

@@ -95,7 +95,11 @@ func (t *tally) snapshot() []int64 {
 
 // sideNames name the sides of a scenario, in the order mirrored takes
 // them: the bus, raw nats.go and, where there is one, raw+headers.
-var sideNames = [...]string{"bus", "raw", "raw+headers"}
+var sideNames = []string{"bus", "raw", "raw+headers"}
+
+// requestSides name the sides of the request scenario: the bus, raw
+// nats.go and raw nats.go with the records of the bus's floor.
+var requestSides = []string{"bus", "raw", "raw+records"}
 
 // mirrored runs each of sides, which measures k messages and returns what
 // it measured, for n messages in all, in two halves and mirrored order (A B
@@ -103,8 +107,8 @@ var sideNames = [...]string{"bus", "raw", "raw+headers"}
 // another in full, the first side would meet the process and the server
 // cold (a small heap the collector runs through often, a stream without
 // blocks) and the last one warm. It stops at the first error, which it
-// prefixes with the side's name (sideNames).
-func mirrored[T any](n int, sides ...func(k int) (T, error)) ([][2]T, error) {
+// prefixes with the side's name in names.
+func mirrored[T any](n int, names []string, sides ...func(k int) (T, error)) ([][2]T, error) {
 	out := make([][2]T, len(sides))
 	for pass := range 2 {
 		k := n / 2
@@ -118,7 +122,7 @@ func mirrored[T any](n int, sides ...func(k int) (T, error)) ([][2]T, error) {
 			}
 			v, err := sides[i](k)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", sideNames[i], err)
+				return nil, fmt.Errorf("%s: %w", names[i], err)
 			}
 			out[i][pass] = v
 		}
@@ -137,7 +141,7 @@ func balanced(n int, sides ...func(k int) error) ([]float64, error) {
 			return time.Since(start), err
 		}
 	}
-	took, err := mirrored(n, timed...)
+	took, err := mirrored(n, sideNames, timed...)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +158,7 @@ func balanced(n int, sides ...func(k int) error) ([]float64, error) {
 // first call and its last. It is finite even if the clock did not advance
 // between them.
 func drained(n int, sides ...func(k int) (*tally, error)) ([]float64, error) {
-	tallies, err := mirrored(n, sides...)
+	tallies, err := mirrored(n, sideNames, sides...)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +175,7 @@ func drained(n int, sides ...func(k int) (*tally, error)) ([]float64, error) {
 // the latencies of k messages, with mirrored and summarises the latencies
 // of both halves of each; n and rate are the scenario's.
 func mirroredLatency(n int, rate float64, bus, raw func(k int) ([]time.Duration, error)) (*Latency, error) {
-	lat, err := mirrored(n, bus, raw)
+	lat, err := mirrored(n, sideNames, bus, raw)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,15 @@ type Latency struct {
 	RawHeadersP99Micros   *float64 `json:"raw_headers_p99_us,omitempty"`
 	RatioBusRawHeadersP50 *float64 `json:"ratio_bus_raw_headers_p50,omitempty"`
 	RatioBusRawHeadersP99 *float64 `json:"ratio_bus_raw_headers_p99,omitempty"`
+	// FloorP50Micros and FloorP99Micros are, for request, the raw side's
+	// round trips with the lifecycle I/O a tracked round trip of the bus
+	// cannot do without (the request's pending record and the responder's
+	// read of it, docs/performance.md), with the bus's ratios to them; nil
+	// elsewhere.
+	FloorP50Micros   *float64 `json:"floor_p50_us,omitempty"`
+	FloorP99Micros   *float64 `json:"floor_p99_us,omitempty"`
+	RatioBusFloorP50 *float64 `json:"ratio_bus_floor_p50,omitempty"`
+	RatioBusFloorP99 *float64 `json:"ratio_bus_floor_p99,omitempty"`
 }
 
 // withRawHeaders adds the raw+headers side's latencies to l.
@@ -99,6 +108,16 @@ func (l *Latency) withRawHeaders(lat []time.Duration) *Latency {
 	l.RawHeadersP50Micros, l.RawHeadersP99Micros = &p50, &p99
 	l.RatioBusRawHeadersP50 = Ratio(l.BusP50Micros, p50)
 	l.RatioBusRawHeadersP99 = Ratio(l.BusP99Micros, p99)
+	return l
+}
+
+// withFloor adds the floor's latencies to l.
+func (l *Latency) withFloor(lat []time.Duration) *Latency {
+	h := Percentiles(lat, 50, 99)
+	p50, p99 := micros(h[0]), micros(h[1])
+	l.FloorP50Micros, l.FloorP99Micros = &p50, &p99
+	l.RatioBusFloorP50 = Ratio(l.BusP50Micros, p50)
+	l.RatioBusFloorP99 = Ratio(l.BusP99Micros, p99)
 	return l
 }
 
@@ -167,6 +186,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("\nbus/raw is the bus's figure divided by raw nats.go's: for throughput below 1 means the bus is slower;\n" +
 		"for latency, time, memory and inversions above 1 means the bus takes longer, uses more or inverts more.\n" +
 		"raw+headers is raw nats.go sending the bus's headers and, consuming, decoding each event.\n")
+	if r.Request != nil && r.Request.FloorP50Micros != nil {
+		b.WriteString("The request floor is raw JetStream's round trip with the request's pending record written and read\n" +
+			"before it is handled, the lifecycle I/O the bus's promises need (docs/performance.md).\n")
+	}
 	if len(r.Spread) > 0 {
 		fmt.Fprintf(&b, "\nEach scenario ran %d rounds; its figures are those of its median round by the ratio below:\n\n", s.Rounds)
 		spread := [][]string{{"scenario", "ratio", "rounds", "min", "median", "max"}}
@@ -205,6 +228,10 @@ func (r *Report) rows() [][]string {
 	}
 	if l := r.Request; l != nil {
 		rows = append(rows, latencyRows("request", "round trip vs raw JetStream", l)...)
+		if l.FloorP50Micros != nil {
+			rows = append(rows, []string{"request", "round trip vs the floor p50", "µs",
+				formatTenths(l.BusP50Micros), formatTenths(*l.FloorP50Micros), "-", optional(formatRatio, l.RatioBusFloorP50), "-"})
+		}
 	}
 	if l := r.E2E; l != nil {
 		rows = append(rows, latencyRows("e2e", fmt.Sprintf("latency at %s msg/s", strconv.FormatFloat(l.RateMsgsPerSec, 'f', -1, 64)), l)...)

@@ -27,7 +27,8 @@ func fullReport() *Report {
 		ConsumeUntracked: &Throughput{Messages: 100, BusMsgsPerSec: 90, RawMsgsPerSec: 120, RawHeadersMsgsPerSec: ptr(60),
 			RatioBusRaw: ptr(0.75), RatioBusRawHeaders: ptr(1.5)},
 		Request: &Latency{Messages: 100, BusP50Micros: 400, BusP99Micros: 1200, RawP50Micros: 200, RawP99Micros: 600,
-			RatioBusRawP50: ptr(2), RatioBusRawP99: ptr(2)},
+			RatioBusRawP50: ptr(2), RatioBusRawP99: ptr(2),
+			FloorP50Micros: ptr(320), FloorP99Micros: ptr(1000), RatioBusFloorP50: ptr(1.25), RatioBusFloorP99: ptr(1.2)},
 		E2E: &Latency{Messages: 100, RateMsgsPerSec: 1000, BusP50Micros: 300, BusP99Micros: 900, RawP50Micros: 200,
 			RawP99Micros: 600, RatioBusRawP50: ptr(1.5), RatioBusRawP99: ptr(1.5)},
 		Priority: &Inversions{Messages: 100, BusInversions: 0, RawInversions: 80, RatioBusRaw: ptr(0)},
@@ -107,7 +108,7 @@ func TestWriteTable(t *testing.T) {
 		"consume-defaults":  {{"30", "120", "60", "0.25", "0.50"}},
 		"consume-untracked": {{"90", "120", "60", "0.75", "1.50"}},
 		"sync":              {{"30.0", "20.0", "25.0", "1.50", "1.20"}, {"90.0", "60.0", "75.0", "1.50", "1.20"}},
-		"request":           {{"400.0", "200.0", "-", "2.00", "-"}, {"1200.0", "600.0", "-", "2.00", "-"}},
+		"request":           {{"400.0", "200.0", "-", "2.00", "-"}, {"1200.0", "600.0", "-", "2.00", "-"}, {"400.0", "320.0", "-", "1.25", "-"}},
 		"priority":          {{"0", "80", "-", "0.00", "-"}},
 		"setup":             {{"12.0", "10.0", "-", "-", "-"}, {"300.0", "200.0", "-", "1.50", "-"}},
 	}

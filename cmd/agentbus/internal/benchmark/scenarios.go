@@ -2,6 +2,7 @@ package benchmark
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -274,13 +275,26 @@ func (r *runner) request(ctx context.Context, e *env) error {
 	if err != nil {
 		return fmt.Errorf("bus: %w", err)
 	}
-	rawTrips, err := e.rawRoundTrips(ctx, r.payload)
+	rawTrips, err := e.rawRoundTrips(ctx, r.payload, nil)
 	if err != nil {
 		return fmt.Errorf("raw: %w", err)
 	}
-	l, err := mirroredLatency(r.cfg.requests(), 0, busTrips, rawTrips)
-	r.report.Request = l
-	return err
+	records, err := e.rawRecords(ctx)
+	if err != nil {
+		return fmt.Errorf("raw+records: %w", err)
+	}
+	floorTrips, err := e.rawRoundTrips(ctx, r.payload, records)
+	if err != nil {
+		return fmt.Errorf("raw+records: %w", err)
+	}
+	n := r.cfg.requests()
+	lat, err := mirrored(n, requestSides, busTrips, rawTrips, floorTrips)
+	if err != nil {
+		return err
+	}
+	joined := func(side [2][]time.Duration) []time.Duration { return append(side[0], side[1]...) }
+	r.report.Request = newLatency(n, 0, joined(lat[0]), joined(lat[1])).withFloor(joined(lat[2]))
+	return nil
 }
 
 // busRoundTrips subscribes requesterAgent and responderAgent on the bus
@@ -335,20 +349,32 @@ func (e *env) busRoundTrips(ctx context.Context, payload []byte) (trips func(k i
 // to the stream; the responder reads it with a durable pull consumer,
 // decodes it, publishes the reply to the stream and acks; the requester
 // reads the reply from a durable pull consumer of its own, decodes it and
-// acks. Both consumers have the bus's consumer settings. trips returns how
-// long each round trip took.
-func (e *env) rawRoundTrips(ctx context.Context, payload []byte) (trips func(k int) ([]time.Duration, error), err error) {
-	replySubject, err := e.raw.Direct(requesterAgent, responderAgent, replyType, subjects.DefaultPriority)
+// acks. Both consumers have the bus's consumer settings. With records (not
+// nil), the round trips also do the lifecycle I/O of the bus's floor. trips
+// returns how long each round trip took.
+func (e *env) rawRoundTrips(ctx context.Context, payload []byte, records *rawRecords) (trips func(k int) ([]time.Duration, error), err error) {
+	requester, responder := requesterAgent, responderAgent
+	if records != nil {
+		// Agents of their own: each side's consumers are its own.
+		requester, responder = requesterAgent+"-records", responderAgent+"-records"
+	}
+	replySubject, err := e.raw.Direct(requester, responder, replyType, subjects.DefaultPriority)
 	if err != nil {
 		return nil, err
 	}
-	requestSubject, err := e.raw.Direct(responderAgent, requesterAgent, requestType, subjects.DefaultPriority)
+	requestSubject, err := e.raw.Direct(responder, requester, requestType, subjects.DefaultPriority)
 	if err != nil {
 		return nil, err
 	}
 	var failures atomic.Int64 // replies the responder failed to send
-	if err := e.consumeEvents(ctx, responderAgent, func(js jetstream.JetStream, req *codec.Message) {
-		reply := &codec.Message{From: responderAgent, To: req.From, Type: replyType, CausationID: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
+	if err := e.consumeEvents(ctx, responder, func(js jetstream.JetStream, req *codec.Message) {
+		if records != nil {
+			if err := records.read(req); err != nil {
+				failures.Add(1)
+				return
+			}
+		}
+		reply := &codec.Message{From: responder, To: req.From, Type: replyType, CausationID: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
 		m, err := encodeEvent(replySubject, reply)
 		if err == nil {
 			_, err = js.PublishMsg(ctx, m)
@@ -360,19 +386,25 @@ func (e *env) rawRoundTrips(ctx context.Context, payload []byte) (trips func(k i
 		return nil, err
 	}
 	replies := make(chan *codec.Message, 16)
-	if err := e.consumeEvents(ctx, requesterAgent, func(_ jetstream.JetStream, m *codec.Message) { replies <- m }); err != nil {
+	if err := e.consumeEvents(ctx, requester, func(_ jetstream.JetStream, m *codec.Message) { replies <- m }); err != nil {
 		return nil, err
 	}
 	timeout := time.NewTimer(time.Hour)
 	e.onClose(func() { timeout.Stop() })
 	trip := func(int) error {
-		req := &codec.Message{From: requesterAgent, To: responderAgent, Type: requestType, Data: payload}
+		req := &codec.Message{From: requester, To: responder, Type: requestType, Data: payload}
 		m, err := encodeEvent(requestSubject, req)
 		if err != nil {
 			return err
 		}
-		if _, err := e.js.PublishMsg(ctx, m); err != nil {
+		ack, err := e.js.PublishMsg(ctx, m)
+		if err != nil {
 			return err
+		}
+		if records != nil {
+			if err := records.sent(req, ack); err != nil {
+				return err
+			}
 		}
 		timeout.Reset(stallTimeout)
 		for {
@@ -382,13 +414,84 @@ func (e *env) rawRoundTrips(ctx context.Context, payload []byte) (trips func(k i
 					return nil
 				}
 			case <-timeout.C:
-				return fmt.Errorf("no reply to request %s in %v (%d replies failed)", req.ID, stallTimeout, failures.Load())
+				return fmt.Errorf("no reply to request %s in %v (%d replies or record reads failed)", req.ID, stallTimeout, failures.Load())
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
 	}
 	return func(k int) ([]time.Duration, error) { return latencies(k, trip) }, nil
+}
+
+// rawRecords is the lifecycle I/O of a request that the bus's tracked
+// round trip cannot do without, done with raw nats.go on a bucket
+// configured as the bus's status bucket (docs/performance.md explains why
+// these two): the request's pending record, written asynchronously after
+// the server stored the request, and the responder's read of it before it
+// handles the request. Raw round trips with them are the floor of the
+// bus's.
+type rawRecords struct {
+	js     jetstream.JetStream // the requester's, which writes
+	nc     *nats.Conn          // the responder's, which reads
+	scheme subjects.Scheme
+	ttl    time.Duration // the requests' TTL, which the bus's Request sets
+}
+
+// rawRecords creates the raw side's status bucket and returns its records.
+func (e *env) rawRecords(ctx context.Context) (*rawRecords, error) {
+	cfg, err := bus.StreamConfig{Root: e.raw.Root()}.StatusBucketConfig()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("create raw status bucket: %w", err)
+	}
+	nc, err := e.connect()
+	if err != nil {
+		return nil, err
+	}
+	return &rawRecords{js: e.js, nc: nc, scheme: e.raw, ttl: stallTimeout}, nil
+}
+
+// sent writes the pending record of request m, stored as ack says, as the
+// bus does: asynchronously, created only if its key is free.
+func (r *rawRecords) sent(m *codec.Message, ack *jetstream.PubAck) error {
+	key, err := subjects.StatusKey(m.ID, m.ID, m.From, m.To)
+	if err != nil {
+		return err
+	}
+	by := m.Time.Add(r.ttl)
+	data, err := json.Marshal(bus.Status{ID: m.ID, From: m.From, To: m.To, Type: m.Type, Priority: subjects.DefaultPriority,
+		CorrelationID: m.ID, State: bus.StatePending, Time: m.Time, ExpiresAt: by, Updated: time.Now().UTC(), By: m.From,
+		Stream: ack.Stream, Sequence: ack.Sequence, ReplyBy: by})
+	if err != nil {
+		return err
+	}
+	_, err = r.js.PublishMsgAsync(&nats.Msg{Subject: r.scheme.StatusSubjectPrefix() + key,
+		Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}, Data: data})
+	return err
+}
+
+// read reads request m's record, as the responder's bus does before its
+// handler runs, and decodes it; a record not written yet is no error.
+func (r *rawRecords) read(m *codec.Message) error {
+	key, err := subjects.StatusKey(m.ID, m.ID, m.From, m.To)
+	if err != nil {
+		return err
+	}
+	resp, err := r.nc.Request(r.scheme.StatusDirectGetPrefix()+key, nil, stallTimeout)
+	if err != nil {
+		return err
+	}
+	switch code := resp.Header.Get("Status"); code {
+	case "":
+		var st bus.Status
+		return json.Unmarshal(resp.Data, &st)
+	case "404":
+		return nil
+	default:
+		return fmt.Errorf("read record of %s: %s %s", m.ID, code, resp.Header.Get("Description"))
+	}
 }
 
 // consumeEvents consumes agent's direct messages at the default priority on

@@ -57,7 +57,7 @@ func TestBenchTable(t *testing.T) {
 	}
 	want := map[string]int{
 		"async": 1, "async-untracked": 1, "sync": 2, "consume": 1, "consume-defaults": 1, "consume-untracked": 1,
-		"request": 2, "e2e": 2, "priority": 1, "setup": 1, // time; no memory with the embedded server
+		"request": 3, "e2e": 2, "priority": 1, "setup": 1, // time; no memory with the embedded server
 	}
 	for _, name := range scenarioNames() {
 		if rows[name] != want[name] {
@@ -126,7 +126,7 @@ func TestBenchJSON(t *testing.T) {
 		"consume":           throughput,
 		"consume-defaults":  throughput,
 		"consume-untracked": throughput,
-		"request":           latency,
+		"request":           append(latency, "ratio_bus_floor_p50", "ratio_bus_floor_p99"),
 		"e2e":               latency,
 		"priority":          {"ratio_bus_raw"},
 		"setup":             {"ratio_bus_raw"},
