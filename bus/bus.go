@@ -163,6 +163,7 @@ func (b *Bus) Close() error {
 	for s := range subs {
 		<-s.Done()
 	}
+	b.req.close()
 	if err := b.backlogReg.Unregister(); err != nil {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}

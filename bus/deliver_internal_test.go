@@ -94,7 +94,7 @@ func BenchmarkPublishPath(b *testing.B) {
 
 // provisionedServer starts an embedded server with the bus's streams and
 // buckets provisioned under the default root.
-func provisionedServer(b *testing.B) *embedded.Server {
+func provisionedServer(b testing.TB) *embedded.Server {
 	b.Helper()
 	s := embeddedtest.RunServer(b)
 	a, err := NewAdmin(embeddedtest.Connect(b, s))
@@ -108,7 +108,7 @@ func provisionedServer(b *testing.B) *embedded.Server {
 }
 
 // benchBus returns a bus of agent on s, closed when b ends.
-func benchBus(b *testing.B, s *embedded.Server, agent string, opts ...Option) *Bus {
+func benchBus(b testing.TB, s *embedded.Server, agent string, opts ...Option) *Bus {
 	b.Helper()
 	bb, err := New(embeddedtest.Connect(b, s), agent, opts...)
 	if err != nil {

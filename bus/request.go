@@ -404,9 +404,21 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 type requests struct {
 	mu       sync.Mutex
 	waiting  map[string]*waiter // by request ID
-	listener *nats.Subscription // while any request waits
+	listener *nats.Subscription // while any request waits, and listenerLinger after
+	idle     *time.Timer        // ends the listener listenerLinger after the last request
+	closed   bool               // the bus closed: the listener ends with the last request
 	taken    recentSet          // IDs of replies and progress updates handed to a Request
 }
+
+// listenerLinger is how long the listener stays subscribed after the last
+// Request stopped waiting. Its subject has a wildcard, and the server walks
+// its whole subscription cache to subscribe or unsubscribe one, under the
+// lock every publish's routing takes (nats-server's Sublist.addToCache and
+// removeFromCache): about 50 µs on the requester's connection, ahead of its
+// request, which a listener per request paid twice. A loop of requests
+// now subscribes once. The price is a copy of the agent's messages for the
+// second after its last request, which the listener drops undecoded.
+const listenerLinger = time.Second
 
 // waiter is one Request waiting: for its reply, and for the progress
 // updates before it.
@@ -458,6 +470,9 @@ func (r *requests) register(b *Bus, id string, w *waiter) error {
 	if _, dup := r.waiting[id]; dup {
 		return &codec.FieldError{Field: "ID", Value: id, Err: fmt.Errorf("%w: a request with this ID is already waiting", ErrInvalidMessage)}
 	}
+	if r.closed {
+		return fmt.Errorf("%w: request %s", ErrClosed, id)
+	}
 	if r.listener == nil {
 		filter, err := b.opts.scheme.AgentFilter(b.agent)
 		if err != nil {
@@ -471,16 +486,61 @@ func (r *requests) register(b *Bus, id string, w *waiter) error {
 	return nil
 }
 
-// forget removes the Request for id, and the listener with the last one.
-// It is idempotent.
+// forget removes the Request for id. The listener ends listenerLinger
+// after the last one, unless another comes meanwhile, or at once after the
+// bus closed. It is idempotent.
 func (r *requests) forget(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.waiting, id)
-	if len(r.waiting) == 0 && r.listener != nil {
+	switch {
+	case len(r.waiting) > 0 || r.listener == nil:
+	case r.closed:
+		r.unlisten()
+	case r.idle == nil:
+		r.idle = time.AfterFunc(listenerLinger, r.endIdleListener)
+	default:
+		r.idle.Reset(listenerLinger)
+	}
+}
+
+// endIdleListener ends the listener if no Request waits.
+func (r *requests) endIdleListener() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.waiting) == 0 {
+		r.unlisten()
+	}
+}
+
+// unlisten ends the listener, under r.mu.
+func (r *requests) unlisten() {
+	if r.listener != nil {
 		r.listener.Unsubscribe()
 		r.listener = nil
 	}
+}
+
+// close ends the listener if no Request waits, and otherwise with the
+// last one; no Request waits after it.
+func (r *requests) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.idle != nil {
+		r.idle.Stop()
+	}
+	if len(r.waiting) == 0 {
+		r.unlisten()
+	}
+}
+
+// listening reports whether any Request waits, so that the listener can
+// drop what it receives while it lingers undecoded.
+func (r *requests) listening() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.waiting) > 0
 }
 
 // cancel tells the Request waiting for id, if any, that by canceled it.
@@ -588,6 +648,9 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 // listen receives the messages published to the agent while a Request
 // waits, and hands over the replies.
 func (b *Bus) listen(nm *nats.Msg) {
+	if !b.req.listening() {
+		return
+	}
 	m, err := codec.Decode(nm.Header, nm.Data)
 	if err != nil || m.CausationID == "" {
 		return // the subscription dead-letters what cannot be decoded
