@@ -295,7 +295,10 @@ func percentiles(lat []time.Duration) (p50, p99 float64) {
 // connection for each side.
 type benchEnv struct {
 	connect func(b *testing.B) *nats.Conn // a new connection to the server, closed when b ends
-	bus     *bus.Bus
+	// serverCPU returns the CPU time the server has used so far, when it
+	// runs in a process of its own (-agentbus.server-process); else nil.
+	serverCPU func() time.Duration
+	bus       *bus.Bus
 	// alone is a bus WithoutLifecycle under a root of its own, whose
 	// stream nobody else fills: the publish benchmarks' bus-untracked,
 	// which would otherwise meet the duplicate window bus filled.
@@ -315,6 +318,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	env := &benchEnv{}
 	if *benchServerProcess {
 		p := startServerProcess(b, buildNATSServer(b))
+		env.serverCPU = p.cpu
 		env.connect = func(b *testing.B) *nats.Conn {
 			b.Helper()
 			nc, err := nats.Connect(p.url)
@@ -713,7 +717,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			clock := newConsumeClock(b.N)
+			clock := env.consumeClock(b.N)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
@@ -792,7 +796,7 @@ func benchConsumeDispatcher(b *testing.B, env *benchEnv, base *baselines, agent 
 	if _, err := consumers.Ensure(context.Background(), js, s.Stream(), specs, consumers.Settings{}); err != nil {
 		b.Fatal(err)
 	}
-	clock := newConsumeClock(b.N)
+	clock := env.consumeClock(b.N)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
@@ -842,7 +846,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 		b.Fatal(err)
 	}
 	defer rb.Close()
-	clock := newConsumeClock(b.N)
+	clock := env.consumeClock(b.N)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
@@ -868,21 +872,28 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 // and one on the raw side, is what BenchmarkSetupAgents measures. (ns/op,
 // from the testing package, still includes it.)
 type consumeClock struct {
-	total    int64
-	n        atomic.Int64
-	first    atomic.Int64 // unix nanos of the first message handled
-	firstCPU atomic.Int64 // processCPU then
-	done     chan struct{}
+	total          int64
+	n              atomic.Int64
+	first          atomic.Int64 // unix nanos of the first message handled
+	firstCPU       atomic.Int64 // processCPU then
+	serverCPU      func() time.Duration
+	firstServerCPU atomic.Int64 // serverCPU then
+	done           chan struct{}
 }
 
-func newConsumeClock(total int) *consumeClock {
-	return &consumeClock{total: int64(total), done: make(chan struct{})}
+// consumeClock returns a clock for total messages; against a server
+// process it also reports the server's CPU per message.
+func (env *benchEnv) consumeClock(total int) *consumeClock {
+	return &consumeClock{total: int64(total), serverCPU: env.serverCPU, done: make(chan struct{})}
 }
 
 // handled counts a message handled, and closes done at the last.
 func (c *consumeClock) handled() {
 	n := c.n.Add(1)
 	if n == 1 {
+		if c.serverCPU != nil {
+			c.firstServerCPU.Store(int64(c.serverCPU()))
+		}
 		c.firstCPU.Store(int64(processCPU()))
 		c.first.Store(time.Now().UnixNano())
 	}
@@ -902,6 +913,9 @@ func (c *consumeClock) report(b *testing.B) (msgs, cpu float64) {
 	msgs = float64(c.total-1) / elapsed.Seconds()
 	b.ReportMetric(msgs, "msg/s")
 	cpu = cpuPer(b, processCPU()-time.Duration(c.firstCPU.Load()), int(c.total-1), time.Microsecond, "cpu-µs/msg")
+	if c.serverCPU != nil {
+		cpuPer(b, c.serverCPU()-time.Duration(c.firstServerCPU.Load()), int(c.total-1), time.Microsecond, "server-cpu-µs/msg")
+	}
 	return msgs, cpu
 }
 

@@ -4,6 +4,7 @@ package bus_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,6 +314,33 @@ type serverProcess struct {
 	url        string
 	http, prof int
 	log        string
+	pid        int
+}
+
+// cpu returns the CPU time the server process has used so far, user and
+// system, from /proc (Linux); 0 where it cannot be read.
+func (p *serverProcess) cpu() time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// blanks: utime and stime are the 12th and 13th of them, in ticks.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond
 }
 
 // monitorClient reads the monitoring endpoints; it keeps no idle
@@ -339,6 +367,7 @@ func startServerProcess(b *testing.B, natsServer string) *serverProcess {
 	if err != nil {
 		b.Fatal(err)
 	}
+	p.pid = cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	b.Cleanup(func() {
