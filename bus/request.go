@@ -39,7 +39,8 @@ const ExtReplyBy = "replyby"
 //
 // The reply travels through JetStream like any message, and is processed
 // once: Request takes it as it is published, from a subscription of the
-// process listening on the agent's subjects for as long as it waits; if a
+// process listening on the agent's subjects for as long as it waits (and a
+// second after the last Request, so that a loop of them subscribes once); if a
 // Subscription of the process receives it first, that hands it over
 // instead of running its handler. Either way the stored copy is recorded
 // completed and later never reaches a handler (with WithoutLifecycle that

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func TestListenerLingers(t *testing.T) {
 	if l.IsValid() || listenerOf(orch) != nil {
 		t.Error("Close left the lingering listener subscribed")
 	}
-	if _, err := orch.Request(ctx, Message{To: "worker", Type: "REQUEST"}); err == nil {
-		t.Error("Request after Close succeeded")
+	if _, err := orch.Request(ctx, Message{To: "worker", Type: "REQUEST"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Request after Close: %v, want ErrClosed", err)
 	}
 }
