@@ -103,22 +103,22 @@ type Latency struct {
 
 // withRawHeaders adds the raw+headers side's latencies to l.
 func (l *Latency) withRawHeaders(lat []time.Duration) *Latency {
-	h := Percentiles(lat, 50, 99)
-	p50, p99 := micros(h[0]), micros(h[1])
-	l.RawHeadersP50Micros, l.RawHeadersP99Micros = &p50, &p99
-	l.RatioBusRawHeadersP50 = Ratio(l.BusP50Micros, p50)
-	l.RatioBusRawHeadersP99 = Ratio(l.BusP99Micros, p99)
+	l.RawHeadersP50Micros, l.RawHeadersP99Micros, l.RatioBusRawHeadersP50, l.RatioBusRawHeadersP99 = l.against(lat)
 	return l
 }
 
 // withFloor adds the floor's latencies to l.
 func (l *Latency) withFloor(lat []time.Duration) *Latency {
-	h := Percentiles(lat, 50, 99)
-	p50, p99 := micros(h[0]), micros(h[1])
-	l.FloorP50Micros, l.FloorP99Micros = &p50, &p99
-	l.RatioBusFloorP50 = Ratio(l.BusP50Micros, p50)
-	l.RatioBusFloorP99 = Ratio(l.BusP99Micros, p99)
+	l.FloorP50Micros, l.FloorP99Micros, l.RatioBusFloorP50, l.RatioBusFloorP99 = l.against(lat)
 	return l
+}
+
+// against returns the p50 and p99 of another side's latencies lat, in
+// microseconds, and the bus's ratios to them.
+func (l *Latency) against(lat []time.Duration) (p50, p99, ratioP50, ratioP99 *float64) {
+	h := Percentiles(lat, 50, 99)
+	v50, v99 := micros(h[0]), micros(h[1])
+	return &v50, &v99, Ratio(l.BusP50Micros, v50), Ratio(l.BusP99Micros, v99)
 }
 
 // newLatency summarises the latencies of both sides.
