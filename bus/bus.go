@@ -43,10 +43,11 @@ const (
 // handle dead letters and anyone's messages with an Admin.
 type Bus struct {
 	*client
-	agent   string
-	req     requests
-	cancels cancels
-	history sync.Mutex // one Attach reads the agent's past messages at a time
+	agent     string
+	req       requests
+	presences presences // what Requests know of their recipients' presence
+	cancels   cancels
+	history   sync.Mutex // one Attach reads the agent's past messages at a time
 
 	backlogReg metric.Registration
 	subs       map[*Subscription]struct{} // under client.mu

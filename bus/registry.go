@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -290,6 +291,148 @@ func (c *client) presenceOf(ctx context.Context, agent string) (Presence, time.D
 		return Presence{Status: Unknown}, 0, nil
 	}
 	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, time.Duration(r.Data.Interval), nil
+}
+
+// presenceFresh is how long a Request trusts the presence it last read of
+// an agent that was not offline then. Within it a loop of requests to one
+// agent reads the registry once, which saves each request a round trip
+// ahead of it (about 60 µs over TCP on loopback here). A request sent on
+// such a reading looks again when the reading is presenceFresh old, so a
+// request to an agent that went offline meanwhile fails within
+// presenceFresh, as one waiting when the agent went does. An offline
+// reading is never trusted later: the agent may be back.
+const presenceFresh = 100 * time.Millisecond
+
+// maxPresences bounds the readings a bus keeps; past it, the stale ones go.
+const maxPresences = 4096
+
+// presences are the presence readings a bus's Requests trust while they
+// are fresh, by agent.
+type presences struct {
+	mu sync.Mutex
+	m  map[string]presenceReading
+}
+
+// presenceReading is an agent's presence and heartbeat interval as read at
+// a time.
+type presenceReading struct {
+	p        Presence
+	interval time.Duration
+	at       time.Time
+}
+
+// fresh returns the reading of agent taken less than presenceFresh before
+// now, if there is one.
+func (ps *presences) fresh(agent string, now time.Time) (presenceReading, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	r, ok := ps.m[agent]
+	return r, ok && now.Sub(r.at) < presenceFresh
+}
+
+// note keeps reading r of agent, or forgets the agent's reading when r
+// says offline.
+func (ps *presences) note(agent string, r presenceReading) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if r.p.Status == Offline {
+		delete(ps.m, agent)
+		return
+	}
+	if ps.m == nil {
+		ps.m = make(map[string]presenceReading)
+	}
+	if _, ok := ps.m[agent]; !ok && len(ps.m) >= maxPresences {
+		for a, old := range ps.m {
+			if r.at.Sub(old.at) >= presenceFresh {
+				delete(ps.m, a)
+			}
+		}
+		if len(ps.m) >= maxPresences {
+			return
+		}
+	}
+	ps.m[agent] = r
+}
+
+// requestPresence returns agent's presence for a Request: a fresh reading
+// if the bus has one (cached reports true), else one read now. A reading
+// that cannot be taken is the error.
+func (b *Bus) requestPresence(ctx context.Context, agent string) (r presenceReading, cached bool, err error) {
+	now := time.Now()
+	if r, ok := b.presences.fresh(agent, now); ok {
+		return r, true, nil
+	}
+	r, err = b.readPresence(ctx, agent, now)
+	return r, false, err
+}
+
+// readPresence reads agent's presence as of now and notes it.
+func (b *Bus) readPresence(ctx context.Context, agent string, now time.Time) (presenceReading, error) {
+	p, interval, err := b.presenceOf(ctx, agent)
+	if err != nil {
+		return presenceReading{}, err
+	}
+	r := presenceReading{p: p, interval: interval, at: now}
+	b.presences.note(agent, r)
+	return r, nil
+}
+
+// presenceCheck times a waiting Request's looks at its recipient's
+// presence: every heartbeat interval while the agent is online, and once
+// when a cached reading the request was sent on stops being fresh. A nil
+// *presenceCheck never fires.
+type presenceCheck struct {
+	t        *time.Timer
+	interval time.Duration // of the last reading that gave one
+}
+
+// newPresenceCheck returns the check of a request sent on reading r, nil
+// if there is nothing to check.
+func newPresenceCheck(r presenceReading, cached bool) *presenceCheck {
+	c := &presenceCheck{}
+	if r.p.Status == Online {
+		c.interval = r.interval
+	}
+	switch {
+	case cached:
+		c.t = time.NewTimer(time.Until(r.at.Add(presenceFresh)))
+	case c.interval > 0:
+		c.t = time.NewTimer(c.interval)
+	default:
+		return nil
+	}
+	return c
+}
+
+// C is the channel the next look is due on; nil for a nil check.
+func (c *presenceCheck) C() <-chan time.Time {
+	if c == nil {
+		return nil
+	}
+	return c.t.C
+}
+
+// looked schedules the next look after one that found r (err nil), or
+// could not (err): an interval later while the agent is online, or while
+// the registry cannot tell after it was.
+func (c *presenceCheck) looked(r presenceReading, err error) {
+	if err == nil {
+		c.interval = 0
+		if r.p.Status == Online {
+			c.interval = r.interval
+		}
+	}
+	if c.interval > 0 {
+		c.t.Reset(c.interval)
+	}
+}
+
+// stop stops c's timer.
+func (c *presenceCheck) stop() {
+	if c != nil {
+		c.t.Stop()
+	}
 }
 
 // ErrAgentOffline is wrapped by the error of a Request to an agent the

@@ -205,6 +205,34 @@ func TestRequestToOfflineAgent(t *testing.T) {
 	}
 }
 
+// TestRequestToAgentGoneSinceLastRequest: a request right after one that
+// was answered, to an agent that shut down in between, fails with
+// ErrAgentOffline, whether it was sent on the presence the first request
+// read (checked again once that reading is no longer fresh) or read it
+// anew.
+func TestRequestToAgentGoneSinceLastRequest(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	worker := newBus(t, s, "worker")
+	if err := worker.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	orch := newBus(t, s, "orchestrator")
+	if _, err := orch.Request(ctx, bus.Message{To: "worker", Type: "TASK"}); err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	worker.Close()
+	_, err := orch.Request(ctx, bus.Message{To: "worker", Type: "TASK"})
+	var offline *bus.AgentOfflineError
+	if !errors.As(err, &offline) || offline.Agent != "worker" || offline.Presence.Reason != bus.ReasonShutdown {
+		t.Fatalf("request after the agent shut down: %v, want an AgentOfflineError", err)
+	}
+}
+
 // TestRequestFailsWhenAgentGoesSilent: a request waiting for an agent that
 // crashes fails with ErrAgentOffline once the registry finds it silent,
 // well before the request's own deadline.

@@ -73,18 +73,19 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	defer cancel()
 
 	// The recipient's presence, unless the caller queues for it anyway:
-	// offline fails now; online is checked again every heartbeat interval.
-	var recheck <-chan time.Time
+	// offline fails now; online is checked again every heartbeat interval,
+	// and a reading taken earlier (presenceFresh) once more when it is no
+	// longer fresh.
+	var check *presenceCheck
 	if !ro.queueIfOffline {
-		p, interval, err := b.presenceOf(ctx, m.To)
+		r, cached, err := b.requestPresence(ctx, m.To)
 		switch {
 		case err != nil: // the registry cannot tell; the request goes
-		case p.Status == Offline:
-			return nil, &AgentOfflineError{Agent: m.To, Presence: p}
-		case p.Status == Online && interval > 0:
-			t := time.NewTicker(interval)
-			defer t.Stop()
-			recheck = t.C
+		case r.p.Status == Offline:
+			return nil, &AgentOfflineError{Agent: m.To, Presence: r.p}
+		default:
+			check = newPresenceCheck(r, cached)
+			defer check.stop()
 		}
 	}
 
@@ -96,7 +97,7 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	if _, err := b.Publish(ctx, m); err != nil {
 		return nil, err
 	}
-	return b.await(ctx, w, &m, replyBy, ro, recheck)
+	return b.await(ctx, w, &m, replyBy, ro, check)
 }
 
 // newRequest makes m, sent with ctx, a request as ro says: its sender,
@@ -158,10 +159,10 @@ func (b *Bus) newRequest(ctx context.Context, m *Message, ro requestOptions) (co
 
 // await waits for the reply to request m, which w waits for, handing the
 // progress updates to ro.onProgress, until the reply comes, the request is
-// canceled, its recipient is found offline at a recheck, or a deadline
-// passes: ctx's (the reply-by, or the do-by when earlier) or the idle
-// timeout.
-func (b *Bus) await(ctx context.Context, w *waiter, m *Message, replyBy time.Time, ro requestOptions, recheck <-chan time.Time) (*Delivery, error) {
+// canceled, its recipient is found offline when check is due, or a
+// deadline passes: ctx's (the reply-by, or the do-by when earlier) or the
+// idle timeout.
+func (b *Bus) await(ctx context.Context, w *waiter, m *Message, replyBy time.Time, ro requestOptions, check *presenceCheck) (*Delivery, error) {
 	var idle <-chan time.Time
 	resetIdle := func() {}
 	if ro.idleTimeout > 0 {
@@ -193,11 +194,13 @@ wait:
 				failed = &CanceledError{ID: m.ID, By: c.by}
 				break wait
 			}
-		case <-recheck:
-			if p, _, err := b.presenceOf(ctx, m.To); err == nil && p.Status == Offline {
-				failed = fmt.Errorf("request %s: %w", m.ID, &AgentOfflineError{Agent: m.To, Presence: p})
+		case <-check.C():
+			r, err := b.readPresence(ctx, m.To, time.Now())
+			if err == nil && r.p.Status == Offline {
+				failed = fmt.Errorf("request %s: %w", m.ID, &AgentOfflineError{Agent: m.To, Presence: r.p})
 				break wait
 			}
+			check.looked(r, err)
 		case <-idle:
 			failed = &DeadlineError{ID: m.ID, To: m.To, Kind: deadlineIdle, Deadline: time.Now().UTC(), Idle: ro.idleTimeout}
 			break wait

@@ -3,6 +3,8 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +77,96 @@ func TestListenerLingers(t *testing.T) {
 	}
 	if _, err := orch.Request(ctx, Message{To: "worker", Type: "REQUEST"}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Request after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestPresences: a reading is fresh for presenceFresh, an offline one is
+// not kept, and a full set makes room by dropping stale readings only.
+func TestPresences(t *testing.T) {
+	var ps presences
+	t0 := time.Now()
+	online := presenceReading{p: Presence{Status: Online}, interval: time.Second, at: t0}
+	ps.note("a", online)
+	if r, ok := ps.fresh("a", t0.Add(presenceFresh-time.Millisecond)); !ok || r != online {
+		t.Errorf("fresh reading: %+v, %v", r, ok)
+	}
+	if _, ok := ps.fresh("a", t0.Add(presenceFresh)); ok {
+		t.Error("a reading presenceFresh old is still fresh")
+	}
+	ps.note("a", presenceReading{p: Presence{Status: Offline}, at: t0})
+	if _, ok := ps.fresh("a", t0); ok {
+		t.Error("an offline reading is trusted later")
+	}
+
+	for i := range maxPresences {
+		ps.note(fmt.Sprint("agent-", i), presenceReading{p: Presence{Status: Unknown}, at: t0})
+	}
+	ps.note("late", presenceReading{p: Presence{Status: Unknown}, at: t0})
+	if _, ok := ps.fresh("late", t0); ok || len(ps.m) != maxPresences {
+		t.Errorf("a full set of fresh readings took another: %d readings", len(ps.m))
+	}
+	later := t0.Add(presenceFresh)
+	ps.note("late", presenceReading{p: Presence{Status: Unknown}, at: later})
+	if _, ok := ps.fresh("late", later); !ok || len(ps.m) != 1 {
+		t.Errorf("stale readings not dropped for a new one: %d readings", len(ps.m))
+	}
+}
+
+// TestNewPresenceCheck: a request sent on a reading just taken looks again
+// every interval of an online agent and never otherwise; one sent on a
+// cached reading looks again when it stops being fresh.
+func TestNewPresenceCheck(t *testing.T) {
+	now := time.Now()
+	if c := newPresenceCheck(presenceReading{p: Presence{Status: Unknown}, at: now}, false); c != nil {
+		t.Error("a fresh unknown reading is checked again")
+	}
+	if c := newPresenceCheck(presenceReading{p: Presence{Status: Online}, at: now}, false); c != nil {
+		t.Error("an online reading without an interval is checked again")
+	}
+	c := newPresenceCheck(presenceReading{p: Presence{Status: Online}, interval: time.Hour, at: now}, false)
+	if c == nil || c.interval != time.Hour {
+		t.Fatalf("online reading: check %+v, want one every hour", c)
+	}
+	c.stop()
+	c = newPresenceCheck(presenceReading{p: Presence{Status: Unknown}, at: now.Add(-presenceFresh)}, true)
+	if c == nil {
+		t.Fatal("a cached reading is not checked again")
+	}
+	defer c.stop()
+	select {
+	case <-c.C():
+	case <-time.After(time.Minute):
+		t.Fatal("the check of a stale cached reading is not due")
+	}
+	c.looked(presenceReading{p: Presence{Status: Unknown}}, nil)
+	if c.interval != 0 {
+		t.Errorf("after an unknown reading the check repeats every %v", c.interval)
+	}
+}
+
+// TestRequestOnCachedPresence: a request sent on a fresh reading that says
+// online, to an agent gone offline since, fails with its AgentOfflineError
+// once the reading stops being fresh.
+func TestRequestOnCachedPresence(t *testing.T) {
+	s := provisionedServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	worker := benchBus(t, s, "worker")
+	if err := worker.Register(ctx, AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	worker.Close()
+	orch := benchBus(t, s, "orchestrator")
+	orch.presences.note("worker", presenceReading{p: Presence{Status: Online}, interval: time.Hour, at: time.Now()})
+	_, err := orch.Request(ctx, Message{To: "worker", Type: "TASK"})
+	var offline *AgentOfflineError
+	if !errors.As(err, &offline) || offline.Presence.Reason != ReasonShutdown {
+		t.Fatalf("Request: %v, want an AgentOfflineError", err)
+	}
+	if !strings.HasPrefix(err.Error(), "request ") {
+		t.Errorf("Request: %v, want the error of a request sent and then found offline", err)
+	}
+	if _, ok := orch.presences.fresh("worker", time.Now()); ok {
+		t.Error("the offline reading was kept")
 	}
 }
