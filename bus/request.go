@@ -55,9 +55,11 @@ const ExtReplyBy = "replyby"
 // ErrAgentOffline) naming how long it has been gone, and so does a request
 // waiting for an agent that goes offline (found within one of its
 // heartbeat intervals after the registry does); QueueIfOffline sends it
-// anyway, to wait in the agent's queue. An agent that never registered is
-// requested as before. Plain messages queue for an offline agent as
-// always.
+// anyway, to wait in the agent's queue. A Request reuses the presence the
+// bus read for an earlier one less than 100 ms before, unless it said
+// offline: a request sent on it to an agent gone offline since fails once
+// the reading is 100 ms old. An agent that never registered is requested
+// as before. Plain messages queue for an offline agent as always.
 func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*Delivery, error) {
 	var ro requestOptions
 	for _, opt := range opts {
