@@ -217,16 +217,13 @@ func TestRequestToAgentGoneSinceLastRequest(t *testing.T) {
 	if err := worker.Register(ctx, bus.AgentCard{}); err != nil {
 		t.Fatal(err)
 	}
-	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
-		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
-		return err
-	})
+	replier(t, worker)
 	orch := newBus(t, s, "orchestrator")
-	if _, err := orch.Request(ctx, bus.Message{To: "worker", Type: "TASK"}); err != nil {
+	if _, err := orch.Request(ctx, bus.Message{To: "worker", Type: "REQUEST"}); err != nil {
 		t.Fatalf("first request: %v", err)
 	}
 	worker.Close()
-	_, err := orch.Request(ctx, bus.Message{To: "worker", Type: "TASK"})
+	_, err := orch.Request(ctx, bus.Message{To: "worker", Type: "REQUEST"})
 	var offline *bus.AgentOfflineError
 	if !errors.As(err, &offline) || offline.Agent != "worker" || offline.Presence.Reason != bus.ReasonShutdown {
 		t.Fatalf("request after the agent shut down: %v, want an AgentOfflineError", err)

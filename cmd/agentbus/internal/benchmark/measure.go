@@ -179,8 +179,11 @@ func mirroredLatency(n int, rate float64, bus, raw func(k int) ([]time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	return newLatency(n, rate, append(lat[0][0], lat[0][1]...), append(lat[1][0], lat[1][1]...)), nil
+	return newLatency(n, rate, bothHalves(lat[0]), bothHalves(lat[1])), nil
 }
+
+// bothHalves returns the latencies of a side's two halves (mirrored) as one.
+func bothHalves(lat [2][]time.Duration) []time.Duration { return append(lat[0], lat[1]...) }
 
 // interleaved calls each of sides n times, taking turns: one call of each
 // per round, the order rotating from round to round, and returns how long

@@ -292,8 +292,7 @@ func (r *runner) request(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	joined := func(side [2][]time.Duration) []time.Duration { return append(side[0], side[1]...) }
-	r.report.Request = newLatency(n, 0, joined(lat[0]), joined(lat[1])).withFloor(joined(lat[2]))
+	r.report.Request = newLatency(n, 0, bothHalves(lat[0]), bothHalves(lat[1])).withFloor(bothHalves(lat[2]))
 	return nil
 }
 
