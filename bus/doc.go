@@ -121,6 +121,13 @@
 // stream and the status bucket. Run it once per deployment, with the CLI's
 // `agentbus provision`, or with [WithProvision].
 //
+// An installation past one stream's consumers, or one server's memory, is
+// split into shards, each a root with streams of its own, placed on servers
+// of the operator's choice ([StreamConfig].Tags). An agent of such an
+// installation uses [NewShards]: [Shards.Home] is the bus it subscribes on,
+// and [Shards.Publish] and [Shards.Request] route each message to its
+// recipient's shard.
+//
 // # Errors
 //
 // Errors a caller can act on are sentinels tested with errors.Is:

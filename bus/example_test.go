@@ -329,3 +329,53 @@ func ExampleAdmin() {
 	// dead letter: BROKEN rejected cannot parse the task
 	// conversation release-1: 2 messages
 }
+
+// An installation split into four shards: the orchestrator and a worker
+// live on different shards, each with its own stream, and the
+// orchestrator's request reaches the worker on the worker's.
+func ExampleShards() {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	ctx := context.Background()
+	const shards = 4
+	provision := bus.WithProvision(bus.StreamConfig{}) // each shard's root, as its bus is made
+	worker, err := bus.NewShards(nc, "worker-2", shards, provision)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close()
+	sub, err := worker.Home().Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "RESULT", Data: []byte("done: " + string(d.Data))})
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Stop()
+
+	orch, err := bus.NewShards(nc, "orchestrator", shards, provision)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer orch.Close()
+	reply, err := orch.Request(ctx, bus.Message{To: "worker-2", Type: "TASK", Data: []byte("write the tests")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("orchestrator lives on", orch.Home().Subjects().Root())
+	fmt.Println("worker-2 lives on", worker.Home().Subjects().Root())
+	fmt.Printf("%s: %s\n", reply.Type, reply.Data)
+	// Output:
+	// orchestrator lives on agentbus.s1
+	// worker-2 lives on agentbus.s0
+	// RESULT: done: write the tests
+}

@@ -167,6 +167,7 @@ func (c StreamConfig) StatusBucketConfig() (jetstream.KeyValueConfig, error) {
 		TTL:         main.MaxAge,
 		Storage:     main.Storage,
 		Replicas:    main.Replicas,
+		Placement:   main.Placement,
 	}, nil
 }
 

@@ -241,6 +241,7 @@ func (c StreamConfig) RegistryConfig() (jetstream.KeyValueConfig, error) {
 		History:        1,
 		Storage:        cfg.Storage,
 		Replicas:       cfg.Replicas,
+		Placement:      cfg.Placement,
 		LimitMarkerTTL: registryMarkerTTL,
 	}, nil
 }

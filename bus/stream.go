@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,6 +66,13 @@ type StreamConfig struct {
 	// DeadLetterMaxAge is how long the dead-letter stream keeps a message.
 	// Zero means DefaultDeadLetterMaxAge.
 	DeadLetterMaxAge time.Duration
+	// Tags places the root's streams and buckets on the servers of a
+	// cluster that have every one of these server tags (server_tags in
+	// nats-server's configuration), so that an operator decides where a
+	// shard's consumers live ([Shards], docs/operations.md). None means the
+	// cluster places them by its own balance; a server outside a cluster
+	// ignores them.
+	Tags []string
 }
 
 // Validate reports whether c is a config the server can accept.
@@ -91,6 +99,8 @@ func (c StreamConfig) Validate() error {
 		return fmt.Errorf("%w: max message size %d is negative", ErrInvalidOption, c.MaxMsgSize)
 	case c.DeadLetterMaxAge < 0:
 		return fmt.Errorf("%w: dead-letter max age %v is negative", ErrInvalidOption, c.DeadLetterMaxAge)
+	case slices.Contains(c.Tags, ""):
+		return fmt.Errorf("%w: an empty placement tag", ErrInvalidOption)
 	}
 	maxAge := orDefault(c.MaxAge, DefaultMaxAge)
 	dw := orDefault(c.DuplicateWindow, DefaultDuplicateWindow)
@@ -139,7 +149,17 @@ func (c StreamConfig) JetStream() (jetstream.StreamConfig, error) {
 		// A status lookup reads a message by its indexed subject
 		// (subjects.Scheme.MessageFilter) with a direct get.
 		AllowDirect: true,
+		Placement:   c.placement(),
 	}, nil
+}
+
+// placement is where the root's streams and buckets go: on servers with
+// every one of c.Tags, or where the cluster chooses.
+func (c StreamConfig) placement() *jetstream.Placement {
+	if len(c.Tags) == 0 {
+		return nil
+	}
+	return &jetstream.Placement{Tags: c.Tags}
 }
 
 // DeadLetterJetStream returns the configuration of the dead-letter stream:
@@ -160,6 +180,7 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 		Discard:     jetstream.DiscardOld,
 		Storage:     main.Storage,
 		Replicas:    main.Replicas,
+		Placement:   main.Placement,
 		MaxAge:      maxAge,
 		Duplicates:  min(deadLetterDedupWindow, maxAge),
 		MaxBytes:    -1,
@@ -190,6 +211,7 @@ func (c StreamConfig) ScheduleJetStream() (jetstream.StreamConfig, error) {
 		Discard:           jetstream.DiscardOld,
 		Storage:           main.Storage,
 		Replicas:          main.Replicas,
+		Placement:         main.Placement,
 		Duplicates:        main.Duplicates,
 		MaxBytes:          main.MaxBytes,
 		MaxMsgSize:        main.MaxMsgSize,

@@ -60,6 +60,9 @@ func TestNATSNodeConfigs(t *testing.T) {
 			if o.ServerName != name {
 				t.Errorf("server_name = %q, want %q", o.ServerName, name)
 			}
+			if want := "node:" + name; !slices.Equal([]string(o.Tags), []string{want}) {
+				t.Errorf("server_tags = %v, want [%s]", o.Tags, want)
+			}
 			if o.Port != 4222 || o.HTTPPort != 8222 || o.Cluster.Port != 6222 {
 				t.Errorf("ports: client %d, http %d, cluster %d; want 4222, 8222, 6222", o.Port, o.HTTPPort, o.Cluster.Port)
 			}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // shardAgents is how many agents BenchmarkShards sets up in each
@@ -25,27 +27,24 @@ var shardAgents = flag.Int("agentbus.shard-agents", 3000, "agents BenchmarkShard
 
 // BenchmarkShards measures how an installation grows past one stream and
 // one server on the cluster of nats/ (three nats-server processes): it
-// sets up -agentbus.shard-agents agents (bus.New and Subscribe with
-// defaults, on one admin connection, one after another), spread over N
-// shards, each shard a root of its own (bus.WithRoot) whose streams are
-// provisioned with one replica, so that the cluster places each shard's
-// stream, and with it the consumers of its agents, on one server. Run with
-// -benchtime 1x:
+// sets up -agentbus.shard-agents agents (bus.NewShards and Subscribe with
+// defaults on the agent's own shard, on one admin connection, one after
+// another) on an installation of N shards (subjects.ShardRoot), each
+// provisioned with one replica, then sends each agent one message from an
+// agent of its own, routed to the recipient's shard (bus.Shards.Publish).
+// Run with -benchtime 1x:
 //
 //	shards=1  one stream: every agent's consumers on one server
-//	shards=3  three streams, placed by the cluster (it spreads streams
-//	          over the servers with the fewest)
+//	shards=3  three streams, shard k placed on node k by its server tag
+//	          (StreamConfig.Tags, server_tags in nats/node-N.conf)
 //
-// Each reports the time per agent (µs/agent), how many servers hold a
-// shard's stream (servers-used), and the growth of each server's resident
+// Each reports the time per agent set up (µs/agent), how many servers hold
+// a shard's stream (servers-used), the growth of each server's resident
 // memory (/varz "mem") per agent set up: the most any one server grew
 // (max-server-rss-KiB/agent, the figure that decides when a server is
-// full) and all of them together (cluster-rss-KiB/agent).
-//
-// A shard here is a root: agents of different roots do not exchange
-// messages through the bus. It measures the resources of the plan in
-// docs/performance.md (shards placed on different servers), not the
-// routing between shards, which is not built.
+// full) and all of them together (cluster-rss-KiB/agent), and the time
+// per message from the first send until every agent has handled its
+// message (routed-µs/msg).
 func BenchmarkShards(b *testing.B) {
 	natsServer, _ := binaries(b)
 	for _, shards := range []int{1, 3} {
@@ -63,9 +62,15 @@ func BenchmarkShards(b *testing.B) {
 			}
 			defer admin.Close()
 			roots := make([]string, shards)
-			for i := range roots {
-				roots[i] = fmt.Sprintf("shard%d", i)
-				if _, err := admin.Provision(ctx, bus.StreamConfig{Root: roots[i], Replicas: 1}); err != nil {
+			for k := range roots {
+				if roots[k], err = subjects.ShardRoot("", k, shards); err != nil {
+					b.Fatal(err)
+				}
+				cfg := bus.StreamConfig{Root: roots[k], Replicas: 1}
+				if shards > 1 {
+					cfg.Tags = []string{"node:" + ns[k%len(ns)].name}
+				}
+				if _, err := admin.Provision(ctx, cfg); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -79,26 +84,33 @@ func BenchmarkShards(b *testing.B) {
 }
 
 // measureShards sets up the agents of one iteration of BenchmarkShards,
-// new ones, spread over roots, reports its figures and closes them.
+// new ones, on an installation of len(roots) shards, sends each one
+// message, reports its figures and closes them.
 func measureShards(b *testing.B, ns []*node, nc *nats.Conn, roots []string, iteration int) {
-	buses := make([]*bus.Bus, 0, *shardAgents)
+	ctx := context.Background()
+	handles := make([]*bus.Shards, 0, *shardAgents)
 	defer func() {
 		var wg sync.WaitGroup
-		for _, ab := range buses {
-			wg.Go(func() { ab.Close() }) // stops its subscription
+		for _, h := range handles {
+			wg.Go(func() { h.Close() }) // stops its subscription
 		}
 		wg.Wait()
 		b.StartTimer()
 	}()
+	var handled atomic.Int64
+	handle := func(context.Context, *bus.Delivery) error {
+		handled.Add(1)
+		return nil
+	}
 	before := rss(b, ns)
 	start := time.Now()
 	for i := range *shardAgents {
-		ab, err := bus.New(nc, fmt.Sprintf("agent-%d-%d", iteration, i), bus.WithRoot(roots[i%len(roots)]))
+		h, err := bus.NewShards(nc, fmt.Sprintf("agent-%d-%d", iteration, i), len(roots))
 		if err != nil {
 			b.Fatal(err)
 		}
-		buses = append(buses, ab)
-		if _, err := ab.Subscribe(context.Background(), func(context.Context, *bus.Delivery) error { return nil }); err != nil {
+		handles = append(handles, h)
+		if _, err := h.Home().Subscribe(ctx, handle); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -111,10 +123,26 @@ func measureShards(b *testing.B, ns []*node, nc *nats.Conn, roots []string, iter
 		grew[i] = (after[i] - before[i]) / 1024 / float64(*shardAgents)
 		total += grew[i]
 	}
+	sender, err := bus.NewShards(nc, fmt.Sprintf("sender-%d", iteration), len(roots))
+	if err != nil {
+		b.Fatal(err)
+	}
+	handles = append(handles, sender)
+	start = time.Now()
+	for _, h := range handles[:*shardAgents] {
+		if _, err := sender.Publish(ctx, bus.Message{To: h.Agent(), Type: "TASK"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := poll(time.Minute, func() bool { return handled.Load() == int64(*shardAgents) }); err != nil {
+		b.Fatalf("%d of %d messages handled: %v", handled.Load(), *shardAgents, err)
+	}
+	routed := time.Since(start)
 	b.ReportMetric(float64(elapsed.Microseconds())/float64(*shardAgents), "µs/agent")
 	b.ReportMetric(slices.Max(grew), "max-server-rss-KiB/agent")
 	b.ReportMetric(total, "cluster-rss-KiB/agent")
 	b.ReportMetric(float64(serversUsed(b, nc, roots)), "servers-used")
+	b.ReportMetric(float64(routed.Microseconds())/float64(*shardAgents), "routed-µs/msg")
 }
 
 // rss returns each node's resident memory, from /varz.

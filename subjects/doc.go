@@ -73,6 +73,10 @@
 // filter together and so stop an agent from creating a consumer that reads
 // another agent's messages.
 //
+// An installation split into shards has a root per shard, [ShardRoot]
+// ("agentbus.s3"), each with the streams above; an agent lives on the shard
+// [ShardOf] its ID hashes to.
+//
 // # Permissions
 //
 // [Scheme.AgentPermissions] lists every subject one agent may publish and

@@ -19,4 +19,7 @@ var (
 	ErrInvalidRoot = errors.New("subjects: invalid root")
 	// ErrInvalidSubject: a subject does not have one of the agentbus forms.
 	ErrInvalidSubject = errors.New("subjects: not an agentbus subject")
+	// ErrInvalidShard: a shard count is not 1 to MaxShards, or a shard is
+	// not one of them.
+	ErrInvalidShard = errors.New("subjects: invalid shard")
 )

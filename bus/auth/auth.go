@@ -67,6 +67,11 @@ var accountName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 type Config struct {
 	// Root is the subject root of the bus; empty means subjects.DefaultRoot.
 	Root string
+	// Shards is the number of shards of an installation split over several
+	// roots (bus.Shards); zero means 1, the root alone. Each agent may then
+	// do on every shard what it may on one: it sends to agents on any
+	// shard and is answered on the shard it asked on.
+	Shards int
 	// Agents are the agent IDs to generate identities for, at least one.
 	Agents []string
 	// Schedulers are the agents among Agents that may schedule messages
@@ -142,7 +147,11 @@ func Generate(c Config) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme, _ := subjects.New(c.Root) // checked by resolve
+	schemes := make([]subjects.Scheme, c.Shards)
+	for k := range schemes {
+		root, _ := subjects.ShardRoot(c.Root, k, c.Shards) // checked by resolve
+		schemes[k], _ = subjects.New(root)
+	}
 	s := &Setup{Config: c}
 	all := subjects.Permissions{Publish: []string{">"}, Subscribe: []string{">"}}
 	admin, err := c.identity(RoleAdmin, "", c.Account, AdminUser, c.AdminPassword, all)
@@ -158,16 +167,22 @@ func Generate(c Config) (*Setup, error) {
 		s.Identities = append(s.Identities, sys)
 	}
 	for _, agent := range c.Agents {
-		perms, err := scheme.AgentPermissions(agent)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		if slices.Contains(c.Schedulers, agent) {
-			sched, err := scheme.SchedulePermissions(agent)
+		var perms subjects.Permissions
+		for _, scheme := range schemes {
+			p, err := scheme.AgentPermissions(agent)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 			}
-			perms.Publish = append(perms.Publish, sched...)
+			perms.Publish = append(perms.Publish, p.Publish...)
+			perms.Subscribe = appendNew(perms.Subscribe, p.Subscribe...)
+			perms.Responses = p.Responses
+			if slices.Contains(c.Schedulers, agent) {
+				sched, err := scheme.SchedulePermissions(agent)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+				}
+				perms.Publish = append(perms.Publish, sched...)
+			}
 		}
 		id, err := c.identity(RoleAgent, agent, c.Account, subjects.EncodeToken(agent), "", perms)
 		if err != nil {
@@ -178,6 +193,17 @@ func Generate(c Config) (*Setup, error) {
 	return s, nil
 }
 
+// appendNew appends to list each of subjects it does not hold yet: the
+// subjects every shard's permissions share, such as the reply inbox, once.
+func appendNew(list []string, subjects ...string) []string {
+	for _, s := range subjects {
+		if !slices.Contains(list, s) {
+			list = append(list, s)
+		}
+	}
+	return list
+}
+
 // resolve checks c and fills in its defaults.
 func (c Config) resolve() (Config, error) {
 	scheme, err := subjects.New(c.Root)
@@ -185,6 +211,14 @@ func (c Config) resolve() (Config, error) {
 		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c.Root = scheme.Root()
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
+	for k := range max(c.Shards, 1) { // every shard's root is valid, and so is the count
+		if _, err := subjects.ShardRoot(c.Root, k, c.Shards); err != nil {
+			return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	c.Agents = append([]string(nil), c.Agents...)
 	c.Schedulers = append([]string(nil), c.Schedulers...)
 	if c.Mode == "" {

@@ -110,6 +110,44 @@ func TestGeneratePasswords(t *testing.T) {
 	}
 }
 
+// TestGenerateShards: an agent of an installation of shards may do on
+// every shard what it may on one, with the subjects every shard shares
+// (its reply inbox) listed once.
+func TestGenerateShards(t *testing.T) {
+	s, err := Generate(Config{Agents: []string{"worker"}, Shards: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := s.Agent("worker")
+	for k := range 3 {
+		root, _ := subjects.ShardRoot("", k, 3)
+		shard, _ := subjects.New(root)
+		one, _ := shard.AgentPermissions("worker")
+		for _, p := range one.Publish {
+			if !slices.Contains(id.Permissions.Publish, p) {
+				t.Errorf("shard %d: publish %s not allowed", k, p)
+			}
+		}
+		for _, p := range one.Subscribe {
+			if n := count(id.Permissions.Subscribe, p); n != 1 {
+				t.Errorf("shard %d: subscribe %s listed %d times, want once", k, p, n)
+			}
+		}
+	}
+	if one, _ := subjects.Default().AgentPermissions("worker"); slices.Contains(id.Permissions.Publish, one.Publish[0]) {
+		t.Errorf("the unsharded root's %s is allowed too", one.Publish[0])
+	}
+}
+
+func count(list []string, s string) (n int) {
+	for _, v := range list {
+		if v == s {
+			n++
+		}
+	}
+	return n
+}
+
 func TestGenerateErrors(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -131,6 +169,9 @@ func TestGenerateErrors(t *testing.T) {
 		{name: "scheduler not an agent", c: Config{Agents: []string{"a"}, Schedulers: []string{"b"}}},
 		{name: "bcrypt cost too low", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 3}},
 		{name: "bcrypt cost too high", c: Config{Agents: []string{"a"}, Mode: ModePasswords, BcryptCost: 32}},
+		{name: "no shards", c: Config{Agents: []string{"a"}, Shards: -1}, wantErr: []error{subjects.ErrInvalidShard}},
+		{name: "too many shards", c: Config{Agents: []string{"a"}, Shards: subjects.MaxShards + 1}, wantErr: []error{subjects.ErrInvalidShard}},
+		{name: "root too long for its shards", c: Config{Root: strings.Repeat("r", 63), Agents: []string{"a"}, Shards: 2}, wantErr: []error{subjects.ErrInvalidRoot}},
 		{name: "admin password too long", c: Config{Agents: []string{"a"}, Mode: ModePasswords, AdminPassword: strings.Repeat("p", 73)},
 			wantErr: []error{bcrypt.ErrPasswordTooLong}},
 	}

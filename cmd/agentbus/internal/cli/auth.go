@@ -61,7 +61,9 @@ which the server pays at every login.
 
 Agents come from --agents (comma-separated) and --agents-file (one a line;
 blank lines and lines starting with # are skipped, surrounding white space
-trimmed). The subjects are those of --root.
+trimmed). The subjects are those of --root; with --shards N, those of each of
+its N shards (agentbus provision --shards), so that an agent may send to
+agents on every shard.
 
 --schedulers lists the agents that may also schedule messages ('publish
 --at', --in, --every, --cron). The stream that keeps schedules must allow
@@ -103,6 +105,7 @@ credentials, or include auth.conf in an existing server's configuration
 	f.StringSliceVar(&c.Agents, "agents", nil, "agent IDs, comma-separated")
 	f.StringVar(&agentsFile, "agents-file", "", "file of agent IDs, one a line")
 	f.StringSliceVar(&c.Schedulers, "schedulers", nil, "agents, among the others, that may schedule messages, comma-separated")
+	f.IntVar(&c.Shards, "shards", 1, "shards of the installation (provision --shards): each agent's permissions cover every shard's root")
 	f.StringVar(&out, "out", "", "directory to write into; created if missing")
 	f.StringVar(&mode, "mode", string(auth.ModeNKeys), "nkeys or passwords")
 	f.StringVar(&c.Account, "account", auth.DefaultAccount, "account of the bus's streams and users")

@@ -18,6 +18,7 @@ import (
 func (a *app) provisionCommand() *cobra.Command {
 	var cfg bus.StreamConfig
 	var agents []string
+	var shards, shard int
 	budget := byteSize(bus.DefaultDedupMemoryBudget)
 	cmd := &cobra.Command{
 		Use:   "provision",
@@ -43,10 +44,20 @@ memory, about 300 B per ID (docs/operations.md, "Duplicate window and
 memory"). With --peak-rate, provision refuses a window whose IDs at that rate
 need more than --dedup-budget, and names the longest window that fits; raise
 --dedup-budget to accept it. Without --peak-rate it provisions, then warns on
-stderr that the memory is not bounded.`,
+stderr that the memory is not bounded.
+
+With --shards N it provisions an installation split into N shards, each a
+root of its own (<root>.s0 to <root>.s<N-1>) with its own streams, and prints
+a line per shard; --shard K provisions shard K only, so that each can be
+given its own --tag. Each agent given with --agent gets its consumers on its
+own shard, named on its line. Agents reach a sharded installation through
+bus.Shards (docs/operations.md, "Past one stream"); the other commands reach
+one shard at a time, with --root set to its root.
+
+--tag places the streams and buckets on the servers of a cluster that have
+every tag given (server_tags in their configuration).`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			cfg.Root = a.root
 			if !cmd.Flags().Changed("dedup-window") {
 				// A short --max-age alone shortens the dedup window with it.
 				cfg.DuplicateWindow = min(cfg.DuplicateWindow, cfg.MaxAge)
@@ -59,6 +70,10 @@ stderr that the memory is not bounded.`,
 				if err := subjects.ValidateID(agent); err != nil {
 					return usageError{fmt.Errorf("--agent: %w", err)}
 				}
+			}
+			roots, err := shardRoots(a.root, shards, shard)
+			if err != nil {
+				return usageError{err}
 			}
 			if err := cfg.CheckDedupMemory(); err != nil {
 				var be *bus.DedupBudgetError
@@ -77,26 +92,45 @@ stderr that the memory is not bounded.`,
 			}
 			defer stop()
 			defer nc.Close()
-			admin, err := bus.NewAdmin(nc, bus.WithRoot(a.root), bus.WithoutLifecycle())
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			info, err := admin.Provision(ctx, cfg)
-			if err != nil {
-				return refused(ctx, err)
-			}
-			if err := printStream(a.stdout, info); err != nil {
-				return err
+			admins := map[string]*bus.Admin{}
+			defer func() {
+				for _, admin := range admins {
+					admin.Close()
+				}
+			}()
+			for _, root := range roots {
+				admin, err := bus.NewAdmin(nc, bus.WithRoot(root), bus.WithoutLifecycle())
+				if err != nil {
+					return err
+				}
+				admins[root] = admin
+				cfg.Root = root
+				info, err := admin.Provision(ctx, cfg)
+				if err != nil {
+					return refused(ctx, err)
+				}
+				if err := printStream(a.stdout, info); err != nil {
+					return err
+				}
 			}
 			for _, w := range cfg.Warnings() {
 				a.warnf("%s (--peak-rate)", w)
 			}
 			for _, agent := range agents {
+				k, _ := subjects.ShardOf(agent, shards) // both checked above
+				root, _ := subjects.ShardRoot(a.root, k, shards)
+				admin, ok := admins[root]
+				if !ok {
+					continue // on a shard --shard left out
+				}
 				if err := admin.EnsureConsumers(ctx, agent); err != nil {
 					return refused(ctx, fmt.Errorf("agent %s: %w", agent, err))
 				}
-				if _, err := fmt.Fprintf(a.stdout, "agent %s consumers=%d\n", agent, subjects.ConsumersPerAgent); err != nil {
+				var on string
+				if shards > 1 {
+					on = " root=" + root
+				}
+				if _, err := fmt.Fprintf(a.stdout, "agent %s%s consumers=%d\n", agent, on, subjects.ConsumersPerAgent); err != nil {
 					return err
 				}
 			}
@@ -110,8 +144,35 @@ stderr that the memory is not bounded.`,
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (six per agent)")
 	f.StringArrayVar(&agents, "agent", nil, "also create this agent's consumers (repeatable)")
 	f.IntVar(&cfg.PeakPublishRate, "peak-rate", 0, "most messages per second the stream takes, all publishers together; bounds the dedup window's memory with --dedup-budget (0: not stated, warn)")
+	f.IntVar(&shards, "shards", 1, "split the installation into this many shards, each a root of its own (1.."+strconv.Itoa(subjects.MaxShards)+")")
+	f.IntVar(&shard, "shard", -1, "with --shards, provision this shard only (0..N-1; default all)")
+	f.StringArrayVar(&cfg.Tags, "tag", nil, "place the streams and buckets on servers with this server tag (repeatable)")
 	f.Var(&budget, "dedup-budget", "most memory on each server for the dedup window's IDs at --peak-rate, in bytes or with KiB, MiB, GiB, TiB")
 	return cmd
+}
+
+// shardRoots returns the roots provision sets up: every shard's of an
+// installation under root split into shards, or only shard's when it is
+// not -1.
+func shardRoots(root string, shards, shard int) ([]string, error) {
+	if shard != -1 && (shard < 0 || shard >= shards) {
+		return nil, fmt.Errorf("--shard %d is not one of --shards %d (0..%d)", shard, shards, shards-1)
+	}
+	var roots []string
+	for k := range shards {
+		if shard != -1 && k != shard {
+			continue
+		}
+		r, err := subjects.ShardRoot(root, k, shards)
+		if err != nil {
+			return nil, fmt.Errorf("--shards: %w", err)
+		}
+		roots = append(roots, r)
+	}
+	if len(roots) == 0 {
+		return nil, fmt.Errorf("--shards %d is not 1 to %d", shards, subjects.MaxShards)
+	}
+	return roots, nil
 }
 
 // byteSize is a flag value in bytes, written as a whole number with an

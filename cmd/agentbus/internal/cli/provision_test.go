@@ -51,6 +51,39 @@ func TestProvisionDedupBudget(t *testing.T) {
 	}
 }
 
+// TestProvisionShards: --shards provisions a stream per shard root and an
+// agent's consumers on its own shard; --shard provisions one shard only;
+// bad shard flags and tags are refused before anything is provisioned.
+func TestProvisionShards(t *testing.T) {
+	url := embeddedtest.RunServer(t).ClientURL()
+	out := mustRun(t, "--server", url, "provision", "--shards", "3", "--agent", "worker-2", "--agent", "reviewer")
+	for _, want := range []string{"stream AGENTBUS_S0 ", "stream AGENTBUS_S1 ", "stream AGENTBUS_S2 ",
+		"agent worker-2 root=agentbus.s0 consumers=6", "agent reviewer root=agentbus.s1 consumers=6"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output %q lacks %q", out, want)
+		}
+	}
+	if strings.Contains(out, "stream AGENTBUS ") {
+		t.Errorf("provisioned the unsharded root too: %q", out)
+	}
+	out = mustRun(t, "--server", url, "--root", "team", "provision", "--shards", "3", "--shard", "1", "--agent", "worker-2", "--agent", "reviewer")
+	if got := strings.Count(out, "stream "); got != 1 || !strings.Contains(out, "stream TEAM_S1 ") {
+		t.Errorf("--shard 1 provisioned %q, want TEAM_S1 only", out)
+	}
+	if strings.Contains(out, "worker-2") || !strings.Contains(out, "agent reviewer root=team.s1 ") {
+		t.Errorf("--shard 1 set up %q, want the agents of shard 1 only", out)
+	}
+	for _, args := range [][]string{
+		{"--shards", "0"}, {"--shards", "2000"}, {"--shards", "3", "--shard", "3"}, {"--shard", "1"}, {"--tag", ""},
+	} {
+		r := runIn(t, "", append([]string{"--server", url, "provision"}, args...)...)
+		if r.code != exitUsage {
+			t.Errorf("provision %v: exit %d, want %d (stderr %q)", args, r.code, exitUsage, r.stderr)
+		}
+		checkOneErrorLine(t, r)
+	}
+}
+
 func TestByteSize(t *testing.T) {
 	tests := []struct {
 		in      string

@@ -1,0 +1,336 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/bus/auth"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
+)
+
+// onShards returns one agent ID named prefix-<i> on each of shards shards,
+// in shard order.
+func onShards(t *testing.T, prefix string, shards int) []string {
+	t.Helper()
+	out := make([]string, shards)
+	for i, left := 0, shards; left > 0; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		k, err := subjects.ShardOf(id, shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[k] == "" {
+			out[k] = id
+			left--
+		}
+	}
+	return out
+}
+
+// newShards returns agent's handle on an installation of shards shards on
+// nc, closed when the test ends.
+func newShards(t *testing.T, nc *nats.Conn, agent string, shards int, opts ...bus.Option) *bus.Shards {
+	t.Helper()
+	s, err := bus.NewShards(nc, agent, shards, opts...)
+	if err != nil {
+		t.Fatalf("bus.NewShards(%q, %d): %v", agent, shards, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// streamOf returns the message stream of shard k of n under the default
+// root.
+func streamOf(t *testing.T, k, n int) string {
+	t.Helper()
+	root, err := subjects.ShardRoot("", k, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := subjects.New(root)
+	return s.Stream()
+}
+
+// TestShards: on an installation of three shards, agents on different
+// shards exchange direct messages, requests and broadcasts, each message is
+// stored on its recipient's shard only, and Status finds a message on
+// whichever shard holds it.
+func TestShards(t *testing.T) {
+	const n = 3
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	// The first agent provisions its own shard and each one it sends to.
+	agents := onShards(t, "agent", n)
+	handles := make([]*bus.Shards, n)
+	recorders := make([]*recorder, n)
+	for k, id := range agents {
+		handles[k] = newShards(t, embeddedtest.Connect(t, s), id, n, bus.WithProvision(bus.StreamConfig{}))
+		if handles[k].Home().Subjects().Stream() != streamOf(t, k, n) {
+			t.Fatalf("%s's home is %s, want shard %d", id, handles[k].Home().Subjects().Stream(), k)
+		}
+		recorders[k] = newRecorder()
+		h := recorders[k].handle
+		if k == 2 {
+			h = func(ctx context.Context, d *bus.Delivery) error {
+				if d.Type == "REQUEST" {
+					_, err := d.Reply(ctx, bus.Message{Type: "RESULT", Data: d.Data})
+					return err
+				}
+				return recorders[2].handle(ctx, d)
+			}
+		}
+		subscribe(t, handles[k].Home(), h)
+	}
+	from := handles[0]
+
+	ack, err := from.Publish(ctx, bus.Message{To: agents[1], Type: "TASK"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Stream != streamOf(t, 1, n) {
+		t.Errorf("a message to %s was stored on %s, want its shard's %s", agents[1], ack.Stream, streamOf(t, 1, n))
+	}
+	if d := recorders[1].waitCount(t, 1)[0]; d.ID != ack.ID || d.From != agents[0] {
+		t.Errorf("%s got %s from %s, want %s from %s", agents[1], d.ID, d.From, ack.ID, agents[0])
+	}
+
+	reply, err := from.Request(ctx, bus.Message{To: agents[2], Type: "REQUEST", Data: []byte("ping")})
+	if err != nil {
+		t.Fatalf("request across shards: %v", err)
+	}
+	if reply.Type != "RESULT" || string(reply.Data) != "ping" {
+		t.Errorf("reply %s %q, want RESULT \"ping\"", reply.Type, reply.Data)
+	}
+
+	// Status finds the message on its recipient's shard, from either end.
+	for _, who := range []*bus.Shards{from, handles[1]} {
+		waitFor(t, "the message completed", func() (bool, string) {
+			st, err := who.Status(ctx, ack.ID)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(st) == 1 && st[0].State == bus.StateCompleted, fmt.Sprintf("%+v", st)
+		})
+	}
+	if _, err := from.Status(ctx, "no-such-message"); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("status of an unknown message: %v, want ErrNoStatus", err)
+	}
+
+	// A broadcast reaches every other agent once, on its own shard.
+	bcast, err := from.Publish(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k < n; k++ {
+		waitFor(t, fmt.Sprintf("%s's broadcast", agents[k]), func() (bool, string) {
+			types := recorders[k].types()
+			return slices.Contains(types, "STOP"), fmt.Sprint(types)
+		})
+	}
+	// A sentinel sent after the broadcast comes after any second copy.
+	for k := 1; k < n; k++ {
+		if _, err := from.Publish(ctx, bus.Message{To: agents[k], Type: "SENTINEL", Priority: 5}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the sentinel", func() (bool, string) {
+			types := recorders[k].types()
+			return slices.Contains(types, "SENTINEL"), fmt.Sprint(types)
+		})
+		var stops int
+		for _, d := range recorders[k].deliveries() {
+			if d.Type == "STOP" {
+				stops++
+				if d.ID != bcast.ID {
+					t.Errorf("%s got broadcast %s, want %s", agents[k], d.ID, bcast.ID)
+				}
+			}
+		}
+		if stops != 1 {
+			t.Errorf("%s got the broadcast %d times, want once", agents[k], stops)
+		}
+	}
+	if len(recorders[0].deliveries()) != 0 {
+		t.Errorf("the sender got %v", recorders[0].types())
+	}
+}
+
+func TestShardsRejects(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	for _, shards := range []int{0, -1, subjects.MaxShards + 1} {
+		if _, err := bus.NewShards(nc, "worker", shards); !errors.Is(err, bus.ErrInvalidOption) {
+			t.Errorf("%d shards: %v, want ErrInvalidOption", shards, err)
+		}
+	}
+	if _, err := bus.NewShards(nc, "", 3); !errors.Is(err, bus.ErrInvalidAgentID) {
+		t.Errorf("empty agent: %v, want ErrInvalidAgentID", err)
+	}
+	if _, err := bus.NewShards(nil, "worker", 3); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("nil connection: %v, want ErrInvalidOption", err)
+	}
+	long := "r234567890123456789012345678901234567890123456789012345678901"
+	if _, err := bus.NewShards(nc, "worker", 16, bus.WithRoot(long)); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("a root too long for its shards: %v, want ErrInvalidOption", err)
+	}
+	h := newShards(t, nc, "worker", 3)
+	if _, err := h.For(bus.Broadcast); !errors.Is(err, bus.ErrInvalidAgentID) {
+		t.Errorf("For(Broadcast): %v, want ErrInvalidAgentID", err)
+	}
+	if _, err := h.Shard(3); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("Shard(3) of 3: %v, want ErrInvalidOption", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.For("planner"); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("For after Close: %v, want ErrClosed", err)
+	}
+	if _, err := h.Publish(testContext(t), bus.Message{To: "planner", Type: "T"}); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("Publish after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestClusterShardsPlacedByTags: on a 3-node cluster whose servers are
+// tagged, each shard provisioned with its tag lives on its own server, and
+// agents on different shards exchange messages across them.
+func TestClusterShardsPlacedByTags(t *testing.T) {
+	const n = 3
+	c := embeddedtest.RunCluster(t, n, func(o *embedded.ClusterOptions) {
+		o.Node.Configure = func(so *server.Options) { so.Tags = []string{"node:" + so.ServerName} }
+	})
+	nodes := c.Servers()
+	ctx := testContext(t)
+	admin := newAdmin(t, embeddedtest.Connect(t, nodes[0]))
+	for k := range n {
+		root, err := subjects.ShardRoot("", k, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := nodes[k].Options().ServerName
+		info, err := admin.Provision(ctx, bus.StreamConfig{Root: root, Tags: []string{"node:" + want}})
+		if err != nil {
+			t.Fatalf("provision shard %d: %v", k, err)
+		}
+		leader, err := c.WaitForStreamLeader(ctx, "", info.Config.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := leader.Options().ServerName; got != want {
+			t.Errorf("shard %d's stream is on %s, want %s by its tag", k, got, want)
+		}
+	}
+	agents := onShards(t, "agent", n)
+	r := newRecorder()
+	subscribe(t, newShards(t, embeddedtest.Connect(t, nodes[1]), agents[2], n).Home(), r.handle)
+	ack, err := newShards(t, embeddedtest.Connect(t, nodes[2]), agents[0], n).Publish(ctx, bus.Message{To: agents[2], Type: "TASK"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.waitCount(t, 1)[0]; d.ID != ack.ID || ack.Stream != streamOf(t, 2, n) {
+		t.Errorf("got %s, sent %s on %s", d.ID, ack.ID, ack.Stream)
+	}
+}
+
+// TestStreamConfigTags: placement tags apply to every stream and bucket of
+// the root, and an empty tag is refused.
+func TestStreamConfigTags(t *testing.T) {
+	c := bus.StreamConfig{Root: "agentbus.s1", Tags: []string{"node:n2", "ssd"}}
+	main, err := c.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq, _ := c.DeadLetterJetStream()
+	sched, _ := c.ScheduleJetStream()
+	status, _ := c.StatusBucketConfig()
+	registry, _ := c.RegistryConfig()
+	for name, p := range map[string]*jetstream.Placement{
+		"stream": main.Placement, "dead letters": dlq.Placement, "schedules": sched.Placement,
+		"status bucket": status.Placement, "registry": registry.Placement,
+	} {
+		if p == nil || !slices.Equal(p.Tags, c.Tags) {
+			t.Errorf("%s placed %+v, want tags %v", name, p, c.Tags)
+		}
+	}
+	if untagged, _ := (bus.StreamConfig{}).JetStream(); untagged.Placement != nil {
+		t.Errorf("no tags placed the stream %+v", untagged.Placement)
+	}
+	if err := (bus.StreamConfig{Tags: []string{"ssd", ""}}).Validate(); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("an empty tag: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestShardsWithPermissions: with the permissions auth.Generate writes for
+// an installation of three shards, agents on different shards, each on its
+// own credentials, request and answer across shards, broadcast and look up
+// what they sent.
+func TestShardsWithPermissions(t *testing.T) {
+	const n = 3
+	agents := onShards(t, "agent", n)
+	srv := newAuthServerConfig(t, auth.Config{Agents: agents, Shards: n})
+	ctx := testContext(t)
+	for k := range n {
+		root, _ := subjects.ShardRoot("", k, n)
+		if _, err := srv.admin.Provision(ctx, bus.StreamConfig{Root: root}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var errs []error
+	onError := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	handles := make([]*bus.Shards, n)
+	for k, id := range agents {
+		nc, err := nats.Connect(srv.s.ClientURL(), srv.identity(t, id).Option(), nats.CustomInboxPrefix(bus.InboxPrefix(id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		handles[k] = newShards(t, nc, id, n, bus.WithErrorHandler(onError))
+	}
+	r := newRecorder()
+	for k := 1; k < n; k++ {
+		h := r.handle
+		if k == 2 {
+			h = func(ctx context.Context, d *bus.Delivery) error {
+				if d.Type == "REQUEST" {
+					_, err := d.Reply(ctx, bus.Message{Type: "RESULT"})
+					return err
+				}
+				return r.handle(ctx, d)
+			}
+		}
+		subscribe(t, handles[k].Home(), h)
+	}
+	reply, err := handles[0].Request(ctx, bus.Message{To: agents[2], Type: "REQUEST"})
+	if err != nil || reply.Type != "RESULT" {
+		t.Fatalf("request across shards: %v, %v", reply, err)
+	}
+	bcast, err := handles[0].Publish(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
+	if err != nil {
+		t.Fatalf("broadcast on every shard: %v", err)
+	}
+	r.waitCount(t, 2)
+	waitFor(t, "the broadcast's records", func() (bool, string) {
+		st, err := handles[0].Status(ctx, bcast.ID)
+		return err == nil && len(st) > 0, fmt.Sprint(st, err)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		t.Errorf("background errors: %v", errs)
+	}
+}
