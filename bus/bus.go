@@ -43,7 +43,12 @@ const (
 // handle dead letters and anyone's messages with an Admin.
 type Bus struct {
 	*client
-	agent     string
+	agent string
+	// shards is the installation this bus is one shard's bus of (NewShards),
+	// nil for a bus of one root: Publish, PublishAsync, Schedule, Status,
+	// Cancel and the presence a request reads then reach each message's
+	// shard (bus/shards.go).
+	shards    *Shards
 	req       requests
 	presences presences // what Requests know of their recipients' presence
 	cancels   cancels

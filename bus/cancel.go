@@ -48,12 +48,26 @@ var ErrFinal = errors.New("bus: message already finished")
 // Errors: ErrFinal, ErrNoStatus (no record of the message that names this
 // agent), ErrInvalidOption with lifecycle tracking off, or the server's.
 func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
-	mine := func(st Status) bool { return st.From == b.agent || st.To == b.agent }
-	canceled, err := b.cancelByID(ctx, id, b.Status, mine, b.agent, b.Publish)
+	var (
+		canceled Status
+		err      error
+	)
+	if b.shards != nil {
+		canceled, err = b.shards.cancel(ctx, id)
+	} else {
+		canceled, err = b.cancelHere(ctx, id)
+	}
 	if err == nil || !errors.Is(err, ErrFinal) && !errors.Is(err, ErrNoStatus) && !errors.Is(err, ErrInvalidMessage) {
 		b.req.cancel(id, b.agent) // a Request of this process waiting for it
 	}
 	return canceled, err
+}
+
+// cancelHere cancels message id on this bus's own root; its notices go
+// out with Publish, to the recipient's shard.
+func (b *Bus) cancelHere(ctx context.Context, id string) (Status, error) {
+	mine := func(st Status) bool { return st.From == b.agent || st.To == b.agent }
+	return b.cancelByID(ctx, id, b.statusHere, mine, b.agent, b.Publish)
 }
 
 // Cancel cancels the direct message id as an operator, as Bus.Cancel does

@@ -124,9 +124,8 @@
 // An installation past one stream's consumers, or one server's memory, is
 // split into shards, each a root with streams of its own, placed on servers
 // of the operator's choice ([StreamConfig].Tags). An agent of such an
-// installation uses [NewShards]: [Shards.Home] is the bus it subscribes on,
-// and [Shards.Publish] and [Shards.Request] route each message to its
-// recipient's shard.
+// installation uses [NewShards]: its [Shards.Bus] subscribes on the agent's
+// own shard and sends every message on its recipient's.
 //
 // # Errors
 //

@@ -353,7 +353,7 @@ func ExampleShards() {
 		log.Fatal(err)
 	}
 	defer worker.Close()
-	sub, err := worker.Home().Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+	sub, err := worker.Bus().Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
 		_, err := d.Reply(ctx, bus.Message{Type: "RESULT", Data: []byte("done: " + string(d.Data))})
 		return err
 	})
@@ -367,12 +367,12 @@ func ExampleShards() {
 		log.Fatal(err)
 	}
 	defer orch.Close()
-	reply, err := orch.Request(ctx, bus.Message{To: "worker-2", Type: "TASK", Data: []byte("write the tests")})
+	reply, err := orch.Bus().Request(ctx, bus.Message{To: "worker-2", Type: "TASK", Data: []byte("write the tests")})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("orchestrator lives on", orch.Home().Subjects().Root())
-	fmt.Println("worker-2 lives on", worker.Home().Subjects().Root())
+	fmt.Println("orchestrator lives on", orch.Bus().Subjects().Root())
+	fmt.Println("worker-2 lives on", worker.Bus().Subjects().Root())
 	fmt.Printf("%s: %s\n", reply.Type, reply.Data)
 	// Output:
 	// orchestrator lives on agentbus.s1

@@ -104,7 +104,7 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 	offline := make([]bool, len(agents))
 	if !o.queueIfOffline {
 		concurrently(len(agents), presenceLookups, func(i int) {
-			p, _, err := b.presenceOf(ctx, agents[i])
+			p, _, err := b.presenceOfAgent(ctx, agents[i])
 			offline[i] = err == nil && p.Status == Offline
 		})
 	}

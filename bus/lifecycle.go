@@ -796,6 +796,14 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 // by a look through the bucket's keys. It returns ErrNoStatus when there
 // are none.
 func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
+	if b.shards != nil {
+		return b.shards.status(ctx, id)
+	}
+	return b.statusHere(ctx, id)
+}
+
+// statusHere is Status on this bus's own root.
+func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 	filters, err := subjects.StatusKeysOfAgent(id, b.agent)
 	if err != nil {
 		return nil, err

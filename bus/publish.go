@@ -55,6 +55,14 @@ type PubAck struct {
 // field), ErrInvalidAgentID, ErrPayloadTooLarge, ErrNotProvisioned,
 // ErrClosed, or the server's error.
 func (b *Bus) Publish(ctx context.Context, m Message) (PubAck, error) {
+	if b.shards != nil {
+		return b.shards.publish(ctx, m)
+	}
+	return b.publishHere(ctx, m)
+}
+
+// publishHere is Publish on this bus's own root.
+func (b *Bus) publishHere(ctx context.Context, m Message) (PubAck, error) {
 	inherit(ctx, &m)
 	msg, op, err := b.prepare(ctx, &m)
 	if err != nil {
@@ -120,6 +128,14 @@ func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 // ack. A future whose ack does not arrive within WithPublishAsyncTimeout
 // (30 s) resolves with an error.
 func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, error) {
+	if b.shards != nil {
+		return b.shards.publishAsync(ctx, m)
+	}
+	return b.publishAsyncHere(ctx, m)
+}
+
+// publishAsyncHere is PublishAsync on this bus's own root.
+func (b *Bus) publishAsyncHere(ctx context.Context, m Message) (*PublishFuture, error) {
 	inherit(ctx, &m)
 	msg, op, err := b.prepare(ctx, &m)
 	if err != nil {

@@ -370,7 +370,7 @@ func (b *Bus) requestPresence(ctx context.Context, agent string) (r presenceRead
 
 // readPresence reads agent's presence as of now and notes it.
 func (b *Bus) readPresence(ctx context.Context, agent string, now time.Time) (presenceReading, error) {
-	p, interval, err := b.presenceOf(ctx, agent)
+	p, interval, err := b.presenceOfAgent(ctx, agent)
 	if err != nil {
 		return presenceReading{}, err
 	}

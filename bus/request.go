@@ -678,7 +678,11 @@ func (b *Bus) canceledRecord(ctx context.Context, m *Message) bool {
 	}
 	sent := *m
 	sent.From = b.agent
-	canceled, _ := b.status.canceled(ctx, &sent, m.To)
+	at, err := b.busOf(m.To) // the request's records are on its recipient's shard
+	if err != nil {
+		return false
+	}
+	canceled, _ := at.status.canceled(ctx, &sent, m.To)
 	return canceled
 }
 

@@ -128,6 +128,14 @@ const ScheduledTTL = DefaultMaxAge
 // generated permissions, ErrPermissionDenied unless the agent was made a
 // scheduler (agentbus auth init --schedulers).
 func (b *Bus) Schedule(ctx context.Context, m Message, w When) (PubAck, error) {
+	if b.shards != nil {
+		return b.shards.schedule(ctx, m, w)
+	}
+	return b.scheduleHere(ctx, m, w)
+}
+
+// scheduleHere is Schedule on this bus's own root.
+func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, error) {
 	if err := w.Validate(); err != nil {
 		return PubAck{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -76,8 +77,8 @@ func TestShards(t *testing.T) {
 	recorders := make([]*recorder, n)
 	for k, id := range agents {
 		handles[k] = newShards(t, embeddedtest.Connect(t, s), id, n, bus.WithProvision(bus.StreamConfig{}))
-		if handles[k].Home().Subjects().Stream() != streamOf(t, k, n) {
-			t.Fatalf("%s's home is %s, want shard %d", id, handles[k].Home().Subjects().Stream(), k)
+		if handles[k].Bus().Subjects().Stream() != streamOf(t, k, n) {
+			t.Fatalf("%s's home is %s, want shard %d", id, handles[k].Bus().Subjects().Stream(), k)
 		}
 		recorders[k] = newRecorder()
 		h := recorders[k].handle
@@ -90,11 +91,11 @@ func TestShards(t *testing.T) {
 				return recorders[2].handle(ctx, d)
 			}
 		}
-		subscribe(t, handles[k].Home(), h)
+		subscribe(t, handles[k].Bus(), h)
 	}
 	from := handles[0]
 
-	ack, err := from.Publish(ctx, bus.Message{To: agents[1], Type: "TASK"})
+	ack, err := from.Bus().Publish(ctx, bus.Message{To: agents[1], Type: "TASK"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestShards(t *testing.T) {
 		t.Errorf("%s got %s from %s, want %s from %s", agents[1], d.ID, d.From, ack.ID, agents[0])
 	}
 
-	reply, err := from.Request(ctx, bus.Message{To: agents[2], Type: "REQUEST", Data: []byte("ping")})
+	reply, err := from.Bus().Request(ctx, bus.Message{To: agents[2], Type: "REQUEST", Data: []byte("ping")})
 	if err != nil {
 		t.Fatalf("request across shards: %v", err)
 	}
@@ -116,19 +117,19 @@ func TestShards(t *testing.T) {
 	// Status finds the message on its recipient's shard, from either end.
 	for _, who := range []*bus.Shards{from, handles[1]} {
 		waitFor(t, "the message completed", func() (bool, string) {
-			st, err := who.Status(ctx, ack.ID)
+			st, err := who.Bus().Status(ctx, ack.ID)
 			if err != nil {
 				return false, err.Error()
 			}
 			return len(st) == 1 && st[0].State == bus.StateCompleted, fmt.Sprintf("%+v", st)
 		})
 	}
-	if _, err := from.Status(ctx, "no-such-message"); !errors.Is(err, bus.ErrNoStatus) {
+	if _, err := from.Bus().Status(ctx, "no-such-message"); !errors.Is(err, bus.ErrNoStatus) {
 		t.Errorf("status of an unknown message: %v, want ErrNoStatus", err)
 	}
 
 	// A broadcast reaches every other agent once, on its own shard.
-	bcast, err := from.Publish(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
+	bcast, err := from.Bus().Publish(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestShards(t *testing.T) {
 	}
 	// A sentinel sent after the broadcast comes after any second copy.
 	for k := 1; k < n; k++ {
-		if _, err := from.Publish(ctx, bus.Message{To: agents[k], Type: "SENTINEL", Priority: 5}); err != nil {
+		if _, err := from.Bus().Publish(ctx, bus.Message{To: agents[k], Type: "SENTINEL", Priority: 5}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "the sentinel", func() (bool, string) {
@@ -184,20 +185,16 @@ func TestShardsRejects(t *testing.T) {
 		t.Errorf("a root too long for its shards: %v, want ErrInvalidOption", err)
 	}
 	h := newShards(t, nc, "worker", 3)
-	if _, err := h.For(bus.Broadcast); !errors.Is(err, bus.ErrInvalidAgentID) {
-		t.Errorf("For(Broadcast): %v, want ErrInvalidAgentID", err)
-	}
-	if _, err := h.Shard(3); !errors.Is(err, bus.ErrInvalidOption) {
-		t.Errorf("Shard(3) of 3: %v, want ErrInvalidOption", err)
+	if _, err := h.Bus().Publish(testContext(t), bus.Message{To: "no\x00agent", Type: "T"}); !errors.Is(err, bus.ErrInvalidAgentID) {
+		t.Errorf("an invalid recipient: %v, want ErrInvalidAgentID", err)
 	}
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.For("planner"); !errors.Is(err, bus.ErrClosed) {
-		t.Errorf("For after Close: %v, want ErrClosed", err)
-	}
-	if _, err := h.Publish(testContext(t), bus.Message{To: "planner", Type: "T"}); !errors.Is(err, bus.ErrClosed) {
-		t.Errorf("Publish after Close: %v, want ErrClosed", err)
+	for _, to := range onShards(t, "planner", 3) { // the worker's own shard, and shards never reached
+		if _, err := h.Bus().Publish(testContext(t), bus.Message{To: to, Type: "T"}); !errors.Is(err, bus.ErrClosed) {
+			t.Errorf("Publish to %s after Close: %v, want ErrClosed", to, err)
+		}
 	}
 }
 
@@ -232,8 +229,8 @@ func TestClusterShardsPlacedByTags(t *testing.T) {
 	}
 	agents := onShards(t, "agent", n)
 	r := newRecorder()
-	subscribe(t, newShards(t, embeddedtest.Connect(t, nodes[1]), agents[2], n).Home(), r.handle)
-	ack, err := newShards(t, embeddedtest.Connect(t, nodes[2]), agents[0], n).Publish(ctx, bus.Message{To: agents[2], Type: "TASK"})
+	subscribe(t, newShards(t, embeddedtest.Connect(t, nodes[1]), agents[2], n).Bus(), r.handle)
+	ack, err := newShards(t, embeddedtest.Connect(t, nodes[2]), agents[0], n).Bus().Publish(ctx, bus.Message{To: agents[2], Type: "TASK"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,24 +310,80 @@ func TestShardsWithPermissions(t *testing.T) {
 				return r.handle(ctx, d)
 			}
 		}
-		subscribe(t, handles[k].Home(), h)
+		subscribe(t, handles[k].Bus(), h)
 	}
-	reply, err := handles[0].Request(ctx, bus.Message{To: agents[2], Type: "REQUEST"})
+	reply, err := handles[0].Bus().Request(ctx, bus.Message{To: agents[2], Type: "REQUEST"})
 	if err != nil || reply.Type != "RESULT" {
 		t.Fatalf("request across shards: %v, %v", reply, err)
 	}
-	bcast, err := handles[0].Publish(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
+	bcast, err := handles[0].Bus().Publish(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
 	if err != nil {
 		t.Fatalf("broadcast on every shard: %v", err)
 	}
 	r.waitCount(t, 2)
 	waitFor(t, "the broadcast's records", func() (bool, string) {
-		st, err := handles[0].Status(ctx, bcast.ID)
+		st, err := handles[0].Bus().Status(ctx, bcast.ID)
 		return err == nil && len(st) > 0, fmt.Sprint(st, err)
 	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(errs) > 0 {
 		t.Errorf("background errors: %v", errs)
+	}
+}
+
+// TestShardsRouteEveryMessage: every way a message leaves an agent's bus
+// reaches its recipient's shard: a reply to a plain message (not a
+// Request) comes back to the sender's own shard and its subscription, a
+// scheduled message fires on the recipient's shard, and a message queued
+// for an agent of another shard is canceled there.
+func TestShardsRouteEveryMessage(t *testing.T) {
+	const n = 3
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	agents := onShards(t, "agent", n)
+	provision := bus.WithProvision(bus.StreamConfig{})
+	asker := newShards(t, embeddedtest.Connect(t, s), agents[0], n, provision).Bus()
+	answerer := newShards(t, embeddedtest.Connect(t, s), agents[1], n, provision).Bus()
+	got := newRecorder()
+	subscribe(t, asker, got.handle)
+	subscribe(t, answerer, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "QUESTION" {
+			_, err := d.Reply(ctx, bus.Message{Type: "ANSWER"})
+			return err
+		}
+		return nil
+	})
+	q, err := asker.Publish(ctx, bus.Message{To: agents[1], Type: "QUESTION"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.waitCount(t, 1)[0]; d.Type != "ANSWER" || d.CorrelationID != q.ID || d.Stream != streamOf(t, 0, n) {
+		t.Errorf("got %s in %s on %s, want the ANSWER in %s on %s", d.Type, d.CorrelationID, d.Stream, q.ID, streamOf(t, 0, n))
+	}
+
+	sched, err := answerer.Schedule(ctx, bus.Message{To: agents[0], Type: "LATER"}, bus.In(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.waitCount(t, 2)[1]; d.ID != sched.ID || d.Stream != streamOf(t, 0, n) {
+		t.Errorf("got %s on %s, want the scheduled %s on %s", d.ID, d.Stream, sched.ID, streamOf(t, 0, n))
+	}
+
+	// agents[2] never subscribes: the message waits on its shard.
+	queued, err := asker.Publish(ctx, bus.Message{To: agents[2], Type: "TASK"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := asker.Cancel(ctx, queued.ID)
+	if err != nil {
+		t.Fatalf("cancel on the recipient's shard: %v", err)
+	}
+	if st.State != bus.StateCanceled || st.To != agents[2] {
+		t.Errorf("canceled %+v", st)
+	}
+	sts, err := asker.Status(ctx, queued.ID)
+	if err != nil || len(sts) != 1 || sts[0].State != bus.StateCanceled {
+		t.Errorf("status after cancel: %+v, %v", sts, err)
 	}
 }

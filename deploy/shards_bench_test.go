@@ -31,7 +31,7 @@ var shardAgents = flag.Int("agentbus.shard-agents", 3000, "agents BenchmarkShard
 // defaults on the agent's own shard, on one admin connection, one after
 // another) on an installation of N shards (subjects.ShardRoot), each
 // provisioned with one replica, then sends each agent one message from an
-// agent of its own, routed to the recipient's shard (bus.Shards.Publish).
+// agent of its own, routed to the recipient's shard (Bus.Publish of bus.Shards).
 // Run with -benchtime 1x:
 //
 //	shards=1  one stream: every agent's consumers on one server
@@ -110,7 +110,7 @@ func measureShards(b *testing.B, ns []*node, nc *nats.Conn, roots []string, iter
 			b.Fatal(err)
 		}
 		handles = append(handles, h)
-		if _, err := h.Home().Subscribe(ctx, handle); err != nil {
+		if _, err := h.Bus().Subscribe(ctx, handle); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func measureShards(b *testing.B, ns []*node, nc *nats.Conn, roots []string, iter
 	handles = append(handles, sender)
 	start = time.Now()
 	for _, h := range handles[:*shardAgents] {
-		if _, err := sender.Publish(ctx, bus.Message{To: h.Agent(), Type: "TASK"}); err != nil {
+		if _, err := sender.Bus().Publish(ctx, bus.Message{To: h.Bus().Agent(), Type: "TASK"}); err != nil {
 			b.Fatal(err)
 		}
 	}

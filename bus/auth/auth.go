@@ -69,8 +69,8 @@ type Config struct {
 	Root string
 	// Shards is the number of shards of an installation split over several
 	// roots (bus.Shards); zero means 1, the root alone. Each agent may then
-	// do on every shard what it may on one: it sends to agents on any
-	// shard and is answered on the shard it asked on.
+	// do on every shard what it may on one: it sends to agents of any
+	// shard and reads the records of what it sent them there.
 	Shards int
 	// Agents are the agent IDs to generate identities for, at least one.
 	Agents []string
