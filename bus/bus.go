@@ -43,12 +43,7 @@ const (
 // handle dead letters and anyone's messages with an Admin.
 type Bus struct {
 	*client
-	agent string
-	// shards is the installation this bus is one shard's bus of (NewShards),
-	// nil for a bus of one root: Publish, PublishAsync, Schedule, Status,
-	// Cancel and the presence a request reads then reach each message's
-	// shard (bus/shards.go).
-	shards    *Shards
+	agent     string
 	req       requests
 	presences presences // what Requests know of their recipients' presence
 	cancels   cancels
@@ -152,7 +147,9 @@ func (b *Bus) Agent() string { return b.agent }
 // Close stops every subscription, cancelling running handlers' contexts and
 // waiting for them to return, reports a registered agent offline, waits up
 // to 5 s for the publishes and lifecycle records still in flight, and
-// closes the connection if Connect opened it. Close is idempotent; other methods return ErrClosed after it.
+// closes the connection if Connect opened it. The Bus of a Shards closes
+// the agent's buses of the other shards too (Shards.Close). Close is
+// idempotent; other methods return ErrClosed after it.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -179,12 +176,15 @@ func (b *Bus) Close() error {
 	// leaves the record that 'agentbus status' then reads.
 	if !b.nc.IsClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
-		if err := b.Flush(ctx); err != nil {
+		if err := b.flushHere(ctx); err != nil {
 			b.opts.onError(fmt.Errorf("close: writes still in flight: %w", err))
 		}
 		cancel()
 	}
 	b.closeConn()
+	if b.shards != nil {
+		return b.shards.Close() // the agent's buses of the other shards
+	}
 	return nil
 }
 

@@ -28,6 +28,12 @@ type client struct {
 	// the handle does not see.
 	refusals *refusals
 
+	// shards is the installation this handle is one shard's bus of
+	// (NewShards), nil for a handle on one root: its sends, lookups,
+	// cancels and registry reads then reach every message's or agent's
+	// shard (bus/shards.go).
+	shards *Shards
+
 	mu     sync.Mutex
 	closed bool
 }

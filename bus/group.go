@@ -120,6 +120,14 @@ func (c *client) Groups(ctx context.Context) (map[string][]string, error) {
 
 // readGroups reads the membership keys matching filter.
 func (c *client) readGroups(ctx context.Context, filter string) (map[string][]string, error) {
+	if c.shards != nil {
+		return c.shards.readGroups(ctx, filter)
+	}
+	return c.readGroupsHere(ctx, filter)
+}
+
+// readGroupsHere is readGroups on this handle's own root.
+func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string][]string, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
@@ -154,8 +162,20 @@ func (c *client) readGroups(ctx context.Context, filter string) (map[string][]st
 
 // WatchGroups calls f with every membership of group ("" for every group)
 // as it stands and then with every change, in order, until ctx ends; it
-// returns nil then. f runs on the watch's goroutine.
+// returns nil then. f runs on the watch's goroutine. The Bus of a Shards
+// watches every shard's registry: each membership's changes come in order,
+// and f is never called twice at once.
 func (c *client) WatchGroups(ctx context.Context, group string, f func(GroupChange)) error {
+	if c.shards != nil {
+		return watchEvery(ctx, c.shards, f, func(ctx context.Context, b *Bus, f func(GroupChange)) error {
+			return b.watchGroupsHere(ctx, group, f)
+		})
+	}
+	return c.watchGroupsHere(ctx, group, f)
+}
+
+// watchGroupsHere is WatchGroups on this handle's own root.
+func (c *client) watchGroupsHere(ctx context.Context, group string, f func(GroupChange)) error {
 	if c.isClosed() {
 		return ErrClosed
 	}

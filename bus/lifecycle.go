@@ -815,7 +815,7 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 	// Read this bus's own writes: the messages it published and the
 	// records it wrote just now are stored before the lookup.
 	fctx, cancel := withDefaultTimeout(ctx)
-	err = b.Flush(fctx)
+	err = b.flushHere(fctx)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("status of %s: publishes and records still under way: %w", id, err)

@@ -163,7 +163,13 @@ func (b *Bus) publishAsyncHere(ctx context.Context, m Message) (*PublishFuture, 
 
 // PublishAsyncComplete is closed when every asynchronous publish made so far
 // has been acknowledged or has failed.
-func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }
+// The Bus of a Shards waits for the publishes of every shard it sent on.
+func (b *Bus) PublishAsyncComplete() <-chan struct{} {
+	if b.shards != nil {
+		return b.shards.publishAsyncComplete()
+	}
+	return b.js.PublishAsyncComplete()
+}
 
 // Flush waits until the server has acknowledged, or the bus has given up
 // on, every asynchronous publish and every lifecycle record this bus has
@@ -171,7 +177,17 @@ func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncC
 // records are written asynchronously so that they never slow down the
 // messages they describe; Flush is how a program makes sure they are
 // stored, before it reads them back or before it exits.
+//
+// The Bus of a Shards flushes every shard it sent on.
 func (b *Bus) Flush(ctx context.Context) error {
+	if b.shards != nil {
+		return b.shards.flush(ctx)
+	}
+	return b.flushHere(ctx)
+}
+
+// flushHere is Flush on this bus's own root.
+func (b *Bus) flushHere(ctx context.Context) error {
 	select {
 	case <-b.js.PublishAsyncComplete():
 	case <-ctx.Done():

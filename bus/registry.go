@@ -720,6 +720,14 @@ func (q AgentQuery) matches(a AgentInfo) bool {
 // "<card|presence>.<tokenFilter>" (tokenFilter ">" for all) and returns
 // the agents they describe, by name.
 func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
+	if c.shards != nil {
+		return c.shards.readRegistry(ctx, tokenFilter)
+	}
+	return c.readRegistryHere(ctx, tokenFilter)
+}
+
+// readRegistryHere is readRegistry on this handle's own root.
+func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
@@ -805,8 +813,19 @@ type PresenceChange struct {
 // server itself records an agent gone silent, so the watch needs no
 // process to sweep for silent agents and sees the same as every other
 // watcher. f runs on the watch's goroutine; a slow f delays the next
-// change.
+// change. The Bus of a Shards watches every shard's registry: each agent's
+// changes come in order, and f is never called twice at once.
 func (c *client) WatchPresence(ctx context.Context, f func(PresenceChange)) error {
+	if c.shards != nil {
+		return watchEvery(ctx, c.shards, f, func(ctx context.Context, b *Bus, f func(PresenceChange)) error {
+			return b.watchPresenceHere(ctx, f)
+		})
+	}
+	return c.watchPresenceHere(ctx, f)
+}
+
+// watchPresenceHere is WatchPresence on this handle's own root.
+func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) error {
 	if c.isClosed() {
 		return ErrClosed
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,13 +31,16 @@ import (
 // shards: a message sent to the wrong shard waits for a consumer that is
 // never made.
 //
-// What is read from one root stays on the agent's shard: a group's members
-// and a gather's presence come from its registry, and History,
-// Conversation and Attach read its stream, so they see what the agent
-// received and what it sent to agents of its own shard.
+// The registry spans the shards: Agents, FindAgents, LookupAgent,
+// GroupMembers, Groups and the watches of presence and groups read every
+// shard's, where each agent registers and joins groups on its own. What
+// stays on the agent's own shard: History and Conversation, which read its
+// stream: it holds what the agent received, replies included, and what it
+// sent to agents of its own shard.
 //
 // The buses of the other shards are made when first needed, on the same
-// connection. Shards is safe for concurrent use.
+// connection. Closing the agent's Bus closes them all (Shards.Close).
+// Shards is safe for concurrent use.
 type Shards struct {
 	nc        *nats.Conn
 	agent     string
@@ -44,6 +49,8 @@ type Shards struct {
 	home      int
 	opts      []Option
 	provision *StreamConfig // each shard provisions it on its root, when WithProvision
+	refusals  *refusals     // of the connection ConnectShards dialled, else nil
+	ownsConn  bool          // ConnectShards dialled nc: Close closes it
 
 	mu     sync.Mutex
 	buses  []*Bus
@@ -63,6 +70,36 @@ func NewShards(nc *nats.Conn, agent string, shards int, opts ...Option) (*Shards
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
 	}
+	return newShards(nc, agent, shards, opts, nil)
+}
+
+// ConnectShards dials url as Connect does and returns agent's handle on an
+// installation of shards shards on the new connection, which Close (and
+// the Close of its Bus) closes.
+func ConnectShards(url, agent string, shards int, opts ...Option) (*Shards, error) {
+	if err := subjects.ValidateID(agent); err != nil {
+		return nil, err
+	}
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	nc, r, err := dial(url, "agentbus "+agent, InboxPrefix(agent), &o)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newShards(nc, agent, shards, opts, r)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.ownsConn = true
+	return s, nil
+}
+
+// newShards is NewShards on nc, whose refusals r are (nil for a connection
+// the caller made).
+func newShards(nc *nats.Conn, agent string, shards int, opts []Option, r *refusals) (*Shards, error) {
 	home, err := subjects.ShardOf(agent, shards)
 	if errors.Is(err, subjects.ErrInvalidShard) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
@@ -79,7 +116,7 @@ func NewShards(nc *nats.Conn, agent string, shards int, opts ...Option) (*Shards
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
-	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, buses: make([]*Bus, shards)}
+	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards)}
 	if _, err := s.shard(home); err != nil {
 		return nil, err
 	}
@@ -98,8 +135,8 @@ func (s *Shards) Bus() *Bus {
 // Len returns the number of shards.
 func (s *Shards) Len() int { return s.n }
 
-// Close closes the bus of every shard (Bus.Close) and returns their
-// errors. Close is idempotent; sending to a shard whose bus was not made
+// Close closes the bus of every shard (Bus.Close), and the connection if
+// ConnectShards dialled it, and returns their errors. Close is idempotent; sending to a shard whose bus was not made
 // yet fails with ErrClosed after it.
 func (s *Shards) Close() error {
 	s.mu.Lock()
@@ -118,6 +155,9 @@ func (s *Shards) Close() error {
 		}
 	}
 	wg.Wait()
+	if s.ownsConn {
+		s.nc.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -141,7 +181,11 @@ func (s *Shards) shard(k int) (*Bus, error) {
 		cfg.Root = root
 		opts = append(opts, WithProvision(cfg))
 	}
-	b, err := New(s.nc, s.agent, opts...)
+	o, err := applyOptions(opts) // checked by newShards, but for the root
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBus(s.nc, s.agent, o, s.refusals)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", root, err)
 	}
@@ -278,50 +322,177 @@ func (s *Shards) publishAsync(ctx context.Context, m Message) (*PublishFuture, e
 	return home, errors.Join(errs...)
 }
 
+// made returns the buses made so far: those of the shards the agent sent
+// on, and its own.
+func (s *Shards) made() []*Bus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Bus
+	for _, b := range s.buses {
+		if b != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// flush is Bus.Flush on every shard the agent sent on, at once.
+func (s *Shards) flush(ctx context.Context) error {
+	buses := s.made()
+	errs := make([]error, len(buses))
+	var wg sync.WaitGroup
+	for i, b := range buses {
+		wg.Go(func() { errs[i] = b.flushHere(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// publishAsyncComplete is closed when every asynchronous publish made so
+// far on every shard has been acknowledged or has failed.
+func (s *Shards) publishAsyncComplete() <-chan struct{} {
+	buses := s.made()
+	if len(buses) == 1 {
+		return buses[0].js.PublishAsyncComplete()
+	}
+	waits := make([]<-chan struct{}, len(buses))
+	for i, b := range buses {
+		waits[i] = b.js.PublishAsyncComplete()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, w := range waits {
+			<-w
+		}
+		close(done)
+	}()
+	return done
+}
+
 // status is Bus.Status on every shard at once: a message is on its
 // recipient's shard, a broadcast on all of them.
 func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
-	buses, err := s.all()
+	found, err := onEvery(s, func(b *Bus) ([]Status, error) {
+		sts, err := b.statusHere(ctx, id)
+		if errors.Is(err, ErrNoStatus) {
+			return nil, nil
+		}
+		return sts, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	found, errs := make([][]Status, s.n), make([]error, s.n)
-	var wg sync.WaitGroup
-	for k, b := range buses {
-		wg.Go(func() { found[k], errs[k] = b.statusHere(ctx, id) })
+	if out := slices.Concat(found...); len(out) > 0 {
+		return out, nil
 	}
-	wg.Wait()
-	var out []Status
-	for k := range buses {
-		switch {
-		case errors.Is(errs[k], ErrNoStatus):
-		case errs[k] != nil:
-			return nil, fmt.Errorf("shard %s: %w", buses[k].Subjects().Root(), errs[k])
-		default:
-			out = append(out, found[k]...)
+	return nil, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)
+}
+
+// readRegistry is the agents of every shard's registry that match
+// tokenFilter (client.readRegistry), by name: each agent registers on its
+// own shard.
+func (s *Shards) readRegistry(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
+	found, err := onEvery(s, func(b *Bus) ([]AgentInfo, error) { return b.readRegistryHere(ctx, tokenFilter) })
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Concat(found...)
+	slices.SortFunc(out, func(a, b AgentInfo) int { return strings.Compare(a.Card.Name, b.Card.Name) })
+	return out, nil
+}
+
+// readGroups is the memberships of every shard's registry that match
+// filter (client.readGroups): each agent joins on its own shard.
+func (s *Shards) readGroups(ctx context.Context, filter string) (map[string][]string, error) {
+	found, err := onEvery(s, func(b *Bus) (map[string][]string, error) { return b.readGroupsHere(ctx, filter) })
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, groups := range found {
+		for g, members := range groups {
+			out[g] = append(out[g], members...)
 		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)
+	for g, members := range out {
+		slices.Sort(members)
+		out[g] = slices.Compact(members)
 	}
 	return out, nil
 }
 
-// cancel is Bus.Cancel on the shard that holds message id's records.
-func (s *Shards) cancel(ctx context.Context, id string) (Status, error) {
+// onEvery calls read with the bus of every shard at once and returns what
+// each found, in shard order, or the first error, naming its shard.
+func onEvery[T any](s *Shards, read func(*Bus) (T, error)) ([]T, error) {
 	buses, err := s.all()
+	if err != nil {
+		return nil, err
+	}
+	found, errs := make([]T, len(buses)), make([]error, len(buses))
+	var wg sync.WaitGroup
+	for k, b := range buses {
+		wg.Go(func() { found[k], errs[k] = read(b) })
+	}
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("shard %s: %w", buses[k].Subjects().Root(), err)
+		}
+	}
+	return found, nil
+}
+
+// watchEvery runs watch on every shard at once, with f called for one
+// change at a time, until ctx ends (it returns nil then) or a watch fails,
+// which ends the others and returns its error, naming its shard.
+func watchEvery[T any](ctx context.Context, s *Shards, f func(T), watch func(context.Context, *Bus, func(T)) error) error {
+	buses, err := s.all()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	one := func(v T) {
+		mu.Lock()
+		defer mu.Unlock()
+		f(v)
+	}
+	errs := make([]error, len(buses))
+	var wg sync.WaitGroup
+	for k, b := range buses {
+		wg.Go(func() {
+			if errs[k] = watch(ctx, b, one); errs[k] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			return fmt.Errorf("shard %s: %w", buses[k].Subjects().Root(), err)
+		}
+	}
+	return nil
+}
+
+// cancel is Bus.Cancel on every shard at once: the one that holds message
+// id's records cancels it (every one, for a scheduled broadcast).
+func (s *Shards) cancel(ctx context.Context, id string) (Status, error) {
+	type outcome struct {
+		st  Status
+		err error
+	}
+	found, err := onEvery(s, func(b *Bus) (outcome, error) {
+		st, err := b.cancelHere(ctx, id)
+		return outcome{st, err}, nil
+	})
 	if err != nil {
 		return Status{}, err
 	}
-	canceled, errs := make([]Status, s.n), make([]error, s.n)
-	var wg sync.WaitGroup
-	for k, b := range buses {
-		wg.Go(func() { canceled[k], errs[k] = b.cancelHere(ctx, id) })
-	}
-	wg.Wait()
-	for k := range buses { // the shard that found it, or the first that failed otherwise
-		if !errors.Is(errs[k], ErrNoStatus) {
-			return canceled[k], errs[k]
+	for _, o := range found { // the shard that found it, else the first that failed
+		if !errors.Is(o.err, ErrNoStatus) {
+			return o.st, o.err
 		}
 	}
 	return Status{}, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)

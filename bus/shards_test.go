@@ -370,6 +370,24 @@ func TestShardsRouteEveryMessage(t *testing.T) {
 		t.Errorf("got %s on %s, want the scheduled %s on %s", d.ID, d.Stream, sched.ID, streamOf(t, 0, n))
 	}
 
+	// An asynchronous publish to another shard is among those Flush and
+	// PublishAsyncComplete wait for.
+	f, err := asker.PublishAsync(ctx, bus.Message{To: agents[2], Type: "NOTE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asker.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("PublishAsyncComplete never closed")
+	}
+	if err := asker.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := f.Wait(ctx); err != nil || ack.Stream != streamOf(t, 2, n) {
+		t.Errorf("async publish to %s: %+v, %v; want it on %s", agents[2], ack, err, streamOf(t, 2, n))
+	}
+
 	// agents[2] never subscribes: the message waits on its shard.
 	queued, err := asker.Publish(ctx, bus.Message{To: agents[2], Type: "TASK"})
 	if err != nil {
@@ -385,5 +403,90 @@ func TestShardsRouteEveryMessage(t *testing.T) {
 	sts, err := asker.Status(ctx, queued.ID)
 	if err != nil || len(sts) != 1 || sts[0].State != bus.StateCanceled {
 		t.Errorf("status after cancel: %+v, %v", sts, err)
+	}
+}
+
+// TestShardsRegistry: an agent finds the agents and group members of
+// every shard, each registered or joined on its own, and closing its Bus
+// closes the buses of the other shards it sent on.
+func TestShardsRegistry(t *testing.T) {
+	const n = 3
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	agents := onShards(t, "agent", n)
+	provision := bus.WithProvision(bus.StreamConfig{})
+	handles := make([]*bus.Shards, n)
+	for k, id := range agents {
+		handles[k] = newShards(t, embeddedtest.Connect(t, s), id, n, provision)
+		b := handles[k].Bus()
+		if err := b.Register(ctx, bus.AgentCard{Name: id, Skills: []bus.Skill{{ID: "review"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.JoinGroup(ctx, "reviewers"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := handles[0].Bus()
+	all, err := b.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, a := range all {
+		names = append(names, a.Card.Name)
+	}
+	if want := slices.Sorted(slices.Values(agents)); !slices.Equal(names, want) {
+		t.Errorf("Agents = %v, want %v", names, want)
+	}
+	found, err := b.FindAgents(ctx, bus.AgentQuery{Skill: "review", Online: true})
+	if err != nil || len(found) != n {
+		t.Errorf("FindAgents found %d, %v; want %d", len(found), err, n)
+	}
+	if info, err := b.LookupAgent(ctx, agents[2]); err != nil || info.Presence.Status != bus.Online {
+		t.Errorf("LookupAgent(%s) = %+v, %v", agents[2], info, err)
+	}
+	members, err := b.GroupMembers(ctx, "reviewers")
+	if err != nil || !slices.Equal(members, slices.Sorted(slices.Values(agents))) {
+		t.Errorf("GroupMembers = %v, %v; want %v", members, err, agents)
+	}
+	acks, err := b.PublishGroup(ctx, "reviewers", bus.Message{Type: "REVIEW"})
+	if err != nil || len(acks) != n-1 { // every member but the sender
+		t.Errorf("PublishGroup sent %d, %v; want %d", len(acks), err, n-1)
+	}
+	for _, a := range acks {
+		if want := streamOf(t, slices.Index(agents, a.Member), n); a.Stream != want {
+			t.Errorf("%s's copy went to %s, want %s", a.Member, a.Stream, want)
+		}
+	}
+	// The watches see every shard's registry.
+	wctx, stop := context.WithCancel(ctx)
+	online, joined := map[string]bool{}, map[string]bool{}
+	err = b.WatchPresence(wctx, func(c bus.PresenceChange) {
+		if c.Presence.Status == bus.Online {
+			online[c.Agent] = true
+		}
+		if len(online) == n {
+			stop()
+		}
+	})
+	if err != nil || len(online) != n {
+		t.Errorf("WatchPresence saw %v online, %v; want all %d", online, err, n)
+	}
+	wctx, stop = context.WithCancel(ctx)
+	err = b.WatchGroups(wctx, "reviewers", func(c bus.GroupChange) {
+		if joined[c.Agent] = c.Joined; len(joined) == n {
+			stop()
+		}
+	})
+	if err != nil || len(joined) != n {
+		t.Errorf("WatchGroups saw %v, %v; want all %d members", joined, err, n)
+	}
+	stop()
+
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Agents(ctx); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("Agents after the Bus closed: %v, want ErrClosed", err)
 	}
 }

@@ -85,7 +85,7 @@ credentials, or include auth.conf in an existing server's configuration
 				return err
 			}
 			c.Agents = append(c.Agents, fromFile...)
-			c.Root, c.Mode = a.root, auth.Mode(mode)
+			c.Root, c.Mode, c.Shards = a.root, auth.Mode(mode), a.shards
 			setup, err := auth.Generate(c)
 			if errors.Is(err, auth.ErrInvalidConfig) {
 				return usageError{err}
@@ -105,7 +105,6 @@ credentials, or include auth.conf in an existing server's configuration
 	f.StringSliceVar(&c.Agents, "agents", nil, "agent IDs, comma-separated")
 	f.StringVar(&agentsFile, "agents-file", "", "file of agent IDs, one a line")
 	f.StringSliceVar(&c.Schedulers, "schedulers", nil, "agents, among the others, that may schedule messages, comma-separated")
-	f.IntVar(&c.Shards, "shards", 1, "shards of the installation (provision --shards): each agent's permissions cover every shard's root")
 	f.StringVar(&out, "out", "", "directory to write into; created if missing")
 	f.StringVar(&mode, "mode", string(auth.ModeNKeys), "nkeys or passwords")
 	f.StringVar(&c.Account, "account", auth.DefaultAccount, "account of the bus's streams and users")

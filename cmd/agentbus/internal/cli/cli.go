@@ -86,6 +86,7 @@ type app struct {
 	server      string    // --server
 	conn        connFlags // --creds, --nkey, --user, --password, --tls*
 	root        string    // --root
+	shards      int       // --shards
 	traceStderr bool      // --trace-stderr
 
 	telemetry *telemetry // set up before a command runs; nil before
@@ -121,6 +122,7 @@ is reported as one line "agentbus: <error>" on stderr.`,
 	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster; $NATS_URL sets the default")
 	a.conn.addFlags(root)
 	pf.StringVar(&a.root, "root", defaultRoot, "subject root of the bus; every process of one bus must use the same")
+	pf.IntVar(&a.shards, "shards", 1, "shards of the installation under --root (provision --shards): an agent's commands reach each agent on its shard; every process must use the same")
 	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		t, err := a.setupTelemetry(cmd.Context(), a.traceStderr)
@@ -431,7 +433,16 @@ func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error
 	if err != nil {
 		return nil, err
 	}
-	b, err := bus.Connect(a.server, agent, append([]bus.Option{bus.WithNATSOptions(natsOpts...), bus.WithRoot(a.root)}, opts...)...)
+	opts = append([]bus.Option{bus.WithNATSOptions(natsOpts...), bus.WithRoot(a.root)}, opts...)
+	var b *bus.Bus
+	if a.shards == 1 {
+		b, err = bus.Connect(a.server, agent, opts...)
+	} else {
+		var s *bus.Shards
+		if s, err = bus.ConnectShards(a.server, agent, a.shards, opts...); err == nil {
+			b = s.Bus() // whose Close closes the other shards' buses and the connection
+		}
+	}
 	switch {
 	case err == nil:
 		return b, nil

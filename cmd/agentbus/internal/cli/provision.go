@@ -18,7 +18,7 @@ import (
 func (a *app) provisionCommand() *cobra.Command {
 	var cfg bus.StreamConfig
 	var agents []string
-	var shards, shard int
+	var shard int
 	budget := byteSize(bus.DefaultDedupMemoryBudget)
 	cmd := &cobra.Command{
 		Use:   "provision",
@@ -51,8 +51,10 @@ root of its own (<root>.s0 to <root>.s<N-1>) with its own streams, and prints
 a line per shard; --shard K provisions shard K only, so that each can be
 given its own --tag. Each agent given with --agent gets its consumers on its
 own shard, named on its line. Agents reach a sharded installation through
-bus.Shards (docs/operations.md, "Past one stream"); the other commands reach
-one shard at a time, with --root set to its root.
+bus.Shards (docs/operations.md, "Past one stream"), and so do the agent
+commands (publish, request, reply, subscribe, cancel ...) given the same
+--shards; the operator's (status, trace, agents, group, dlq) read one shard,
+with --root set to its root.
 
 --tag places the streams and buckets on the servers of a cluster that have
 every tag given (server_tags in their configuration).`,
@@ -71,6 +73,7 @@ every tag given (server_tags in their configuration).`,
 					return usageError{fmt.Errorf("--agent: %w", err)}
 				}
 			}
+			shards := a.shards
 			roots, err := shardRoots(a.root, shards, shard)
 			if err != nil {
 				return usageError{err}
@@ -144,8 +147,7 @@ every tag given (server_tags in their configuration).`,
 	f.IntVar(&cfg.MaxConsumers, "max-consumers", bus.DefaultMaxConsumers, "most consumers on the stream (six per agent)")
 	f.StringArrayVar(&agents, "agent", nil, "also create this agent's consumers (repeatable)")
 	f.IntVar(&cfg.PeakPublishRate, "peak-rate", 0, "most messages per second the stream takes, all publishers together; bounds the dedup window's memory with --dedup-budget (0: not stated, warn)")
-	f.IntVar(&shards, "shards", 1, "split the installation into this many shards, each a root of its own (1.."+strconv.Itoa(subjects.MaxShards)+")")
-	f.IntVar(&shard, "shard", -1, "with --shards, provision this shard only (0..N-1; default all)")
+	f.IntVar(&shard, "shard", -1, "with --shards (1.."+strconv.Itoa(subjects.MaxShards)+"), provision this shard only (0..N-1; default all)")
 	f.StringArrayVar(&cfg.Tags, "tag", nil, "place the streams and buckets on servers with this server tag (repeatable)")
 	f.Var(&budget, "dedup-budget", "most memory on each server for the dedup window's IDs at --peak-rate, in bytes or with KiB, MiB, GiB, TiB")
 	return cmd

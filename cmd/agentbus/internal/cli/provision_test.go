@@ -119,3 +119,28 @@ func TestByteSize(t *testing.T) {
 		})
 	}
 }
+
+// TestShardsCommands: with --shards, the agent commands reach each agent on
+// its own shard: a message published to an agent of another shard is
+// stored there and received by the agent's subscribe, and a request across
+// shards is answered.
+func TestShardsCommands(t *testing.T) {
+	url := embeddedtest.RunServer(t).ClientURL()
+	sharded := func(args ...string) []string { return append([]string{"--server", url, "--shards", "3"}, args...) }
+	mustRun(t, sharded("provision", "--agent", "worker-2", "--agent", "reviewer")...)
+	out := mustRun(t, sharded("publish", "--from", "reviewer", "--to", "worker-2", "--type", "TASK", "--data", "x")...)
+	if !strings.Contains(out, "id=") {
+		t.Fatalf("publish printed %q", out)
+	}
+	got := mustRun(t, sharded("subscribe", "--agent", "worker-2", "--count", "1", "--json")...)
+	if !strings.Contains(got, `"TASK"`) {
+		t.Errorf("worker-2 got %q, want the TASK", got)
+	}
+	// Unsharded, the agent's own root has no stream.
+	if r := runIn(t, "", "--server", url, "publish", "--from", "reviewer", "--to", "worker-2", "--type", "TASK"); r.code == 0 {
+		t.Errorf("publish without --shards to an installation of shards: exit 0 (stdout %q)", r.stdout)
+	}
+	if r := runIn(t, "", "--server", url, "--shards", "0", "publish", "--from", "reviewer", "--to", "worker-2", "--type", "TASK"); r.code != exitUsage {
+		t.Errorf("--shards 0: exit %d, want %d (stderr %q)", r.code, exitUsage, r.stderr)
+	}
+}
