@@ -51,6 +51,7 @@ type Shards struct {
 	provision *StreamConfig // each shard provisions it on its root, when WithProvision
 	refusals  *refusals     // of the connection ConnectShards dialled, else nil
 	ownsConn  bool          // ConnectShards dialled nc: Close closes it
+	own       *Bus          // the agent's own, buses[home], made first
 
 	mu     sync.Mutex
 	buses  []*Bus
@@ -77,7 +78,7 @@ func NewShards(nc *nats.Conn, agent string, shards int, opts ...Option) (*Shards
 // installation of shards shards on the new connection, which Close (and
 // the Close of its Bus) closes.
 func ConnectShards(url, agent string, shards int, opts ...Option) (*Shards, error) {
-	if err := subjects.ValidateID(agent); err != nil {
+	if _, err := shardOf(agent, shards); err != nil {
 		return nil, err
 	}
 	o, err := applyOptions(opts)
@@ -100,10 +101,8 @@ func ConnectShards(url, agent string, shards int, opts ...Option) (*Shards, erro
 // newShards is NewShards on nc, whose refusals r are (nil for a connection
 // the caller made).
 func newShards(nc *nats.Conn, agent string, shards int, opts []Option, r *refusals) (*Shards, error) {
-	home, err := subjects.ShardOf(agent, shards)
-	if errors.Is(err, subjects.ErrInvalidShard) {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	} else if err != nil {
+	home, err := shardOf(agent, shards)
+	if err != nil {
 		return nil, err
 	}
 	o, err := applyOptions(opts)
@@ -117,27 +116,34 @@ func newShards(nc *nats.Conn, agent string, shards int, opts []Option, r *refusa
 		}
 	}
 	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards)}
-	if _, err := s.shard(home); err != nil {
+	if s.own, err = s.shard(home); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// shardOf returns agent's shard of shards (subjects.ShardOf), with a bad
+// count of shards an ErrInvalidOption.
+func shardOf(agent string, shards int) (int, error) {
+	k, err := subjects.ShardOf(agent, shards)
+	if errors.Is(err, subjects.ErrInvalidShard) {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return k, err
+}
+
 // Bus returns the agent's bus: it subscribes, registers and keeps its
 // presence on the agent's own shard, and sends each message on its
 // recipient's.
-func (s *Shards) Bus() *Bus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buses[s.home]
-}
+func (s *Shards) Bus() *Bus { return s.own }
 
 // Len returns the number of shards.
 func (s *Shards) Len() int { return s.n }
 
 // Close closes the bus of every shard (Bus.Close), and the connection if
-// ConnectShards dialled it, and returns their errors. Close is idempotent; sending to a shard whose bus was not made
-// yet fails with ErrClosed after it.
+// ConnectShards dialled it, and returns their errors. Close is idempotent;
+// sending to a shard whose bus was not made yet fails with ErrClosed after
+// it.
 func (s *Shards) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -161,7 +167,8 @@ func (s *Shards) Close() error {
 	return errors.Join(errs...)
 }
 
-// shard returns the bus on shard k, making it when first asked.
+// shard returns the bus on shard k, making it when first asked; another
+// shard's is made meanwhile only once this one is.
 func (s *Shards) shard(k int) (*Bus, error) {
 	root, err := subjects.ShardRoot(s.root, k, s.n)
 	if err != nil {
