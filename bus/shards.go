@@ -53,9 +53,10 @@ type Shards struct {
 	ownsConn  bool          // ConnectShards dialled nc: Close closes it
 	own       *Bus          // the agent's own, buses[home], made first
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards buses and closed
 	buses  []*Bus
 	closed bool
+	making []sync.Mutex // one per shard: one goroutine makes its bus, the others wait
 }
 
 // NewShards returns agent's handle on an installation of shards shards on
@@ -115,7 +116,7 @@ func newShards(nc *nats.Conn, agent string, shards int, opts []Option, r *refusa
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
-	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards)}
+	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards), making: make([]sync.Mutex, shards)}
 	if s.own, err = s.shard(home); err != nil {
 		return nil, err
 	}
@@ -167,20 +168,20 @@ func (s *Shards) Close() error {
 	return errors.Join(errs...)
 }
 
-// shard returns the bus on shard k, making it when first asked; another
-// shard's is made meanwhile only once this one is.
+// shard returns the bus on shard k, making it when first asked. Shards
+// are made at once; callers for one shard wait for the first.
 func (s *Shards) shard(k int) (*Bus, error) {
 	root, err := subjects.ShardRoot(s.root, k, s.n)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
+	if b, err := s.made(k); b != nil || err != nil {
+		return b, err
 	}
-	if b := s.buses[k]; b != nil {
-		return b, nil
+	s.making[k].Lock()
+	defer s.making[k].Unlock()
+	if b, err := s.made(k); b != nil || err != nil {
+		return b, err // made while this call waited
 	}
 	opts := append(s.opts[:len(s.opts):len(s.opts)], WithRoot(root))
 	if s.provision != nil {
@@ -196,9 +197,28 @@ func (s *Shards) shard(k int) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", root, err)
 	}
-	b.shards = s
-	s.buses[k] = b
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		b.shards = s
+		s.buses[k] = b
+	}
+	s.mu.Unlock()
+	if closed { // Close ran while b was made
+		b.Close()
+		return nil, ErrClosed
+	}
 	return b, nil
+}
+
+// made returns the bus of shard k if it is made, ErrClosed after Close.
+func (s *Shards) made(k int) (*Bus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return s.buses[k], nil
 }
 
 // of returns the bus on agent's shard. For an ID that names no agent it
@@ -211,15 +231,20 @@ func (s *Shards) of(agent string) (*Bus, error) {
 	return s.shard(k)
 }
 
-// all returns the bus of every shard.
+// all returns the bus of every shard, making those not made yet at once.
 func (s *Shards) all() ([]*Bus, error) {
-	out := make([]*Bus, s.n)
+	out, errs := make([]*Bus, s.n), make([]error, s.n)
+	var wg sync.WaitGroup
 	for k := range out {
-		b, err := s.shard(k)
+		if out[k], errs[k] = s.made(k); out[k] == nil && errs[k] == nil {
+			wg.Go(func() { out[k], errs[k] = s.shard(k) })
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		out[k] = b
 	}
 	return out, nil
 }
@@ -329,9 +354,9 @@ func (s *Shards) publishAsync(ctx context.Context, m Message) (*PublishFuture, e
 	return home, errors.Join(errs...)
 }
 
-// made returns the buses made so far: those of the shards the agent sent
-// on, and its own.
-func (s *Shards) made() []*Bus {
+// madeSoFar returns the buses made so far: those of the shards the agent
+// sent on, and its own.
+func (s *Shards) madeSoFar() []*Bus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*Bus
@@ -345,7 +370,7 @@ func (s *Shards) made() []*Bus {
 
 // flush is Bus.Flush on every shard the agent sent on, at once.
 func (s *Shards) flush(ctx context.Context) error {
-	buses := s.made()
+	buses := s.madeSoFar()
 	errs := make([]error, len(buses))
 	var wg sync.WaitGroup
 	for i, b := range buses {
@@ -358,7 +383,7 @@ func (s *Shards) flush(ctx context.Context) error {
 // publishAsyncComplete is closed when every asynchronous publish made so
 // far on every shard has been acknowledged or has failed.
 func (s *Shards) publishAsyncComplete() <-chan struct{} {
-	buses := s.made()
+	buses := s.madeSoFar()
 	if len(buses) == 1 {
 		return buses[0].js.PublishAsyncComplete()
 	}

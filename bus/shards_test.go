@@ -490,3 +490,30 @@ func TestShardsRegistry(t *testing.T) {
 		t.Errorf("Agents after the Bus closed: %v, want ErrClosed", err)
 	}
 }
+
+// TestShardsMadeAtOnce: a new handle sending from many goroutines to every
+// shard at once, so that its shards' buses are made meanwhile, stores each
+// message on its recipient's shard, without a data race (-race).
+func TestShardsMadeAtOnce(t *testing.T) {
+	const n = 8
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	provision := bus.WithProvision(bus.StreamConfig{})
+	agents := onShards(t, "agent", n)
+	sender := newShards(t, embeddedtest.Connect(t, s), "sender", n, provision).Bus()
+	acks, errs := make([]bus.PubAck, 4*n), make([]error, 4*n)
+	var wg sync.WaitGroup
+	for i := range acks {
+		wg.Go(func() { acks[i], errs[i] = sender.Publish(ctx, bus.Message{To: agents[i%n], Type: "TASK"}) })
+	}
+	wg.Wait()
+	for i := range acks {
+		if want := streamOf(t, i%n, n); errs[i] != nil || acks[i].Stream != want {
+			t.Errorf("message %d to %s: %+v, %v; want it on %s", i, agents[i%n], acks[i], errs[i], want)
+		}
+	}
+	found, err := sender.Agents(ctx) // every shard's registry, all made
+	if err != nil || len(found) != 0 {
+		t.Errorf("Agents = %v, %v; want none registered", found, err)
+	}
+}
