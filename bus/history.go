@@ -196,7 +196,8 @@ func (b *Admin) History(ctx context.Context, correlationID string, q HistoryQuer
 // it, and the broadcasts), each from the page's first message to its
 // last; it cannot read messages between other agents, nor get a message
 // by its sequence (docs/security.md). One History or Attach of a process
-// reads at a time.
+// reads at a time. The Bus of a Shards reads every shard, at once: what
+// the agent sent is on its recipients' shards.
 //
 // Errors: ErrNotParticipant (no record of the conversation names the
 // agent), ErrInvalidOption (a bad Limit, or lifecycle tracking off),
@@ -218,11 +219,15 @@ func (b *Bus) History(ctx context.Context, correlationID string, q HistoryQuery)
 	}
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	stored, err := b.storedOwn(ctx, correlationID)
-	if err != nil {
-		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
+	var (
+		all     []HistoryEntry
+		records int
+	)
+	if b.shards != nil {
+		all, records, err = b.shards.ownEntries(ctx, correlationID, filters)
+	} else {
+		all, records, err = b.ownEntries(ctx, correlationID, filters)
 	}
-	all, records, err := b.recorded(ctx, stored, filters...)
 	if err != nil {
 		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
 	}
@@ -230,10 +235,26 @@ func (b *Bus) History(ctx context.Context, correlationID string, q HistoryQuery)
 		return HistoryPage{}, fmt.Errorf("%w: %s in %s", ErrNotParticipant, b.agent, correlationID)
 	}
 	p := pageOf(correlationID, all, q)
-	if err := b.readOwn(ctx, p.Entries); err != nil {
+	if b.shards != nil {
+		err = b.shards.readOwn(ctx, p.Entries)
+	} else {
+		err = b.readOwn(ctx, p.Entries)
+	}
+	if err != nil {
 		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
 	}
 	return p, nil
+}
+
+// ownEntries returns the entries of the conversation correlationID that
+// this bus's stream holds and its records, filters, name, sorted, and how
+// many records name the agent.
+func (b *Bus) ownEntries(ctx context.Context, correlationID string, filters []string) ([]HistoryEntry, int, error) {
+	stored, err := b.storedOwn(ctx, correlationID)
+	if err != nil {
+		return nil, 0, err
+	}
+	return b.recorded(ctx, stored, filters...)
 }
 
 // historyCall checks what a History call needs before any I/O.

@@ -33,10 +33,10 @@ import (
 //
 // The registry spans the shards: Agents, FindAgents, LookupAgent,
 // GroupMembers, Groups and the watches of presence and groups read every
-// shard's, where each agent registers and joins groups on its own. What
-// stays on the agent's own shard: History and Conversation, which read its
-// stream: it holds what the agent received, replies included, and what it
-// sent to agents of its own shard.
+// shard's, where each agent registers and joins groups on its own; so does
+// History, which finds what the agent sent on its recipients' shards. An
+// operator's Admin (Status, Conversation, History) reads one shard, the
+// root it was made with.
 //
 // The buses of the other shards are made when first needed, on the same
 // connection. Closing the agent's Bus closes them all (Shards.Close).
@@ -472,6 +472,57 @@ func onEvery[T any](s *Shards, read func(*Bus) (T, error)) ([]T, error) {
 		}
 	}
 	return found, nil
+}
+
+// ownEntries is Bus.ownEntries on every shard at once, merged in order:
+// the agent's messages of a conversation are on the shards of the agents
+// it sent them to and on its own.
+func (s *Shards) ownEntries(ctx context.Context, correlationID string, filters []string) ([]HistoryEntry, int, error) {
+	type part struct {
+		entries []HistoryEntry
+		records int
+	}
+	parts, err := onEvery(s, func(b *Bus) (part, error) {
+		entries, records, err := b.ownEntries(ctx, correlationID, filters)
+		return part{entries, records}, err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	var (
+		all     []HistoryEntry
+		records int
+	)
+	for _, p := range parts {
+		all, records = append(all, p.entries...), records+p.records
+	}
+	slices.SortFunc(all, compareEntries)
+	return all, records, nil
+}
+
+// readOwn is Bus.readOwn of each shard, at once, for the entries its
+// stream holds.
+func (s *Shards) readOwn(ctx context.Context, entries []HistoryEntry) error {
+	at := make(map[string][]int) // the entries of each stream, by index
+	for i, e := range entries {
+		at[e.Stream] = append(at[e.Stream], i)
+	}
+	_, err := onEvery(s, func(b *Bus) (struct{}, error) {
+		mine := at[b.Subjects().Stream()]
+		if len(mine) == 0 {
+			return struct{}{}, nil
+		}
+		part := make([]HistoryEntry, len(mine))
+		for j, i := range mine {
+			part[j] = entries[i]
+		}
+		err := b.readOwn(ctx, part)
+		for j, i := range mine {
+			entries[i] = part[j]
+		}
+		return struct{}{}, err
+	})
+	return err
 }
 
 // watchEvery runs watch on every shard at once, with f called for one

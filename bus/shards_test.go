@@ -517,3 +517,34 @@ func TestShardsMadeAtOnce(t *testing.T) {
 		t.Errorf("Agents = %v, %v; want none registered", found, err)
 	}
 }
+
+// TestShardsHistory: an agent's history of a conversation holds what it
+// sent to an agent of another shard and the reply it got on its own, in
+// order.
+func TestShardsHistory(t *testing.T) {
+	const n = 3
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	agents := onShards(t, "agent", n)
+	provision := bus.WithProvision(bus.StreamConfig{})
+	asker := newShards(t, embeddedtest.Connect(t, s), agents[0], n, provision).Bus()
+	replier(t, newShards(t, embeddedtest.Connect(t, s), agents[1], n, provision).Bus())
+	reply, err := asker.Request(ctx, bus.Message{To: agents[1], Type: "REQUEST", Data: []byte("q")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := asker.History(ctx, reply.CorrelationID, bus.HistoryQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range page.Entries {
+		if e.Err != nil {
+			t.Errorf("entry %s: %v", e.ID, e.Err)
+		}
+		got = append(got, e.Type+"@"+e.Stream)
+	}
+	if want := []string{"REQUEST@" + streamOf(t, 1, n), "RESULT@" + streamOf(t, 0, n)}; !slices.Equal(got, want) {
+		t.Errorf("history %v, want %v", got, want)
+	}
+}
