@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // Exit codes of Main.
@@ -454,15 +455,18 @@ func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error
 	return nil, err
 }
 
-// withAdmin connects an operator's handle (bus.ConnectAdmin) with the
-// connection flags, runs f and closes it. Background errors become
-// warnings.
-func (a *app) withAdmin(f func(*bus.Admin) error) error {
+// withAdmin connects an operator's handle (bus.ConnectAdmin) under --root
+// with the connection flags, runs f and closes it. Background errors
+// become warnings.
+func (a *app) withAdmin(f func(*bus.Admin) error) error { return a.withAdminOn(a.root, f) }
+
+// withAdminOn is withAdmin under root.
+func (a *app) withAdminOn(root string, f func(*bus.Admin) error) error {
 	natsOpts, err := a.natsOptions()
 	if err != nil {
 		return err
 	}
-	admin, err := bus.ConnectAdmin(a.server, bus.WithNATSOptions(natsOpts...), bus.WithRoot(a.root), a.warnErrors())
+	admin, err := bus.ConnectAdmin(a.server, bus.WithNATSOptions(natsOpts...), bus.WithRoot(root), a.warnErrors())
 	if errors.Is(err, bus.ErrInvalidOption) {
 		return usageError{err}
 	}
@@ -471,6 +475,35 @@ func (a *app) withAdmin(f func(*bus.Admin) error) error {
 	}
 	defer admin.Close()
 	return f(admin)
+}
+
+// recordsOnShards returns the records read reads with an operator's handle
+// on each shard of --shards under --root (the root itself for one shard),
+// in shard order; a shard without any (bus.ErrNoStatus) adds none. It
+// returns bus.ErrNoStatus when no shard has any.
+func (a *app) recordsOnShards(read func(*bus.Admin) ([]bus.Status, error)) ([]bus.Status, error) {
+	var out []bus.Status
+	for k := range max(a.shards, 1) {
+		root, err := subjects.ShardRoot(a.root, k, a.shards)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--shards: %w", err)}
+		}
+		err = a.withAdminOn(root, func(admin *bus.Admin) error {
+			sts, err := read(admin)
+			if errors.Is(err, bus.ErrNoStatus) {
+				return nil
+			}
+			out = append(out, sts...)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		return nil, bus.ErrNoStatus
+	}
+	return out, nil
 }
 
 // withBusAs connects as agent, given by --agent, runs f and closes the

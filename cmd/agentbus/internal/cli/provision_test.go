@@ -128,13 +128,20 @@ func TestShardsCommands(t *testing.T) {
 	url := embeddedtest.RunServer(t).ClientURL()
 	sharded := func(args ...string) []string { return append([]string{"--server", url, "--shards", "3"}, args...) }
 	mustRun(t, sharded("provision", "--agent", "worker-2", "--agent", "reviewer")...)
-	out := mustRun(t, sharded("publish", "--from", "reviewer", "--to", "worker-2", "--type", "TASK", "--data", "x")...)
-	if !strings.Contains(out, "id=") {
-		t.Fatalf("publish printed %q", out)
-	}
+	id := publish(t, url, "--shards", "3", "--from", "reviewer", "--to", "worker-2", "--type", "TASK", "--data", "x", "--correlation-id", "conv-1")
 	got := mustRun(t, sharded("subscribe", "--agent", "worker-2", "--count", "1", "--json")...)
 	if !strings.Contains(got, `"TASK"`) {
 		t.Errorf("worker-2 got %q, want the TASK", got)
+	}
+	// An answer on the other shard, then the operator's view of both.
+	mustRun(t, sharded("publish", "--from", "worker-2", "--to", "reviewer", "--type", "DONE", "--correlation-id", "conv-1")...)
+	if out := mustRun(t, sharded("status", id)...); !strings.Contains(out, id+" reviewer -> worker-2 completed") {
+		t.Errorf("status %s printed %q, want it completed", id, out)
+	}
+	trace := mustRun(t, sharded("trace", "conv-1")...)
+	task, done := strings.Index(trace, " TASK "), strings.Index(trace, " DONE ")
+	if task < 0 || done < task {
+		t.Errorf("trace printed %q, want the TASK then the DONE", trace)
 	}
 	// Unsharded, the agent's own root has no stream.
 	if r := runIn(t, "", "--server", url, "publish", "--from", "reviewer", "--to", "worker-2", "--type", "TASK"); r.code == 0 {

@@ -40,6 +40,8 @@ operator's read access to the status bucket. With --agent AGENT it reads, as
 that agent, only the records naming AGENT as sender or recipient: what the
 agent's own permissions let it see.
 
+With --shards, an operator's status reads every shard.
+
 It exits 1 when no record is found.`,
 		Example: `  agentbus status 4b0e6c1e-6a4f-4a7e-9c55-2f1d8e0c9b7a
   agentbus status 4b0e6c1e-6a4f-4a7e-9c55-2f1d8e0c9b7a --agent worker --json`,
@@ -62,7 +64,9 @@ It exits 1 when no record is found.`,
 			if cmd.Flags().Changed("agent") {
 				return a.withBusAs(agent, func(b *bus.Bus) error { return lookup(b.Status) })
 			}
-			return a.withAdmin(func(admin *bus.Admin) error { return lookup(admin.Status) })
+			return lookup(func(ctx context.Context, id string) ([]bus.Status, error) {
+				return a.recordsOnShards(func(admin *bus.Admin) ([]bus.Status, error) { return admin.Status(ctx, id) })
+			})
 		}),
 	}
 	f := cmd.Flags()

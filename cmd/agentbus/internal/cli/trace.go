@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 
@@ -31,25 +33,29 @@ A broadcast has a row for its sender's record and one for each recipient's.
   {"correlationId":"...","traceId":"...","messages":[<records, as status --json>]}
 
 Trace reads the records of every agent, which needs an operator's read
-access to the status bucket. It exits 1 when the conversation has no record.`,
+access to the status bucket; with --shards, of every shard. It exits 1 when
+the conversation has no record.`,
 		Example: `  agentbus trace conv-42
   agentbus trace conv-42 --json | jq '.messages[] | select(.state == "failed")'`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			conv := cmd.Flags().Arg(0)
-			return a.withAdmin(func(admin *bus.Admin) error {
-				sts, err := admin.Conversation(cmd.Context(), conv)
-				if err != nil {
-					return fmt.Errorf("conversation %s: %w", conv, err)
-				}
-				if len(sts) == 0 {
-					return fmt.Errorf("no messages recorded for conversation %s", conv)
-				}
-				if asJSON {
-					return a.printJSON(conversation{conv, bus.ConversationTraceID(conv).String(), sts})
-				}
-				return a.printConversation(conv, sts)
+			sts, err := a.recordsOnShards(func(admin *bus.Admin) ([]bus.Status, error) {
+				return admin.Conversation(cmd.Context(), conv)
 			})
+			if errors.Is(err, bus.ErrNoStatus) {
+				return fmt.Errorf("no messages recorded for conversation %s", conv)
+			}
+			if err != nil {
+				return fmt.Errorf("conversation %s: %w", conv, err)
+			}
+			// Each shard's in the order they were created; the shards'
+			// together likewise.
+			slices.SortStableFunc(sts, func(x, y bus.Status) int { return x.Time.Compare(y.Time) })
+			if asJSON {
+				return a.printJSON(conversation{conv, bus.ConversationTraceID(conv).String(), sts})
+			}
+			return a.printConversation(conv, sts)
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document with the trace ID and the records")
