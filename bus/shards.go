@@ -295,12 +295,16 @@ func (s *Shards) schedule(ctx context.Context, m Message, w When) (PubAck, error
 	return s.everywhere(&m, func(b *Bus) (PubAck, error) { return b.scheduleHere(ctx, m, w) })
 }
 
-// everywhere gives m an ID if it has none and sends it on every shard
-// with send, at once; it returns the ack of the agent's own shard and the
-// errors of the others, each naming its shard.
+// everywhere gives m its ID and time if it has none, so that every copy
+// is the same message, and sends it on every shard with send, at once; it
+// returns the ack of the agent's own shard and the errors of the others,
+// each naming its shard.
 func (s *Shards) everywhere(m *Message, send func(*Bus) (PubAck, error)) (PubAck, error) {
 	if m.ID == "" {
 		m.ID = codec.NewID()
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now().UTC()
 	}
 	buses, err := s.all()
 	if err != nil {
@@ -333,6 +337,9 @@ func (s *Shards) publishAsync(ctx context.Context, m Message) (*PublishFuture, e
 	}
 	if m.ID == "" {
 		m.ID = codec.NewID()
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now().UTC()
 	}
 	buses, err := s.all()
 	if err != nil {

@@ -155,6 +155,9 @@ func TestShards(t *testing.T) {
 				if d.ID != bcast.ID {
 					t.Errorf("%s got broadcast %s, want %s", agents[k], d.ID, bcast.ID)
 				}
+				if first := recorders[1].deliveries(); !d.Time.Equal(firstOf(first, "STOP").Time) {
+					t.Errorf("%s's copy was made at %v, %s's at %v: not one message", agents[k], d.Time, agents[1], firstOf(first, "STOP").Time)
+				}
 			}
 		}
 		if stops != 1 {
@@ -164,6 +167,16 @@ func TestShards(t *testing.T) {
 	if len(recorders[0].deliveries()) != 0 {
 		t.Errorf("the sender got %v", recorders[0].types())
 	}
+}
+
+// firstOf returns the first of ds of type typ.
+func firstOf(ds []*bus.Delivery, typ string) *bus.Delivery {
+	for _, d := range ds {
+		if d.Type == typ {
+			return d
+		}
+	}
+	return &bus.Delivery{}
 }
 
 func TestShardsRejects(t *testing.T) {
