@@ -277,7 +277,7 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	}
 	var info *jetstream.StreamInfo
 	for _, sc := range streams {
-		s, err := js.CreateOrUpdateStream(ctx, sc)
+		s, err := askAgain(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) })
 		if err != nil {
 			if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 				return nil, fmt.Errorf("%w: %w", ErrUnsupportedServer, err)
@@ -288,13 +288,13 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 			info = s.CachedInfo()
 		}
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, kvc); err != nil {
+	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kvc) }); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
 	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, reg); err != nil {
+	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, reg) }); err != nil {
 		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
 	if err := denyRollups(ctx, js, "KV_"+reg.Bucket); err != nil {
@@ -309,17 +309,42 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 // (docs/security.md). The bus never rolls up a record. The message streams
 // allow no rollups from the start.
 func denyRollups(ctx context.Context, js jetstream.JetStream, stream string) error {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	cfg := s.CachedInfo().Config
-	if !cfg.AllowRollup {
-		return nil
-	}
-	cfg.AllowRollup = false
-	_, err = js.UpdateStream(ctx, cfg)
+	_, err := askAgain(ctx, func(ctx context.Context) (struct{}, error) {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return struct{}{}, err
+		}
+		cfg := s.CachedInfo().Config
+		if !cfg.AllowRollup {
+			return struct{}{}, nil
+		}
+		cfg.AllowRollup = false
+		_, err = js.UpdateStream(ctx, cfg)
+		return struct{}{}, err
+	})
 	return err
+}
+
+// Attempts of askAgain: each is bounded by apiAttemptTimeout when ctx
+// allows longer. In a cluster the answer to a JetStream API request can be
+// lost (a leader change, a server too busy to answer in time) and would
+// hold the caller until ctx ends.
+const apiAttempts = 3
+
+var apiAttemptTimeout = 5 * time.Second // a variable for the tests
+
+// askAgain calls do, an idempotent JetStream API request, with a context
+// bounded by apiAttemptTimeout, and again when its answer did not come in
+// time, up to apiAttempts calls in all and never past ctx.
+func askAgain[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
+		v, err := do(actx)
+		cancel()
+		if err == nil || attempt == apiAttempts || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return v, err
+		}
+	}
 }
 
 // defaultTimeout bounds calls to the server when the caller's context has
