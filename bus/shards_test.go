@@ -51,6 +51,28 @@ func newShards(t *testing.T, nc *nats.Conn, agent string, shards int, opts ...bu
 	return s
 }
 
+// sharded is an embedded server carrying an installation of n shards under
+// the default root, each provisioned by the first bus made on it, and one
+// agent ID on each shard, in shard order.
+type sharded struct {
+	t      *testing.T
+	s      *embedded.Server
+	n      int
+	agents []string
+}
+
+func newSharded(t *testing.T, n int) *sharded {
+	t.Helper()
+	return &sharded{t: t, s: embeddedtest.RunServer(t), n: n, agents: onShards(t, "agent", n)}
+}
+
+// shards returns agent's handle on the installation, on a connection of its
+// own, closed when the test ends.
+func (i *sharded) shards(agent string) *bus.Shards {
+	i.t.Helper()
+	return newShards(i.t, embeddedtest.Connect(i.t, i.s), agent, i.n, bus.WithProvision(bus.StreamConfig{}))
+}
+
 // streamOf returns the message stream of shard k of n under the default
 // root.
 func streamOf(t *testing.T, k, n int) string {
@@ -69,14 +91,13 @@ func streamOf(t *testing.T, k, n int) string {
 // whichever shard holds it.
 func TestShards(t *testing.T) {
 	const n = 3
-	s := embeddedtest.RunServer(t)
+	inst := newSharded(t, n)
 	ctx := testContext(t)
-	// The first agent provisions its own shard and each one it sends to.
-	agents := onShards(t, "agent", n)
+	agents := inst.agents
 	handles := make([]*bus.Shards, n)
 	recorders := make([]*recorder, n)
 	for k, id := range agents {
-		handles[k] = newShards(t, embeddedtest.Connect(t, s), id, n, bus.WithProvision(bus.StreamConfig{}))
+		handles[k] = inst.shards(id)
 		if handles[k].Bus().Subjects().Stream() != streamOf(t, k, n) {
 			t.Fatalf("%s's home is %s, want shard %d", id, handles[k].Bus().Subjects().Stream(), k)
 		}
@@ -352,12 +373,10 @@ func TestShardsWithPermissions(t *testing.T) {
 // for an agent of another shard is canceled there.
 func TestShardsRouteEveryMessage(t *testing.T) {
 	const n = 3
-	s := embeddedtest.RunServer(t)
+	inst := newSharded(t, n)
 	ctx := testContext(t)
-	agents := onShards(t, "agent", n)
-	provision := bus.WithProvision(bus.StreamConfig{})
-	asker := newShards(t, embeddedtest.Connect(t, s), agents[0], n, provision).Bus()
-	answerer := newShards(t, embeddedtest.Connect(t, s), agents[1], n, provision).Bus()
+	agents := inst.agents
+	asker, answerer := inst.shards(agents[0]).Bus(), inst.shards(agents[1]).Bus()
 	got := newRecorder()
 	subscribe(t, asker, got.handle)
 	subscribe(t, answerer, func(ctx context.Context, d *bus.Delivery) error {
@@ -424,13 +443,12 @@ func TestShardsRouteEveryMessage(t *testing.T) {
 // closes the buses of the other shards it sent on.
 func TestShardsRegistry(t *testing.T) {
 	const n = 3
-	s := embeddedtest.RunServer(t)
+	inst := newSharded(t, n)
 	ctx := testContext(t)
-	agents := onShards(t, "agent", n)
-	provision := bus.WithProvision(bus.StreamConfig{})
+	agents := inst.agents
 	handles := make([]*bus.Shards, n)
 	for k, id := range agents {
-		handles[k] = newShards(t, embeddedtest.Connect(t, s), id, n, provision)
+		handles[k] = inst.shards(id)
 		b := handles[k].Bus()
 		if err := b.Register(ctx, bus.AgentCard{Name: id, Skills: []bus.Skill{{ID: "review"}}}); err != nil {
 			t.Fatal(err)
@@ -509,11 +527,10 @@ func TestShardsRegistry(t *testing.T) {
 // message on its recipient's shard, without a data race (-race).
 func TestShardsMadeAtOnce(t *testing.T) {
 	const n = 8
-	s := embeddedtest.RunServer(t)
+	inst := newSharded(t, n)
 	ctx := testContext(t)
-	provision := bus.WithProvision(bus.StreamConfig{})
-	agents := onShards(t, "agent", n)
-	sender := newShards(t, embeddedtest.Connect(t, s), "sender", n, provision).Bus()
+	agents := inst.agents
+	sender := inst.shards("sender").Bus()
 	acks, errs := make([]bus.PubAck, 4*n), make([]error, 4*n)
 	var wg sync.WaitGroup
 	for i := range acks {
@@ -536,12 +553,11 @@ func TestShardsMadeAtOnce(t *testing.T) {
 // order.
 func TestShardsHistory(t *testing.T) {
 	const n = 3
-	s := embeddedtest.RunServer(t)
+	inst := newSharded(t, n)
 	ctx := testContext(t)
-	agents := onShards(t, "agent", n)
-	provision := bus.WithProvision(bus.StreamConfig{})
-	asker := newShards(t, embeddedtest.Connect(t, s), agents[0], n, provision).Bus()
-	replier(t, newShards(t, embeddedtest.Connect(t, s), agents[1], n, provision).Bus())
+	agents := inst.agents
+	asker := inst.shards(agents[0]).Bus()
+	replier(t, inst.shards(agents[1]).Bus())
 	reply, err := asker.Request(ctx, bus.Message{To: agents[1], Type: "REQUEST", Data: []byte("q")})
 	if err != nil {
 		t.Fatal(err)
