@@ -3,8 +3,13 @@ package bus
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/consumers"
 )
 
 // TestAskAgain: a request whose answer does not come is made again, up to
@@ -41,5 +46,51 @@ func TestAskAgain(t *testing.T) {
 	refused := errors.New("refused")
 	if _, err := askAgain(ctx, func(context.Context) (int, error) { calls++; return 0, refused }); !errors.Is(err, refused) || calls != 1 {
 		t.Errorf("another error: %v after %d calls; want it after 1", err, calls)
+	}
+}
+
+// lossyJS is a real JetStream context whose next lose consumer lookups get
+// no answer, as a request whose answer a cluster lost: each waits until
+// its context ends.
+type lossyJS struct {
+	jetstream.JetStream
+	lose atomic.Int32
+}
+
+func (j *lossyJS) Consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
+	if j.lose.Add(-1) >= 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return j.JetStream.Consumer(ctx, stream, name)
+}
+
+// TestEnsureSpecsAsksAgain: making an agent's consumers on a real server
+// outlasts lost answers, up to apiAttempts, and fails with the deadline
+// past them.
+func TestEnsureSpecsAsksAgain(t *testing.T) {
+	defer func(d time.Duration) { apiAttemptTimeout = d }(apiAttemptTimeout)
+	apiAttemptTimeout = 100 * time.Millisecond
+	b := benchBus(t, provisionedServer(t), "worker")
+	lossy := &lossyJS{JetStream: b.js}
+	b.js = lossy
+	cs, err := b.opts.scheme.Consumers("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := []consumers.Spec{{Name: cs[0].Name, FilterSubject: cs[0].Filter}}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	lossy.lose.Store(apiAttempts - 1)
+	if err := b.ensureSpecs(ctx, specs, consumers.Settings{}); err != nil {
+		t.Fatalf("after %d lost answers: %v", apiAttempts-1, err)
+	}
+	if _, err := lossy.JetStream.Consumer(ctx, b.opts.scheme.Stream(), cs[0].Name); err != nil {
+		t.Errorf("the consumer was not made: %v", err)
+	}
+	lossy.lose.Store(apiAttempts)
+	if err := b.ensureSpecs(ctx, specs, consumers.Settings{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("after %d lost answers: %v, want context.DeadlineExceeded", apiAttempts, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
@@ -111,7 +112,12 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s consumers.Settings) error {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.CONSUMER.")
 	defer stop()
-	if _, err := consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, s); err != nil {
+	// The lookups, creates and updates are idempotent: askAgain makes them
+	// again when an answer does not come.
+	_, err := askAgain(ctx, func(ctx context.Context) ([]jetstream.Consumer, error) {
+		return consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, s)
+	})
+	if err != nil {
 		return refusedCall(ctx, b.notProvisioned(err))
 	}
 	return nil

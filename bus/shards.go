@@ -138,9 +138,6 @@ func shardOf(agent string, shards int) (int, error) {
 // recipient's.
 func (s *Shards) Bus() *Bus { return s.own }
 
-// Len returns the number of shards.
-func (s *Shards) Len() int { return s.n }
-
 // Close closes the bus of every shard (Bus.Close), and the connection if
 // ConnectShards dialled it, and returns their errors. Close is idempotent;
 // sending to a shard whose bus was not made yet fails with ErrClosed after
@@ -152,20 +149,12 @@ func (s *Shards) Close() error {
 		return nil
 	}
 	s.closed = true
-	buses := s.buses
 	s.mu.Unlock()
-	errs := make([]error, len(buses))
-	var wg sync.WaitGroup
-	for k, b := range buses {
-		if b != nil {
-			wg.Go(func() { errs[k] = b.Close() })
-		}
-	}
-	wg.Wait()
+	err := onEachMade(s.madeSoFar(), (*Bus).Close)
 	if s.ownsConn {
 		s.nc.Close()
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // shard returns the bus on shard k, making it when first asked. Shards
@@ -295,17 +284,12 @@ func (s *Shards) schedule(ctx context.Context, m Message, w When) (PubAck, error
 	return s.everywhere(&m, func(b *Bus) (PubAck, error) { return b.scheduleHere(ctx, m, w) })
 }
 
-// everywhere gives m its ID and time if it has none, so that every copy
-// is the same message, and sends it on every shard with send, at once; it
+// everywhere gives m its ID and time (oneMessage) and sends it on every
+// shard with send, at once; it
 // returns the ack of the agent's own shard and the errors of the others,
 // each naming its shard.
 func (s *Shards) everywhere(m *Message, send func(*Bus) (PubAck, error)) (PubAck, error) {
-	if m.ID == "" {
-		m.ID = codec.NewID()
-	}
-	if m.Time.IsZero() {
-		m.Time = time.Now().UTC()
-	}
+	oneMessage(m)
 	buses, err := s.all()
 	if err != nil {
 		return PubAck{}, err
@@ -323,6 +307,17 @@ func (s *Shards) everywhere(m *Message, send func(*Bus) (PubAck, error)) (PubAck
 	return acks[s.home], errors.Join(errs...)
 }
 
+// oneMessage gives m, about to be sent on every shard, its ID and time if
+// it has none, so that every copy is the same message.
+func oneMessage(m *Message) {
+	if m.ID == "" {
+		m.ID = codec.NewID()
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now().UTC()
+	}
+}
+
 // publishAsync is Bus.PublishAsync on the shards publish would send m on.
 // For a broadcast it returns the future of the agent's own shard; a copy
 // the server fails to store on another shard goes to the error handler,
@@ -335,12 +330,7 @@ func (s *Shards) publishAsync(ctx context.Context, m Message) (*PublishFuture, e
 		}
 		return b.publishAsyncHere(ctx, m)
 	}
-	if m.ID == "" {
-		m.ID = codec.NewID()
-	}
-	if m.Time.IsZero() {
-		m.Time = time.Now().UTC()
-	}
+	oneMessage(&m)
 	buses, err := s.all()
 	if err != nil {
 		return nil, err
@@ -377,11 +367,15 @@ func (s *Shards) madeSoFar() []*Bus {
 
 // flush is Bus.Flush on every shard the agent sent on, at once.
 func (s *Shards) flush(ctx context.Context) error {
-	buses := s.madeSoFar()
+	return onEachMade(s.madeSoFar(), func(b *Bus) error { return b.flushHere(ctx) })
+}
+
+// onEachMade calls f with each of buses at once and returns their errors.
+func onEachMade(buses []*Bus, f func(*Bus) error) error {
 	errs := make([]error, len(buses))
 	var wg sync.WaitGroup
 	for i, b := range buses {
-		wg.Go(func() { errs[i] = b.flushHere(ctx) })
+		wg.Go(func() { errs[i] = f(b) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -141,34 +141,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, stream string, specs []
 	return out, nil
 }
 
-// Attempts of ensure: each is bounded by ensureAttemptTimeout when ctx
-// allows longer. In a cluster the answer to a JetStream API request can be
-// lost (a leader change, a server too busy to answer in time) and would
-// hold the caller until ctx ends; the requests ensure makes are idempotent,
-// so it asks again.
-const ensureAttempts = 3
-
-var ensureAttemptTimeout = 5 * time.Second // a variable for the tests
-
-// ensure makes the consumer cfg describes exist, asking again when an
-// attempt's answer does not come in time (ensureAttempts).
-func ensure(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, ensureAttemptTimeout)
-		c, err := ensureOnce(actx, js, stream, cfg)
-		cancel()
-		if err == nil || attempt == ensureAttempts || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return c, err
-		}
-	}
-}
-
-// ensureOnce makes the consumer cfg describes exist. It reads the consumer
+// ensure makes the consumer cfg describes exist. It reads the consumer
 // first: an existing one with the same settings is left as it is (a create
 // request would rewrite its configuration on the server's disk), one with
 // other settings is updated keeping its starting point, and a missing one
 // is created.
-func ensureOnce(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+func ensure(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := js.Consumer(ctx, stream, cfg.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c, err = js.CreateConsumer(ctx, stream, cfg)
