@@ -52,9 +52,10 @@ a line per shard; --shard K provisions shard K only, so that each can be
 given its own --tag. Each agent given with --agent gets its consumers on its
 own shard, named on its line. Agents reach a sharded installation through
 bus.Shards (docs/operations.md, "Past one stream"), and so do the agent
-commands (publish, request, reply, subscribe, cancel ...) given the same
---shards; the operator's (status, trace, agents, group, dlq) read one shard,
-with --root set to its root.
+commands (publish, request, reply, subscribe, cancel ...) and an
+operator's status and trace given the same --shards; the other operator
+commands (agents, group, dlq, history) read one shard, with --root set to
+its root.
 
 --tag places the streams and buckets on the servers of a cluster that have
 every tag given (server_tags in their configuration).`,
@@ -73,8 +74,7 @@ every tag given (server_tags in their configuration).`,
 					return usageError{fmt.Errorf("--agent: %w", err)}
 				}
 			}
-			shards := a.shards
-			roots, err := shardRoots(a.root, shards, shard)
+			roots, err := shardRoots(a.root, a.shards, shard)
 			if err != nil {
 				return usageError{err}
 			}
@@ -120,8 +120,8 @@ every tag given (server_tags in their configuration).`,
 				a.warnf("%s (--peak-rate)", w)
 			}
 			for _, agent := range agents {
-				k, _ := subjects.ShardOf(agent, shards) // both checked above
-				root, _ := subjects.ShardRoot(a.root, k, shards)
+				k, _ := subjects.ShardOf(agent, a.shards) // both checked above
+				root, _ := subjects.ShardRoot(a.root, k, a.shards)
 				admin, ok := admins[root]
 				if !ok {
 					continue // on a shard --shard left out
@@ -130,7 +130,7 @@ every tag given (server_tags in their configuration).`,
 					return refused(ctx, fmt.Errorf("agent %s: %w", agent, err))
 				}
 				var on string
-				if shards > 1 {
+				if a.shards > 1 {
 					on = " root=" + root
 				}
 				if _, err := fmt.Fprintf(a.stdout, "agent %s%s consumers=%d\n", agent, on, subjects.ConsumersPerAgent); err != nil {
