@@ -22,6 +22,7 @@ type client struct {
 	tel      *telemetry
 	status   *tracker // nil when lifecycle tracking is off
 	registry registry
+	directs  directSubjects // the plain direct subjects it sent on
 
 	// refusals are the server's refusals of this connection's requests;
 	// nil on a connection the caller made (New, NewAdmin), whose errors

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // TestTransient: what Publish retries, and what it returns at once.
@@ -86,6 +89,45 @@ func TestExponentialBackoff(t *testing.T) {
 		got := b(delivery)
 		if got < want || got > want+want/5 {
 			t.Errorf("backoff(%d) = %v, want %v plus at most 20%%", delivery, got, want)
+		}
+	}
+}
+
+// TestDirectSubjects: the remembered subjects are Direct's, for many
+// recipients, types and priorities from many goroutines, past the bound,
+// which they never pass; bad input is refused each time and not kept.
+func TestDirectSubjects(t *testing.T) {
+	s, err := subjects.New("root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d directSubjects
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 3 * maxDirectSubjects {
+				to, typ, p := fmt.Sprintf("agent-%d", i%700), fmt.Sprintf("T%d", g), 1+i%5
+				want, err := s.Direct(to, "sender", typ, p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got, err := d.of(s, to, "sender", typ, p); got != want || err != nil {
+					t.Errorf("of(%s, %s, %d) = %q, %v; want %q", to, typ, p, got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	kept := 0
+	d.m.Range(func(any, any) bool { kept++; return true })
+	if kept > maxDirectSubjects {
+		t.Errorf("%d subjects kept, more than %d", kept, maxDirectSubjects)
+	}
+	for range 2 {
+		if _, err := d.of(s, "", "sender", "T", 1); !errors.Is(err, subjects.ErrInvalidAgentID) {
+			t.Errorf("of a bad recipient: %v, want ErrInvalidAgentID", err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -49,7 +50,7 @@ func (Binary) Encode(m *Message) (nats.Header, []byte, error) {
 	w := headerWriter{h: make(nats.Header, n+transportHeaders), vals: make([]string, n)}
 	w.set(headerSpecVersion, SpecVersion)
 	w.set(headerID, escapeHeader(m.ID))
-	w.set(headerSource, escapeHeader(SourcePrefix+subjects.EncodeToken(m.From)))
+	w.set(headerSource, sourceHeader(m.From))
 	w.set(headerType, escapeHeader(m.Type))
 	w.set(headerPriority, priorityString(m.Priority))
 	w.set(headerTo, escapeHeader(m.To))
@@ -83,6 +84,24 @@ func (Binary) Encode(m *Message) (nats.Header, []byte, error) {
 		w.set(headerPrefix+name, escapeHeader(v))
 	}
 	return w.h, m.Data, nil
+}
+
+// lastSource is the ce-source value sourceHeader made last.
+var lastSource atomic.Pointer[sourceValue]
+
+type sourceValue struct{ from, value string }
+
+// sourceHeader returns the ce-source value of a message from agent from.
+// The last one made is kept: nearly every message a process encodes comes
+// from its one agent, whose source would otherwise be built, and
+// allocated, for each.
+func sourceHeader(from string) string {
+	if s := lastSource.Load(); s != nil && s.from == from {
+		return s.value
+	}
+	s := &sourceValue{from: from, value: escapeHeader(SourcePrefix + subjects.EncodeToken(from))}
+	lastSource.Store(s)
+	return s.value
 }
 
 // Decode reads a message in either content mode; it is the package

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,6 +60,32 @@ func TestBinaryEncodeHeaders(t *testing.T) {
 }
 
 // The example of the CloudEvents HTTP binding, section 3.1.3.2.
+func TestBinarySourceFollowsSender(t *testing.T) {
+	// The encoder keeps the last sender's source; each message still gets
+	// its own sender's, from any goroutine.
+	froms := []string{"alpha", "beta", "alpha", "beta-2", "beta"}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				for _, from := range froms {
+					m := codec.Message{ID: "1", From: from, To: "x", Type: "t", Priority: 3}
+					h, _, err := codec.Binary{}.Encode(&m)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d, err := codec.Decode(h, nil); err != nil || d.From != from {
+						t.Errorf("a message from %q came back from %v (ce-source %q, err %v)", from, d, h.Get("ce-source"), err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func TestPercentEncoding(t *testing.T) {
 	m := sample()
 	m.ID = "Euro € 😀"

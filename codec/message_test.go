@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,34 @@ func TestNewIDSortsInOrderMade(t *testing.T) {
 	}
 }
 
+func TestNewIDRandomBitsFresh(t *testing.T) {
+	// From many goroutines at once, past several refills of the random
+	// buffer: every ID is unique, and so is every ID's random part, which
+	// a buffer handing out the same bytes twice would repeat.
+	const goroutines, each = 8, 2000
+	got := make(chan string, goroutines*each)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				got <- codec.NewID()
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	ids, randoms := map[string]bool{}, map[[8]byte]bool{}
+	for id := range got {
+		u := uuid.MustParse(id)
+		r := [8]byte(u[8:])
+		r[0] &= 0x3f // the variant's bits
+		if ids[id] || randoms[r] {
+			t.Fatalf("NewID() = %q repeats an ID or its random bits", id)
+		}
+		ids[id], randoms[r] = true, true
+	}
+}
+
 func TestSetDefaults(t *testing.T) {
 	var m codec.Message
 	now := time.Date(2025, 1, 2, 3, 4, 5, 6, time.FixedZone("CET", 3600))
@@ -49,6 +78,17 @@ func TestSetDefaults(t *testing.T) {
 	}
 	if m.CorrelationID != m.ID {
 		t.Errorf("CorrelationID = %q, want the ID %q", m.CorrelationID, m.ID)
+	}
+
+	// A time before the last ID's, or none, still gives a new ID of
+	// version 7 that sorts after the last.
+	for _, at := range []time.Time{{}, time.Unix(0, 0), now.Add(-24 * time.Hour)} {
+		prev := codec.NewID()
+		var m codec.Message
+		m.SetDefaults(at)
+		if u, err := uuid.Parse(m.ID); err != nil || u.Version() != 7 || m.ID <= prev {
+			t.Errorf("SetDefaults(%v): ID %q after %q, want a later UUID v7 (err %v)", at, m.ID, prev, err)
+		}
 	}
 
 	set := codec.Message{ID: "x", Time: now, Priority: 1, CorrelationID: "c"}
