@@ -117,7 +117,7 @@ var _ propagation.TextMapCarrier = incomingCarrier{}
 // sendOp is a publish under way: its span and when it started.
 type sendOp struct {
 	span  trace.Span
-	start time.Time // zero when the process duration is not recorded
+	start time.Time
 	dest  *destination
 }
 

@@ -22,8 +22,8 @@ func NewID() string { return ids.next(time.Now()) }
 // ids makes the IDs of NewID and SetDefaults.
 var ids idSource
 
-// idSource makes version 7 UUIDs as uuid.NewV7 does, at a quarter of its
-// cost: the random bits come from a buffer filled from crypto/rand a few
+// idSource makes version 7 UUIDs as uuid.NewV7 does, at a bit over half
+// its cost: the random bits come from a buffer filled from crypto/rand a few
 // kilobytes at a time, where uuid.NewV7 reads the system's source for every
 // ID (about 0.2 µs of the bus's publish path, docs/performance.md), and
 // SetDefaults passes the clock reading it has.
