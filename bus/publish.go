@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -311,11 +310,11 @@ func (c *client) subjectOf(m *Message) (string, error) {
 // that a sender without lifecycle tracking, which sends on them, checks and
 // builds the subject of each recipient, type and priority once, not for
 // every message: about 0.1 µs of its publish path (docs/performance.md).
-// It forgets them all when it holds maxDirectSubjects (a few more, at
-// most, while several goroutines add at once).
+// It forgets them all when it holds maxDirectSubjects.
 type directSubjects struct {
-	m sync.Map // directKey -> string
-	n atomic.Int32
+	m  sync.Map // directKey -> string; read without mu
+	mu sync.Mutex
+	n  int // subjects stored since m was last cleared, at least len(m)
 }
 
 type directKey struct {
@@ -336,10 +335,13 @@ func (d *directSubjects) of(s subjects.Scheme, to, from, typ string, priority in
 	if err != nil {
 		return "", err
 	}
-	if d.n.Add(1) > maxDirectSubjects {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == maxDirectSubjects {
 		d.m.Clear()
-		d.n.Store(1)
+		d.n = 0
 	}
+	d.n++
 	d.m.Store(k, subject)
 	return subject, nil
 }

@@ -59,7 +59,6 @@ func TestBinaryEncodeHeaders(t *testing.T) {
 	}
 }
 
-// The example of the CloudEvents HTTP binding, section 3.1.3.2.
 func TestBinarySourceFollowsSender(t *testing.T) {
 	// The encoder keeps the last sender's source; each message still gets
 	// its own sender's, from any goroutine.
@@ -86,6 +85,7 @@ func TestBinarySourceFollowsSender(t *testing.T) {
 	wg.Wait()
 }
 
+// The example of the CloudEvents HTTP binding, section 3.1.3.2.
 func TestPercentEncoding(t *testing.T) {
 	m := sample()
 	m.ID = "Euro € 😀"
