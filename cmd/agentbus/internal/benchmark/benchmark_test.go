@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -158,6 +159,39 @@ func TestMirrored(t *testing.T) {
 	_, err = mirrored(4, sideNames, side("a"), func(int) (int, error) { return 0, failed })
 	if !errors.Is(err, failed) || !strings.HasPrefix(err.Error(), "raw: ") {
 		t.Errorf("error %v, want boom named raw", err)
+	}
+}
+
+// TestBalancedCPU: a side that works the CPU for each message shows more
+// process CPU per message than one that waits as long, and the rates
+// count both halves of each side.
+func TestBalancedCPU(t *testing.T) {
+	const n, each = 10, 2 * time.Millisecond
+	spin := func(k int) error {
+		for range k {
+			for start := time.Now(); time.Since(start) < each; {
+			}
+		}
+		return nil
+	}
+	wait := func(k int) error {
+		time.Sleep(time.Duration(k) * each)
+		return nil
+	}
+	rates, cpu, err := balanced(n, spin, wait, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := processCPU(); !ok {
+		t.Fatalf("processCPU not read on %s", runtime.GOOS)
+	}
+	if len(cpu) != 3 || cpu[0] < float64(each.Microseconds())/2 || cpu[1] >= cpu[0]/2 {
+		t.Errorf("CPU per message %v µs: want the spinning side near %d µs and the waiting one under half of it", cpu, each.Microseconds())
+	}
+	for i, r := range rates {
+		if r <= 0 || r > float64(time.Second/each) {
+			t.Errorf("side %d: %.0f msg/s, want at most %.0f", i, r, float64(time.Second/each))
+		}
 	}
 }
 

@@ -40,6 +40,6 @@ func ExampleReport_WriteTable() {
 	// priority  inversions, backlog of 1000  starts      0    796            -     0.00                -
 	//
 	// bus/raw is the bus's figure divided by raw nats.go's: for throughput below 1 means the bus is slower;
-	// for latency, time, memory and inversions above 1 means the bus takes longer, uses more or inverts more.
+	// for latency, time, CPU, memory and inversions above 1 means the bus takes longer, uses more or inverts more.
 	// raw+headers is raw nats.go sending the bus's headers and, consuming, decoding each event.
 }

@@ -132,24 +132,38 @@ func mirrored[T any](n int, names []string, sides ...func(k int) (T, error)) ([]
 
 // balanced runs sides, publishers of k messages, with mirrored and
 // returns each side's rate: n divided by the seconds its two halves took.
-func balanced(n int, sides ...func(k int) error) ([]float64, error) {
-	timed := make([]func(int) (time.Duration, error), len(sides))
+// It also returns each side's process CPU per message in microseconds,
+// or nil where the system's CPU time is not read (processCPU): a figure
+// that varies less from run to run than a rate on a busy machine, which
+// shows a small change in the work per message.
+func balanced(n int, sides ...func(k int) error) (rates, cpuMicros []float64, _ error) {
+	timed := make([]func(int) ([2]time.Duration, error), len(sides))
+	cpuRead := true
 	for i, side := range sides {
-		timed[i] = func(k int) (time.Duration, error) {
+		timed[i] = func(k int) ([2]time.Duration, error) {
+			cpu0, ok0 := processCPU()
 			start := time.Now()
 			err := side(k)
-			return time.Since(start), err
+			took := time.Since(start)
+			cpu1, ok1 := processCPU()
+			cpuRead = cpuRead && ok0 && ok1
+			return [2]time.Duration{took, cpu1 - cpu0}, err
 		}
 	}
 	took, err := mirrored(n, sideNames, timed...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rates := make([]float64, len(sides))
+	rates = make([]float64, len(sides))
+	cpuMicros = make([]float64, len(sides))
 	for i, d := range took {
-		rates[i] = float64(n) / max(d[0]+d[1], time.Nanosecond).Seconds()
+		rates[i] = float64(n) / max(d[0][0]+d[1][0], time.Nanosecond).Seconds()
+		cpuMicros[i] = float64((d[0][1] + d[1][1]).Microseconds()) / float64(n)
 	}
-	return rates, nil
+	if !cpuRead {
+		cpuMicros = nil
+	}
+	return rates, cpuMicros, nil
 }
 
 // drained runs sides, which each drain a backlog of k messages and return

@@ -66,6 +66,31 @@ type Throughput struct {
 	RawHeadersMsgsPerSec *float64 `json:"raw_headers_msgs_per_s,omitempty"`
 	RatioBusRaw          *float64 `json:"ratio_bus_raw"`
 	RatioBusRawHeaders   *float64 `json:"ratio_bus_raw_headers,omitempty"`
+	// CPU is the process's CPU time per message of each side, where it is
+	// measured (the publish scenarios, on a system whose CPU time is read);
+	// with an embedded server it includes the server's work.
+	CPU *CPUPerMessage `json:"cpu_per_msg,omitempty"`
+}
+
+// CPUPerMessage is the CPU time per message of each side of a throughput
+// scenario, in microseconds, with the bus's ratios to raw's: above 1 the
+// bus uses more.
+type CPUPerMessage struct {
+	BusMicros          float64  `json:"bus_us"`
+	RawMicros          float64  `json:"raw_us"`
+	RawHeadersMicros   float64  `json:"raw_headers_us"`
+	RatioBusRaw        *float64 `json:"ratio_bus_raw"`
+	RatioBusRawHeaders *float64 `json:"ratio_bus_raw_headers"`
+}
+
+// withCPU sets t's CPU figures from cpu, the bus's, raw's and raw+headers'
+// in that order; nil leaves them out.
+func (t *Throughput) withCPU(cpu []float64) {
+	if cpu == nil {
+		return
+	}
+	t.CPU = &CPUPerMessage{BusMicros: cpu[0], RawMicros: cpu[1], RawHeadersMicros: cpu[2],
+		RatioBusRaw: Ratio(cpu[0], cpu[1]), RatioBusRawHeaders: Ratio(cpu[0], cpu[2])}
 }
 
 // Latency compares latency percentiles in microseconds: sync publish, the
@@ -184,7 +209,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		orDash(s.Server), orDash(s.ServerVersion), s.GoVersion, s.CPUs, s.Messages, s.SizeBytes, s.RunID)
 	writeAligned(&b, append([][]string{columns}, r.rows()...))
 	b.WriteString("\nbus/raw is the bus's figure divided by raw nats.go's: for throughput below 1 means the bus is slower;\n" +
-		"for latency, time, memory and inversions above 1 means the bus takes longer, uses more or inverts more.\n" +
+		"for latency, time, CPU, memory and inversions above 1 means the bus takes longer, uses more or inverts more.\n" +
 		"raw+headers is raw nats.go sending the bus's headers and, consuming, decoding each event.\n")
 	if r.Request != nil && r.Request.FloorP50Micros != nil {
 		b.WriteString("The request floor is raw JetStream's round trip with the request's pending record written and read\n" +
@@ -210,9 +235,11 @@ func (r *Report) rows() [][]string {
 	var rows [][]string
 	if t := r.Async; t != nil {
 		rows = append(rows, throughputRow("async", "publish throughput", t))
+		rows = appendCPURow(rows, "async", t.CPU)
 	}
 	if t := r.AsyncUntracked; t != nil {
 		rows = append(rows, throughputRow("async-untracked", "publish throughput, lifecycle off", t))
+		rows = appendCPURow(rows, "async-untracked", t.CPU)
 	}
 	if l := r.Sync; l != nil {
 		rows = append(rows, latencyRows("sync", "publish latency", l)...)
@@ -256,6 +283,16 @@ func throughputRow(scenario, figure string, t *Throughput) []string {
 	return []string{scenario, figure, "msg/s",
 		formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), optional(formatWhole, t.RawHeadersMsgsPerSec),
 		optional(formatRatio, t.RatioBusRaw), optional(formatRatio, t.RatioBusRawHeaders)}
+}
+
+// appendCPURow appends the row of c, if any, to rows.
+func appendCPURow(rows [][]string, scenario string, c *CPUPerMessage) [][]string {
+	if c == nil {
+		return rows
+	}
+	return append(rows, []string{scenario, "process CPU per message", "µs",
+		formatTenths(c.BusMicros), formatTenths(c.RawMicros), formatTenths(c.RawHeadersMicros),
+		optional(formatRatio, c.RatioBusRaw), optional(formatRatio, c.RatioBusRawHeaders)})
 }
 
 // latencyRows returns the p50 and p99 rows of l.

@@ -15,7 +15,8 @@ func fullReport() *Report {
 		Settings: Settings{Server: "embedded", ServerVersion: "2.15.2", GoVersion: "go1.26", CPUs: 2,
 			Messages: 100, SizeBytes: 1024, Agents: 3, RateMsgsPerSec: 1000, RunID: "0123abcd"},
 		Async: &Throughput{Messages: 100, BusMsgsPerSec: 50, RawMsgsPerSec: 100, RawHeadersMsgsPerSec: ptr(80),
-			RatioBusRaw: ptr(0.5), RatioBusRawHeaders: ptr(0.625)},
+			RatioBusRaw: ptr(0.5), RatioBusRawHeaders: ptr(0.625),
+			CPU: &CPUPerMessage{BusMicros: 20, RawMicros: 10, RawHeadersMicros: 16, RatioBusRaw: ptr(2), RatioBusRawHeaders: ptr(1.25)}},
 		AsyncUntracked: &Throughput{Messages: 100, BusMsgsPerSec: 80, RawMsgsPerSec: 100, RawHeadersMsgsPerSec: ptr(80),
 			RatioBusRaw: ptr(0.8), RatioBusRawHeaders: ptr(1)},
 		Sync: &Latency{Messages: 100, BusP50Micros: 30, BusP99Micros: 90, RawP50Micros: 20, RawP99Micros: 60,
@@ -102,7 +103,7 @@ func TestWriteTable(t *testing.T) {
 		}
 	}
 	want := map[string][][]string{
-		"async":             {{"50", "100", "80", "0.50", "0.62"}},
+		"async":             {{"50", "100", "80", "0.50", "0.62"}, {"20.0", "10.0", "16.0", "2.00", "1.25"}},
 		"async-untracked":   {{"80", "100", "80", "0.80", "1.00"}},
 		"consume":           {{"60", "120", "-", "0.50", "-"}},
 		"consume-defaults":  {{"30", "120", "60", "0.25", "0.50"}},

@@ -62,7 +62,7 @@ func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus,
 	if err != nil {
 		return nil, err
 	}
-	rates, err := balanced(n,
+	rates, cpu, err := balanced(n,
 		func(k int) error {
 			return publishBusAsync(ctx, sender, k, func(int) bus.Message { return r.message(receiverAgent, 0) })
 		},
@@ -73,7 +73,9 @@ func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus,
 	if err != nil {
 		return nil, err
 	}
-	return newThroughput(n, rates), nil
+	t := newThroughput(n, rates)
+	t.withCPU(cpu)
+	return t, nil
 }
 
 // newThroughput returns the throughput of n messages a side at rates: the

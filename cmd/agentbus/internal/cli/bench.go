@@ -37,7 +37,8 @@ same run and prints each figure with its ratio, bus divided by raw:
   async              async publish throughput: bus PublishAsync against
                      jetstream PublishMsgAsync with the bare payload ("raw")
                      and with exactly the headers and subjects the bus
-                     writes ("raw+headers"; a subject names its message)
+                     writes ("raw+headers"; a subject names its message),
+                     and each side's process CPU per message (Unix)
   async-untracked    the same with the bus's lifecycle tracking off
                      (bus.WithoutLifecycle; subjects name no message)
   sync               sync publish latency p50 and p99: Publish against
