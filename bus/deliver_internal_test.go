@@ -74,22 +74,65 @@ func deliveredMsg(b *testing.B, bb *Bus, m *Message) *consumers.Msg {
 // BenchmarkPublishPath measures the bus's work on one message before the
 // wire, the counterpart of BenchmarkHandlerPath: filling its defaults (ID,
 // time, conversation), its telemetry with tracing off, validating and
-// encoding it, and its indexed subject, for a bus with its defaults.
+// encoding it, and its subject: indexed for a bus with its defaults
+// ("defaults"), plain without lifecycle tracking ("untracked").
 // BenchmarkPublishAsync and BenchmarkPublishSync show the same work with
 // the server's; this one isolates it for profiles and before/after
 // comparisons.
 func BenchmarkPublishPath(b *testing.B) {
-	bb := benchBus(b, provisionedServer(b), "bench-sender")
-	data, ctx := make([]byte, 1024), context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		m := Message{To: "bench-receiver", Type: "BENCH", Data: data}
-		if _, op, err := bb.prepare(ctx, &m); err != nil {
-			b.Fatal(err)
-		} else {
-			op.end(bb.tel, ctx, nil, false)
-		}
+	s := provisionedServer(b)
+	for _, bm := range []struct {
+		name string
+		opts []Option
+	}{
+		{"defaults", nil},
+		{"untracked", []Option{WithoutLifecycle()}},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			bb := benchBus(b, s, "bench-sender", bm.opts...)
+			data, ctx := make([]byte, 1024), context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				m := Message{To: "bench-receiver", Type: "BENCH", Data: data}
+				if _, op, err := bb.prepare(ctx, &m); err != nil {
+					b.Fatal(err)
+				} else {
+					op.end(bb.tel, ctx, nil, false)
+				}
+			}
+		})
 	}
+}
+
+// BenchmarkTelemetry measures the telemetry of one message with tracing and
+// metrics off, a bus's defaults: a send's (startSend, end) and a
+// handling's (startProcess, end), the parts of BenchmarkPublishPath and
+// BenchmarkHandlerPath that are the same whatever the message.
+func BenchmarkTelemetry(b *testing.B) {
+	s := provisionedServer(b)
+	sender := benchBus(b, s, "bench-sender")
+	cm := deliveredMsg(b, sender, &Message{To: "bench-receiver", Type: "BENCH", Data: make([]byte, 1024)})
+	receiver := benchBus(b, s, "bench-receiver")
+	m, th, err := codec.DecodeWithTraceHeaders(cm.Header, cm.Data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("send", func(b *testing.B) {
+		msg := Message{From: "bench-sender", To: "bench-receiver", Type: "BENCH"}
+		msg.SetDefaults(time.Now())
+		for b.Loop() {
+			op := sender.tel.startSend(ctx, &msg, msg.Time)
+			op.end(sender.tel, ctx, nil, false)
+		}
+	})
+	b.Run("process", func(b *testing.B) {
+		for b.Loop() {
+			hctx, op := receiver.tel.startProcess(ctx, cm, m, th)
+			op.end(receiver.tel, hctx, nil)
+			op.span.End()
+		}
+	})
 }
 
 // provisionedServer starts an embedded server with the bus's streams and
