@@ -85,20 +85,30 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 	if err := subjects.ValidateID(agent); err != nil {
 		return nil, err
 	}
+	return connectAs(url, agent, opts, func(nc *nats.Conn, o options, r *refusals) (*Bus, error) {
+		return newBus(nc, agent, o, r)
+	})
+}
+
+// connectAs dials url as agent's connection (dial), with opts applied, and
+// returns what open makes on it: Connect's bus, ConnectShards' handle. The
+// connection is closed if open fails.
+func connectAs[T any](url, agent string, opts []Option, open func(*nats.Conn, options, *refusals) (T, error)) (T, error) {
+	var none T
 	o, err := applyOptions(opts)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	nc, r, err := dial(url, "agentbus "+agent, InboxPrefix(agent), &o)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	b, err := newBus(nc, agent, o, r)
+	v, err := open(nc, o, r)
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return none, err
 	}
-	return b, nil
+	return v, nil
 }
 
 // newBus returns the bus of agent on nc with options o; r is the refusals

@@ -13,6 +13,16 @@ import (
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
+// pathBuses are the buses BenchmarkHandlerPath and BenchmarkPublishPath
+// measure: with its defaults, and without lifecycle tracking.
+var pathBuses = []struct {
+	name string
+	opts []Option
+}{
+	{"defaults", nil},
+	{"untracked", []Option{WithoutLifecycle()}},
+}
+
 // BenchmarkHandlerPath measures the bus's work on one delivered message
 // between the dispatcher and the user's handler and back, without the
 // server: decoding it, its checks, its telemetry with tracing off, its
@@ -26,13 +36,7 @@ func BenchmarkHandlerPath(b *testing.B) {
 	// Sent as a bus with its defaults sends it, on an indexed subject.
 	sender := benchBus(b, s, "bench-sender")
 	cm := deliveredMsg(b, sender, &Message{To: "bench-receiver", Type: "BENCH", Data: make([]byte, 1024)})
-	for _, bm := range []struct {
-		name string
-		opts []Option
-	}{
-		{"defaults", nil},
-		{"untracked", []Option{WithoutLifecycle()}},
-	} {
+	for _, bm := range pathBuses {
 		b.Run(bm.name, func(b *testing.B) {
 			bb := benchBus(b, s, "bench-receiver", bm.opts...)
 			handler := func(context.Context, *Delivery) error { return nil }
@@ -81,13 +85,7 @@ func deliveredMsg(b *testing.B, bb *Bus, m *Message) *consumers.Msg {
 // comparisons.
 func BenchmarkPublishPath(b *testing.B) {
 	s := provisionedServer(b)
-	for _, bm := range []struct {
-		name string
-		opts []Option
-	}{
-		{"defaults", nil},
-		{"untracked", []Option{WithoutLifecycle()}},
-	} {
+	for _, bm := range pathBuses {
 		b.Run(bm.name, func(b *testing.B) {
 			bb := benchBus(b, s, "bench-sender", bm.opts...)
 			data, ctx := make([]byte, 1024), context.Background()

@@ -72,7 +72,11 @@ func NewShards(nc *nats.Conn, agent string, shards int, opts ...Option) (*Shards
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
 	}
-	return newShards(nc, agent, shards, opts, nil)
+	o, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newShards(nc, agent, shards, opts, o, nil)
 }
 
 // ConnectShards dials url as Connect does and returns agent's handle on an
@@ -82,31 +86,19 @@ func ConnectShards(url, agent string, shards int, opts ...Option) (*Shards, erro
 	if _, err := shardOf(agent, shards); err != nil {
 		return nil, err
 	}
-	o, err := applyOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	nc, r, err := dial(url, "agentbus "+agent, InboxPrefix(agent), &o)
-	if err != nil {
-		return nil, err
-	}
-	s, err := newShards(nc, agent, shards, opts, r)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	s.ownsConn = true
-	return s, nil
+	return connectAs(url, agent, opts, func(nc *nats.Conn, o options, r *refusals) (*Shards, error) {
+		s, err := newShards(nc, agent, shards, opts, o, r)
+		if err == nil {
+			s.ownsConn = true
+		}
+		return s, err
+	})
 }
 
-// newShards is NewShards on nc, whose refusals r are (nil for a connection
-// the caller made).
-func newShards(nc *nats.Conn, agent string, shards int, opts []Option, r *refusals) (*Shards, error) {
+// newShards is NewShards on nc, with opts applied as o, whose refusals r
+// are (nil for a connection the caller made).
+func newShards(nc *nats.Conn, agent string, shards int, opts []Option, o options, r *refusals) (*Shards, error) {
 	home, err := shardOf(agent, shards)
-	if err != nil {
-		return nil, err
-	}
-	o, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
 	}
