@@ -9,15 +9,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/bus/internal/asyncpub"
 	"github.com/agentbus/agentbus/subjects"
 )
 
 // client is what a Bus and an Admin share: the connection, its JetStream
-// context, the options, the telemetry, the lifecycle tracker, and, on a
+// context, its asynchronous publisher, the options, the telemetry, the lifecycle tracker, and, on a
 // connection the handle dialled itself, the server's refusals.
 type client struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	pub      *asyncpub.Publisher
 	opts     options
 	tel      *telemetry
 	status   *tracker // nil when lifecycle tracking is off
@@ -92,19 +94,7 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 			return nil, fmt.Errorf("new bus: %w", err)
 		}
 	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
-		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
-		// An acknowledged asynchronous publish writes its pending record,
-		// which needs the stream sequence the ack carries.
-		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-			status.acked(m, ack)
-		}),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			status.unsent(m, err)
-			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
-		}),
-	)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
@@ -112,7 +102,18 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &client{nc: nc, js: js, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r}, nil
+	pub := asyncpub.New(nc, asyncpub.Options{
+		MaxPending: o.maxAsyncPending,
+		Timeout:    o.asyncTimeout,
+		// An acknowledged asynchronous publish writes its pending record,
+		// which needs the stream sequence the ack carries.
+		OnAck: status.acked,
+		OnError: func(m *nats.Msg, err error) {
+			status.unsent(m, err)
+			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
+		},
+	})
+	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r}, nil
 }
 
 // Subjects returns the subject scheme of the bus.
@@ -127,8 +128,12 @@ func (c *client) isClosed() bool {
 	return c.closed
 }
 
-// closeConn closes the connection if the handle dialled it.
+// closeConn stops the asynchronous publishers, the bus's and the lifecycle
+// tracker's, failing what they still have in flight, and closes the
+// connection if the handle dialled it.
 func (c *client) closeConn() {
+	c.pub.Close()
+	c.status.close()
 	if c.opts.ownsConn {
 		c.nc.Close()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/bus/internal/asyncpub"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -181,6 +182,7 @@ type tracker struct {
 	streamGet string // "$JS.API.DIRECT.GET.<stream>.", then an indexed subject or filter
 	nc        *nats.Conn
 	js        jetstream.JetStream
+	pub       *asyncpub.Publisher // writes the records
 	onError   func(error)
 	missing   atomic.Bool // the bucket was found missing and reported once
 
@@ -212,18 +214,24 @@ func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
 	t.prefix = o.scheme.StatusSubjectPrefix()
 	t.directGet = o.scheme.StatusDirectGetPrefix()
 	t.streamGet = o.scheme.StreamDirectGetPrefix()
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(o.maxAsyncPending),
-		jetstream.WithPublishAsyncTimeout(o.asyncTimeout),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-			t.failed(m.Subject, err)
-		}),
-	)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
 	t.js = js
+	t.pub = asyncpub.New(nc, asyncpub.Options{
+		MaxPending: o.maxAsyncPending,
+		Timeout:    o.asyncTimeout,
+		OnError:    func(m *nats.Msg, err error) { t.failed(m.Subject, err) },
+	})
 	return t, nil
+}
+
+// close stops writing records, failing those in flight.
+func (t *tracker) close() {
+	if t != nil {
+		t.pub.Close()
+	}
 }
 
 // failed reports a failed write, except a pending record that lost to a
@@ -461,7 +469,7 @@ func (t *tracker) flush(ctx context.Context) error {
 		}
 	}
 	select {
-	case <-t.js.PublishAsyncComplete():
+	case <-t.pub.Complete():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -496,9 +504,8 @@ func (t *tracker) updateStored(ctx context.Context, s Status, rev uint64) error 
 		return fmt.Errorf("record %s could not be written", s.ID)
 	}
 	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
+	case <-f.Done():
+		_, err := f.Result()
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -512,8 +519,7 @@ func (t *tracker) updateStored(ctx context.Context, s Status, rev uint64) error 
 func (t *tracker) recordStored(ctx context.Context, s Status) {
 	if f := t.write(s, ""); f != nil {
 		select {
-		case <-f.Ok():
-		case <-f.Err(): // reported by the error handler
+		case <-f.Done(): // a failure is reported by the error handler
 		case <-ctx.Done():
 		}
 	}
@@ -522,7 +528,7 @@ func (t *tracker) recordStored(ctx context.Context, s Status) {
 // write writes s, with expect, if not empty, as the record's expected
 // last revision ("0": it must not exist), and returns the write's future
 // (nil if nothing was written).
-func (t *tracker) write(s Status, expect string) jetstream.PubAckFuture {
+func (t *tracker) write(s Status, expect string) *asyncpub.Future {
 	if t == nil {
 		return nil
 	}
@@ -540,7 +546,7 @@ func (t *tracker) write(s Status, expect string) jetstream.PubAckFuture {
 	if expect != "" {
 		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{expect}}
 	}
-	f, err := t.js.PublishMsgAsync(m)
+	f, err := t.pub.Publish(m)
 	if err != nil {
 		t.failed(m.Subject, err)
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/bus/internal/asyncpub"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -97,7 +98,7 @@ func (b *Bus) publishHere(ctx context.Context, m Message) (PubAck, error) {
 type PublishFuture struct {
 	id      string
 	subject string
-	f       jetstream.PubAckFuture
+	f       *asyncpub.Future
 	b       *Bus
 }
 
@@ -108,13 +109,15 @@ func (f *PublishFuture) ID() string { return f.id }
 // ctx ended.
 func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 	select {
-	case ack := <-f.f.Ok():
-		return PubAck{ID: f.id, Subject: f.subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
-	case err := <-f.f.Err():
-		return PubAck{}, f.b.publishError(f.b.opts.scheme.Stream(), nil, f.id, err)
+	case <-f.f.Done():
 	case <-ctx.Done():
 		return PubAck{}, ctx.Err()
 	}
+	ack, err := f.f.Result()
+	if err != nil {
+		return PubAck{}, f.b.publishError(f.b.opts.scheme.Stream(), nil, f.id, err)
+	}
+	return PubAck{ID: f.id, Subject: f.subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
 // PublishAsync sends m without waiting for the server's ack; Wait on the
@@ -150,7 +153,7 @@ func (b *Bus) publishAsyncHere(ctx context.Context, m Message) (*PublishFuture, 
 	if b.status != nil && needsPendingRecord(&m, b.indexed()) {
 		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 	}
-	f, err := b.js.PublishMsgAsync(msg)
+	f, err := b.pub.Publish(msg)
 	if err != nil {
 		b.status.release(msg)
 		err = b.publishError(b.opts.scheme.Stream(), msg, m.ID, err)
@@ -169,7 +172,7 @@ func (b *Bus) PublishAsyncComplete() <-chan struct{} {
 	if b.shards != nil {
 		return b.shards.publishAsyncComplete()
 	}
-	return b.js.PublishAsyncComplete()
+	return b.pub.Complete()
 }
 
 // Flush waits until the server has acknowledged, or the bus has given up
@@ -190,7 +193,7 @@ func (b *Bus) Flush(ctx context.Context) error {
 // flushHere is Flush on this bus's own root.
 func (b *Bus) flushHere(ctx context.Context) error {
 	select {
-	case <-b.js.PublishAsyncComplete():
+	case <-b.pub.Complete():
 	case <-ctx.Done():
 		return ctx.Err()
 	}

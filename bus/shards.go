@@ -378,11 +378,11 @@ func onEachMade(buses []*Bus, f func(*Bus) error) error {
 func (s *Shards) publishAsyncComplete() <-chan struct{} {
 	buses := s.madeSoFar()
 	if len(buses) == 1 {
-		return buses[0].js.PublishAsyncComplete()
+		return buses[0].pub.Complete()
 	}
 	waits := make([]<-chan struct{}, len(buses))
 	for i, b := range buses {
-		waits[i] = b.js.PublishAsyncComplete()
+		waits[i] = b.pub.Complete()
 	}
 	done := make(chan struct{})
 	go func() {
