@@ -14,8 +14,9 @@ import (
 )
 
 // client is what a Bus and an Admin share: the connection, its JetStream
-// context, its asynchronous publisher, the options, the telemetry, the lifecycle tracker, and, on a
-// connection the handle dialled itself, the server's refusals.
+// context, its asynchronous publisher, the options, the telemetry, the
+// lifecycle tracker, and, on a connection the handle dialled itself, the
+// server's refusals.
 type client struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream

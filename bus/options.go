@@ -152,8 +152,10 @@ func WithMaxAsyncPending(n int) Option {
 }
 
 // WithPublishAsyncTimeout sets how long an asynchronous publish waits for
-// the server's ack before its future resolves with an error (default 30s),
-// so a lost ack never leaves a caller waiting forever.
+// the server's ack before its future resolves with an error wrapping
+// jetstream.ErrAsyncPublishTimeout (default 30s), so a lost ack never
+// leaves a caller waiting forever. One timer checks every publish in flight
+// each eighth of d, so the error comes between d and d plus an eighth.
 func WithPublishAsyncTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
