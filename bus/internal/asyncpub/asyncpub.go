@@ -163,10 +163,7 @@ func (p *Publisher) Publish(m *nats.Msg) (*Future, error) {
 	m.Reply = replySubject(p.prefix, f.token)
 	if err := p.nc.PublishMsg(m); err != nil {
 		p.mu.Lock()
-		if p.pending[f.token] == f {
-			delete(p.pending, f.token)
-			p.removedLocked()
-		}
+		p.removeLocked(f.token)
 		p.mu.Unlock()
 		m.Reply = ""
 		return nil, err
@@ -288,8 +285,9 @@ func (p *Publisher) sweep() {
 	p.epoch++
 	var expired []*Future
 	for token, f := range p.pending {
-		// Sent after sweep epoch f.epoch began: more than timeoutTicks
-		// sweeps later, at least timeoutTicks ticks have passed.
+		// f went out during epoch f.epoch, which began with a sweep or
+		// with the sweeper's start: the sweep that begins epoch
+		// f.epoch+timeoutTicks+1 comes at least timeoutTicks ticks later.
 		if p.epoch-f.epoch > timeoutTicks {
 			delete(p.pending, token)
 			p.resolveLocked(f, nil, jetstream.ErrAsyncPublishTimeout)
@@ -319,21 +317,37 @@ func (p *Publisher) handleAck(m *nats.Msg) {
 		return
 	}
 	ack, err := parseAck(m.Data)
+	p.finish(token, ack, err)
+}
+
+// finish resolves the publish of token with ack or err, unless it is no
+// longer in flight (it timed out or failed already), and passes it to
+// OnAck or OnError.
+func (p *Publisher) finish(token uint64, ack *jetstream.PubAck, err error) {
 	p.mu.Lock()
-	f := p.pending[token]
-	if f == nil {
-		p.mu.Unlock()
-		return // timed out or failed already
+	f := p.removeLocked(token)
+	if f != nil {
+		p.resolveLocked(f, ack, err)
 	}
-	delete(p.pending, token)
-	p.resolveLocked(f, ack, err)
-	p.removedLocked()
 	p.mu.Unlock()
-	if err != nil {
+	switch {
+	case f == nil:
+	case err != nil:
 		p.reportErrors([]*Future{f})
-	} else if p.opts.OnAck != nil {
+	case p.opts.OnAck != nil:
 		p.opts.OnAck(f.msg, ack)
 	}
+}
+
+// removeLocked takes the publish of token out of flight and returns its
+// future, or nil if it is not in flight.
+func (p *Publisher) removeLocked(token uint64) *Future {
+	f := p.pending[token]
+	if f != nil {
+		delete(p.pending, token)
+		p.removedLocked()
+	}
+	return f
 }
 
 // noResponders sends the publish of token again after RetryWait, or fails
@@ -345,24 +359,23 @@ func (p *Publisher) noResponders(token uint64) {
 		p.mu.Unlock()
 		return
 	}
-	if f.retries < p.opts.RetryAttempts {
+	retry := f.retries < p.opts.RetryAttempts
+	if retry {
 		f.retries++
-		p.mu.Unlock()
-		time.AfterFunc(p.opts.RetryWait, func() { p.resend(f) })
+	}
+	p.mu.Unlock()
+	if !retry {
+		p.finish(token, nil, jetstream.ErrNoStreamResponse)
 		return
 	}
-	delete(p.pending, token)
-	p.resolveLocked(f, nil, jetstream.ErrNoStreamResponse)
-	p.removedLocked()
-	p.mu.Unlock()
-	p.reportErrors([]*Future{f})
+	time.AfterFunc(p.opts.RetryWait, func() { p.resend(f) })
 }
 
 // resend sends f's message again, under the same token, if it is still in
 // flight.
 func (p *Publisher) resend(f *Future) {
 	p.mu.Lock()
-	live := p.pending[f.token] == f
+	live := p.pending[f.token] != nil // tokens are never reused
 	if live {
 		f.epoch = p.epoch // its wait for an ack starts again
 	}
@@ -371,16 +384,7 @@ func (p *Publisher) resend(f *Future) {
 		return
 	}
 	if err := p.nc.PublishMsg(f.msg); err != nil {
-		p.mu.Lock()
-		if p.pending[f.token] != f {
-			p.mu.Unlock()
-			return
-		}
-		delete(p.pending, f.token)
-		p.resolveLocked(f, nil, err)
-		p.removedLocked()
-		p.mu.Unlock()
-		p.reportErrors([]*Future{f})
+		p.finish(f.token, nil, err)
 	}
 }
 
