@@ -542,6 +542,51 @@ func TestAdaptivePrefetchGrowthWakesAFullLane(t *testing.T) {
 	})
 }
 
+// TestAdaptivePrefetchLearnsFromHandlers: a dispatcher with an adaptive
+// prefetch times its handlers (fast ones one in eight, the first
+// included): after one fast handling a lane pulls up to MaxPrefetch
+// messages where it held one, the concurrency, before.
+func TestAdaptivePrefetchLearnsFromHandlers(t *testing.T) {
+	nc, js := setup(t, "work")
+	const n = consumers.MaxPrefetch + 20
+	for i := range n {
+		js.PublishAsync("s.work.m", []byte(fmt.Sprint(i))) //nolint:errcheck // checked by the count below
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(testTimeout):
+		t.Fatal("publishes not acknowledged")
+	}
+	gate := make(chan struct{})
+	var handled atomic.Int64
+	h := func(ctx context.Context, m *consumers.Msg) {
+		defer m.Ack()
+		if handled.Add(1) == 2 { // the first returned at once
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+	}
+	d, err := consumers.Start(nc, stream, 1, []consumers.Lane{{Consumer: "work", Level: 0}}, h,
+		consumers.Options{OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Stop()
+		<-d.Done()
+	}()
+	embeddedtest.WaitFor(t, testTimeout, fmt.Sprintf("at least %d buffered behind the blocked handler", consumers.MaxPrefetch/2), func() (bool, string) {
+		b := d.Buffered()[0]
+		return b >= consumers.MaxPrefetch/2, fmt.Sprintf("%d buffered, %d handled", b, handled.Load())
+	})
+	close(gate)
+	embeddedtest.WaitFor(t, testTimeout, "every message handled", func() (bool, string) {
+		return handled.Load() == n, fmt.Sprint(handled.Load())
+	})
+}
+
 // TestHandlerSettles: the handler settles its message once (a second
 // settlement is ErrSettled); a message returned unsettled, or whose handler
 // panics, is given back and delivered again at once, and reported.
