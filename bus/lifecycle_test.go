@@ -310,6 +310,50 @@ func TestLifecycleAsyncPublishFailed(t *testing.T) {
 	}
 }
 
+// TestPublishAsyncAckLost: an asynchronous publish whose ack never comes
+// (the stream sends none) fails at WithPublishAsyncTimeout with an error
+// wrapping jetstream.ErrAsyncPublishTimeout, not before, and is recorded
+// failed; Flush does not wait for it longer.
+func TestPublishAsyncAckLost(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, subjects.Default().Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.NoAck = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 300 * time.Millisecond
+	var errs errorTally
+	orch := newBus(t, s, "orchestrator", bus.WithPublishAsyncTimeout(timeout), bus.WithErrorHandler(errs.add))
+	start := time.Now()
+	f, err := orch.PublishAsync(ctx, bus.Message{To: "worker", Type: "ASYNC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Wait(ctx); !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+		t.Fatalf("Wait: %v, want an error wrapping jetstream.ErrAsyncPublishTimeout", err)
+	}
+	if took := time.Since(start); took < timeout {
+		t.Errorf("failed after %v, before the timeout of %v", took, timeout)
+	}
+	if err := orch.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminOf(t, s)
+	waitFor(t, "failed record", func() (bool, string) {
+		sts, err := admin.Status(ctx, f.ID())
+		return err == nil && len(sts) == 1 && sts[0].State == bus.StateFailed, fmt.Sprintf("%+v, %v", sts, err)
+	})
+}
+
 // recordHistory returns the states written to the status record of message
 // id from from to to in conversation conv, oldest first.
 func recordHistory(t *testing.T, s *embedded.Server, conv, id, from, to string) []bus.State {
