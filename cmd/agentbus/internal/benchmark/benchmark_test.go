@@ -203,6 +203,64 @@ func TestBalancedCPU(t *testing.T) {
 	}
 }
 
+// TestDrainedCPU: a draining side's CPU per message counts from its first
+// handled message to its last, not the work before (publishing the
+// backlog, subscribing): a side that spins between its calls shows that
+// CPU per message and not the larger amount it spun before the first, and
+// one that waits far less.
+func TestDrainedCPU(t *testing.T) {
+	if _, ok := processCPU(); !ok {
+		t.Fatalf("processCPU not read on %s", runtime.GOOS)
+	}
+	const n, each, before = 10, 2 * time.Millisecond, 20 * time.Millisecond
+	spinFor := func(d time.Duration) {
+		start, _ := processCPU()
+		for used := time.Duration(0); used < d; {
+			now, _ := processCPU()
+			used = now - start
+		}
+	}
+	spin := func(k int) (*tally, error) {
+		tl := newTally(k)
+		spinFor(before)
+		for i := range k {
+			tl.add(0)
+			if i < k-1 {
+				spinFor(each)
+			}
+		}
+		return tl, nil
+	}
+	wait := func(k int) (*tally, error) {
+		tl := newTally(k)
+		for i := range k {
+			tl.add(0)
+			if i < k-1 {
+				time.Sleep(each)
+			}
+		}
+		return tl, nil
+	}
+	rates, cpu, err := drained(n, spin, wait, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each half of the spinning side spun (k-1)×each between its first
+	// call and its last, over k-1 counted calls; the 20 ms before its
+	// first call would add 5 ms per message.
+	if len(cpu) != 3 || cpu[0] < float64(each.Microseconds()) || cpu[0] >= float64(2*each.Microseconds()) {
+		t.Errorf("spinning side: %v µs per message, want at least %d and under %d", cpu, each.Microseconds(), 2*each.Microseconds())
+	}
+	if len(cpu) == 3 && (cpu[1] >= cpu[0]/2 || cpu[2] >= cpu[0]/2) {
+		t.Errorf("waiting sides: %v µs per message, want under half the spinning side's", cpu)
+	}
+	for i, r := range rates {
+		if r <= 0 {
+			t.Errorf("side %d: %.0f msg/s", i, r)
+		}
+	}
+}
+
 // TestInterleaved: every side is called once per round, the order turning
 // by one each round, and each side's durations come back in its own slot;
 // an error names its side and message.

@@ -35,7 +35,9 @@
 //   - consume: the rate at which a handler that returns nil drains a
 //     backlog, bus Subscribe (prefetch ConsumePrefetch) against a raw
 //     durable consumer's Consume with explicit acks, of bare messages and
-//     of messages with the bus's headers, each decoded with codec.Decode;
+//     of messages with the bus's headers, each decoded with codec.Decode,
+//     and each side's process CPU per message from its first message
+//     handled to its last;
 //   - consume-defaults: the same with Subscribe given no options;
 //   - consume-untracked: the same with lifecycle records off, prefetch
 //     ConsumePrefetch;

@@ -19,13 +19,16 @@ import (
 
 // tally records what the handlers of one side receive: one value per call,
 // in the order of the calls, up to n calls, and when the first and the
-// n-th call started. It is safe for concurrent use.
+// n-th call started, with the process's CPU time then. It is safe for
+// concurrent use.
 type tally struct {
-	mu          sync.Mutex
-	n           int
-	values      []int64
-	first, last time.Time
-	done        chan struct{} // closed at the n-th call
+	mu                sync.Mutex
+	n                 int
+	values            []int64
+	first, last       time.Time
+	firstCPU, lastCPU time.Duration
+	cpuRead           bool          // both CPU times were read (processCPU)
+	done              chan struct{} // closed at the n-th call
 }
 
 func newTally(n int) *tally {
@@ -43,9 +46,13 @@ func (t *tally) add(v int64) {
 	t.values = append(t.values, v)
 	if len(t.values) == 1 {
 		t.first = now
+		t.firstCPU, t.cpuRead = processCPU()
 	}
 	if len(t.values) == t.n {
 		t.last = now
+		var ok bool
+		t.lastCPU, ok = processCPU()
+		t.cpuRead = t.cpuRead && ok
 		close(t.done)
 	}
 }
@@ -84,6 +91,14 @@ func (t *tally) span() (int, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n - 1, t.last.Sub(t.first)
+}
+
+// spanCPU returns the process's CPU time between the first and the n-th
+// call, and whether it was read.
+func (t *tally) spanCPU() (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastCPU - t.firstCPU, t.cpuRead
 }
 
 // snapshot returns the values recorded so far.
@@ -170,19 +185,30 @@ func balanced(n int, sides ...func(k int) error) (rates, cpuMicros []float64, _ 
 // the tally of its handler, with mirrored and returns each side's rate:
 // the calls after the first of each half per second between the half's
 // first call and its last. It is finite even if the clock did not advance
-// between them.
-func drained(n int, sides ...func(k int) (*tally, error)) ([]float64, error) {
+// between them. It also returns each side's process CPU time per message
+// over the same calls, in microseconds, or nil where the system's CPU time
+// is not read (see balanced).
+func drained(n int, sides ...func(k int) (*tally, error)) (rates, cpuMicros []float64, _ error) {
 	tallies, err := mirrored(n, sideNames, sides...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rates := make([]float64, len(sides))
+	rates = make([]float64, len(sides))
+	cpuMicros = make([]float64, len(sides))
+	cpuRead := true
 	for i, t := range tallies {
 		c0, d0 := t[0].span()
 		c1, d1 := t[1].span()
 		rates[i] = float64(c0+c1) / max(d0+d1, time.Nanosecond).Seconds()
+		cpu0, ok0 := t[0].spanCPU()
+		cpu1, ok1 := t[1].spanCPU()
+		cpuRead = cpuRead && ok0 && ok1
+		cpuMicros[i] = float64((cpu0 + cpu1).Microseconds()) / float64(max(c0+c1, 1))
 	}
-	return rates, nil
+	if !cpuRead {
+		cpuMicros = nil
+	}
+	return rates, cpuMicros, nil
 }
 
 // mirroredLatency runs the bus side and the raw side, which each measure

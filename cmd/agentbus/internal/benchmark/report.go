@@ -67,8 +67,9 @@ type Throughput struct {
 	RatioBusRaw          *float64 `json:"ratio_bus_raw"`
 	RatioBusRawHeaders   *float64 `json:"ratio_bus_raw_headers,omitempty"`
 	// CPU is the process's CPU time per message of each side, where it is
-	// measured (the publish scenarios, on a system whose CPU time is read);
-	// with an embedded server it includes the server's work.
+	// measured (the publish and consume scenarios, on a system whose CPU
+	// time is read; consuming, between the first message handled and the
+	// last); with an embedded server it includes the server's work.
 	CPU *CPUPerMessage `json:"cpu_per_msg,omitempty"`
 }
 
@@ -246,12 +247,15 @@ func (r *Report) rows() [][]string {
 	}
 	if t := r.Consume; t != nil {
 		rows = append(rows, throughputRow("consume", fmt.Sprintf("subscribe+ack throughput, prefetch %d", ConsumePrefetch), t))
+		rows = appendCPURow(rows, "consume", t.CPU)
 	}
 	if t := r.ConsumeDefaults; t != nil {
 		rows = append(rows, throughputRow("consume-defaults", "subscribe+ack throughput, no options", t))
+		rows = appendCPURow(rows, "consume-defaults", t.CPU)
 	}
 	if t := r.ConsumeUntracked; t != nil {
 		rows = append(rows, throughputRow("consume-untracked", fmt.Sprintf("subscribe+ack throughput, lifecycle off, prefetch %d", ConsumePrefetch), t))
+		rows = appendCPURow(rows, "consume-untracked", t.CPU)
 	}
 	if l := r.Request; l != nil {
 		rows = append(rows, latencyRows("request", "round trip vs raw JetStream", l)...)

@@ -173,7 +173,7 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 		return nil, err
 	}
 	var undecodable atomic.Int64
-	rates, err := drained(n,
+	rates, cpu, err := drained(n,
 		func(k int) (*tally, error) {
 			if err := publishBusAsync(ctx, sender, k, func(int) bus.Message { return r.message(receiverAgent, 0) }); err != nil {
 				return nil, fmt.Errorf("backlog: %w", err)
@@ -203,7 +203,9 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 	if k := undecodable.Load(); k > 0 {
 		return nil, fmt.Errorf("raw+headers: %d of %d messages did not decode", k, n)
 	}
-	return newThroughput(n, rates), nil
+	t := newThroughput(n, rates)
+	t.withCPU(cpu)
+	return t, nil
 }
 
 // e2e compares the time from the publish call to the handler's start, at

@@ -48,7 +48,8 @@ same run and prints each figure with its ratio, bus divided by raw:
                      (prefetch 500) with a handler that returns nil, against
                      a raw durable consumer's Consume with explicit acks, of
                      bare messages ("raw") and of messages with the bus's
-                     headers, each decoded ("raw+headers")
+                     headers, each decoded ("raw+headers"), and each side's
+                     process CPU per message (Unix)
   consume-defaults   the same with Subscribe given no options
   consume-untracked  the same with lifecycle records off, prefetch 500
   request            Request -> Reply round trip p50 and p99, both agents

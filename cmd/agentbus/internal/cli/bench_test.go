@@ -56,8 +56,8 @@ func TestBenchTable(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		// async: throughput and CPU per message
-		"async": 2, "async-untracked": 2, "sync": 2, "consume": 1, "consume-defaults": 1, "consume-untracked": 1,
+		// async and consume: throughput and CPU per message
+		"async": 2, "async-untracked": 2, "sync": 2, "consume": 2, "consume-defaults": 2, "consume-untracked": 2,
 		"request": 3, "e2e": 2, "priority": 1, "setup": 1, // time; no memory with the embedded server
 	}
 	for _, name := range scenarioNames() {
