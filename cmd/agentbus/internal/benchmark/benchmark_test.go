@@ -162,6 +162,17 @@ func TestMirrored(t *testing.T) {
 	}
 }
 
+// spinCPU works until the process has used d more CPU time: by the
+// process's CPU, not the clock, so that a busy machine cannot make it use
+// less.
+func spinCPU(d time.Duration) {
+	start, _ := processCPU()
+	for used := time.Duration(0); used < d; {
+		now, _ := processCPU()
+		used = now - start
+	}
+}
+
 // TestBalancedCPU: a side that uses the CPU for each message shows at
 // least that CPU per message, and one that waits far less; the rates count
 // both halves of each side. The spinning side counts the process's CPU,
@@ -172,11 +183,7 @@ func TestBalancedCPU(t *testing.T) {
 	}
 	const n, each = 10, 2 * time.Millisecond
 	spin := func(k int) error {
-		start, _ := processCPU()
-		for used := time.Duration(0); used < time.Duration(k)*each; {
-			now, _ := processCPU()
-			used = now - start
-		}
+		spinCPU(time.Duration(k) * each)
 		return nil
 	}
 	wait := func(k int) error {
@@ -213,20 +220,13 @@ func TestDrainedCPU(t *testing.T) {
 		t.Fatalf("processCPU not read on %s", runtime.GOOS)
 	}
 	const n, each, before = 10, 2 * time.Millisecond, 20 * time.Millisecond
-	spinFor := func(d time.Duration) {
-		start, _ := processCPU()
-		for used := time.Duration(0); used < d; {
-			now, _ := processCPU()
-			used = now - start
-		}
-	}
 	spin := func(k int) (*tally, error) {
 		tl := newTally(k)
-		spinFor(before)
+		spinCPU(before)
 		for i := range k {
 			tl.add(0)
 			if i < k-1 {
-				spinFor(each)
+				spinCPU(each)
 			}
 		}
 		return tl, nil
