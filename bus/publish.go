@@ -130,7 +130,8 @@ func (f *PublishFuture) Wait(ctx context.Context) (PubAck, error) {
 // for Publish) and the caller's span; it does not bound the call. The span
 // ends when the message is handed to the connection, not at the server's
 // ack. A future whose ack does not arrive within WithPublishAsyncTimeout
-// (30 s) resolves with an error.
+// (30 s) resolves with an error wrapping jetstream.ErrAsyncPublishTimeout,
+// at most an eighth of the timeout later.
 func (b *Bus) PublishAsync(ctx context.Context, m Message) (*PublishFuture, error) {
 	if b.shards != nil {
 		return b.shards.publishAsync(ctx, m)
