@@ -71,7 +71,15 @@ func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 		delay = defaultBackoff
 	}
 	return func(ctx context.Context, cm *consumers.Msg) {
-		m, th, derr := codec.DecodeWithTraceHeaders(cm.Header, cm.Data)
+		// decoded stays on this stack, so a delivery allocates only its
+		// Delivery: nothing it is passed to may keep a pointer to it
+		// (TestHandlerPathAllocates).
+		var decoded Message
+		th, derr := codec.DecodeWithTraceHeadersInto(&decoded, cm.Header, cm.Data)
+		m := &decoded
+		if derr != nil {
+			m = nil
+		}
 		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
 			b.settle(cm, settlement{outcome: outcomeAck}, nil)
 			return

@@ -126,7 +126,10 @@ func (b *Bus) checkNative(ctx context.Context, m *Message) error {
 	}
 	err := fmt.Errorf("%w: %s: %w", ErrInvalidNative, p.Name(), verr)
 	if r, ok := p.(profiles.Rejecter); ok && m.From != b.agent {
-		if rerr := b.sendRejection(ctx, r, m, verr); rerr != nil {
+		// A copy, so that m, which a delivery keeps on its stack, does not
+		// escape through the protocol's interface on this rare path.
+		mc := *m
+		if rerr := b.sendRejection(ctx, r, &mc, verr); rerr != nil {
 			b.opts.onError(fmt.Errorf("%s rejection of %s: %w", p.Name(), m.ID, rerr))
 		}
 	}

@@ -58,7 +58,7 @@ var noExtensions = map[string]string{}
 type incomingCarrier struct {
 	h     nats.Header
 	ext   map[string]string  // nil when the message could not be decoded
-	plain codec.TraceHeaders // from codec.DecodeWithTraceHeaders
+	plain codec.TraceHeaders // from codec.DecodeWithTraceHeadersInto
 }
 
 // Get returns the value of key, from the extension first.

@@ -223,7 +223,7 @@ type processOp struct {
 
 // startProcess starts the consumer span of a delivered message. m is the
 // decoded message, nil if it could not be decoded, and th its plain trace
-// headers (codec.DecodeWithTraceHeaders). The span's parent is the
+// headers (codec.DecodeWithTraceHeadersInto). The span's parent is the
 // producer's span, from the trace context it carries, if it is in the
 // conversation's trace, and the conversation root otherwise; the producer's
 // span is also linked to.

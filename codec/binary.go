@@ -129,7 +129,12 @@ func (w *headerWriter) set(key, v string) {
 // Content-Type header announces structured mode, and modeBare when h has no
 // ce- and no Content-Type header (the message is then ErrNotCloudEvent).
 func decodeBinary(h nats.Header, data []byte, tn *traceNotes) (_ *Message, mode int, _ error) {
-	r := newReader()
+	return decodeBinaryInto(new(Message), h, data, tn)
+}
+
+// decodeBinaryInto is decodeBinary into dst.
+func decodeBinaryInto(dst *Message, h nats.Header, data []byte, tn *traceNotes) (_ *Message, mode int, _ error) {
+	r := reader{m: dst}
 	var (
 		firstErr    error
 		sawCE       bool

@@ -68,6 +68,9 @@
 // write plain W3C traceparent and tracestate headers instead;
 // [DecodeWithTraceHeaders] returns those too, found in the same pass over
 // the headers, and [ReadTraceHeaders] reads them alone.
+// [DecodeWithTraceHeadersInto] decodes into a Message the caller has, such
+// as a variable on its stack, so that a consumer allocates none per
+// message (package bus does).
 //
 // # sdk-go
 //

@@ -95,11 +95,21 @@ func FuzzDecodeBinary(f *testing.F) {
 		if want := codec.ReadTraceHeaders(h); th != want {
 			t.Fatalf("DecodeWithTraceHeaders found %+v, ReadTraceHeaders %+v", th, want)
 		}
+		// DecodeWithTraceHeadersInto decodes alike into a message that
+		// held another: nothing of it is left.
+		m3 := codec.Message{ID: "left", Extensions: map[string]string{"left": "over"}, TTL: time.Hour}
+		th3, err3 := codec.DecodeWithTraceHeadersInto(&m3, h, data)
+		if (err == nil) != (err3 == nil) || th3 != th {
+			t.Fatalf("DecodeWithTraceHeadersInto: error %v, trace headers %+v; want error %v, %+v", err3, th3, err, th)
+		}
 		if err != nil {
 			return
 		}
 		if d := diff(m, m2); d != "" {
 			t.Fatalf("Decode and DecodeWithTraceHeaders differ: %s", d)
+		}
+		if d := diff(m, &m3); d != "" {
+			t.Fatalf("Decode and DecodeWithTraceHeadersInto differ: %s", d)
 		}
 		checkDecoded(t, m)
 	})

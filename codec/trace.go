@@ -61,6 +61,25 @@ func DecodeWithTraceHeaders(h nats.Header, data []byte) (*Message, TraceHeaders,
 	return m, th, err
 }
 
+// DecodeWithTraceHeadersInto is DecodeWithTraceHeaders decoding into m,
+// which it overwrites, for a caller that keeps the message in a variable
+// of its own: no Message is allocated for a binary-mode event. After an
+// error m holds whatever was read.
+func DecodeWithTraceHeadersInto(m *Message, h nats.Header, data []byte) (TraceHeaders, error) {
+	var tn traceNotes
+	*m = Message{}
+	got, mode, err := decodeBinaryInto(m, h, data, &tn)
+	th := tn.TraceHeaders
+	if mode == modeStructured {
+		th = ReadTraceHeaders(h)
+	}
+	got, err = decodeMode(got, mode, err, data)
+	if err == nil && got != m {
+		*m = *got // decoded as structured JSON
+	}
+	return th, err
+}
+
 // note takes header k with values vs if it is a trace header.
 func (tn *traceNotes) note(k string, vs []string) {
 	if len(vs) == 0 {
