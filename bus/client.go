@@ -103,17 +103,20 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	pub := asyncpub.New(nc, asyncpub.Options{
+	po := asyncpub.Options{
 		MaxPending: o.maxAsyncPending,
 		Timeout:    o.asyncTimeout,
-		// An acknowledged asynchronous publish writes its pending record,
-		// which needs the stream sequence the ack carries.
-		OnAck: status.acked,
 		OnError: func(m *nats.Msg, err error) {
 			status.unsent(m, err)
 			o.onError(fmt.Errorf("async publish %s: %w", m.Subject, err))
 		},
-	})
+	}
+	if status != nil {
+		// An acknowledged asynchronous publish writes its pending record,
+		// which needs the stream sequence the ack carries.
+		po.OnAck = status.acked
+	}
+	pub := asyncpub.New(nc, po)
 	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r}, nil
 }
 

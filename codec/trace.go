@@ -50,15 +50,7 @@ func ReadTraceHeaders(h nats.Header) TraceHeaders {
 // reads them for every message (package bus does) saves a second walk of
 // the header map.
 func DecodeWithTraceHeaders(h nats.Header, data []byte) (*Message, TraceHeaders, error) {
-	var tn traceNotes
-	m, mode, err := decodeBinary(h, data, &tn)
-	th := tn.TraceHeaders
-	if mode == modeStructured {
-		// decodeBinary stopped at the Content-Type header.
-		th = ReadTraceHeaders(h)
-	}
-	m, err = decodeMode(m, mode, err, data)
-	return m, th, err
+	return decodeWithTraceHeaders(new(Message), h, data)
 }
 
 // DecodeWithTraceHeadersInto is DecodeWithTraceHeaders decoding into m,
@@ -66,18 +58,27 @@ func DecodeWithTraceHeaders(h nats.Header, data []byte) (*Message, TraceHeaders,
 // of its own: no Message is allocated for a binary-mode event. After an
 // error m holds whatever was read.
 func DecodeWithTraceHeadersInto(m *Message, h nats.Header, data []byte) (TraceHeaders, error) {
-	var tn traceNotes
 	*m = Message{}
-	got, mode, err := decodeBinaryInto(m, h, data, &tn)
-	th := tn.TraceHeaders
-	if mode == modeStructured {
-		th = ReadTraceHeaders(h)
-	}
-	got, err = decodeMode(got, mode, err, data)
+	got, th, err := decodeWithTraceHeaders(m, h, data)
 	if err == nil && got != m {
 		*m = *got // decoded as structured JSON
 	}
 	return th, err
+}
+
+// decodeWithTraceHeaders is DecodeWithTraceHeaders reading a binary-mode
+// event into dst, which it returns; a structured one is a Message of its
+// own.
+func decodeWithTraceHeaders(dst *Message, h nats.Header, data []byte) (*Message, TraceHeaders, error) {
+	var tn traceNotes
+	m, mode, err := decodeBinaryInto(dst, h, data, &tn)
+	th := tn.TraceHeaders
+	if mode == modeStructured {
+		// decodeBinary stopped at the Content-Type header.
+		th = ReadTraceHeaders(h)
+	}
+	m, err = decodeMode(m, mode, err, data)
+	return m, th, err
 }
 
 // note takes header k with values vs if it is a trace header.

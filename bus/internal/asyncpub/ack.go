@@ -7,10 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrInvalidAck is jetstream.ErrInvalidJSAck: an ack that is neither a
-// publish ack nor an API error.
-var ErrInvalidAck = jetstream.ErrInvalidJSAck
-
 // parseAck reads a publish's ack. The server writes a successful one in a
 // fixed shape, {"stream":"S","seq":N} with "domain" before "seq" in a
 // domain and ,"duplicate": true after it for a duplicate, which is read
@@ -26,13 +22,13 @@ func parseAck(data []byte) (*jetstream.PubAck, error) {
 		*jetstream.PubAck
 	}
 	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, ErrInvalidAck
+		return nil, jetstream.ErrInvalidJSAck
 	}
 	if resp.Error != nil {
 		return nil, resp.Error
 	}
 	if resp.PubAck == nil || resp.Stream == "" {
-		return nil, ErrInvalidAck
+		return nil, jetstream.ErrInvalidJSAck
 	}
 	return resp.PubAck, nil
 }

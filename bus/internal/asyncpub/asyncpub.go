@@ -140,9 +140,6 @@ func (f *Future) Result() (*jetstream.PubAck, error) {
 	return f.ack, f.err
 }
 
-// Msg returns the message published.
-func (f *Future) Msg() *nats.Msg { return f.msg }
-
 // ErrReplySet is returned by Publish for a message that has a reply
 // subject: the Publisher sets it to receive the ack.
 var ErrReplySet = errors.New("asyncpub: message has a reply subject")
@@ -417,13 +414,6 @@ func (p *Publisher) reportErrors(failed []*Future) {
 	for _, f := range failed {
 		p.opts.OnError(f.msg, f.err)
 	}
-}
-
-// Pending returns how many publishes are in flight.
-func (p *Publisher) Pending() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.pending)
 }
 
 // Complete returns a channel closed once no publish is in flight: every

@@ -39,6 +39,13 @@ func withStream(t *testing.T) (*nats.Conn, *embedded.Server) {
 	return nc, s
 }
 
+// pending returns how many publishes p has in flight.
+func pending(p *Publisher) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending)
+}
+
 // wait returns f's result once it resolves, failing the test after 10 s.
 func wait(t *testing.T, f *Future) (*jetstream.PubAck, error) {
 	t.Helper()
@@ -46,7 +53,7 @@ func wait(t *testing.T, f *Future) (*jetstream.PubAck, error) {
 	case <-f.Done():
 		return f.Result()
 	case <-time.After(10 * time.Second):
-		t.Fatalf("publish of %s never resolved", f.Msg().Subject)
+		t.Fatalf("publish of %s never resolved", f.msg.Subject)
 		return nil, nil
 	}
 }
@@ -77,7 +84,7 @@ func TestPublishResolvesWithAcks(t *testing.T) {
 		}
 	}
 	<-p.Complete()
-	if n := p.Pending(); n != 0 {
+	if n := pending(p); n != 0 {
 		t.Errorf("%d pending after Complete", n)
 	}
 	mu.Lock()
@@ -217,8 +224,8 @@ func TestPublishStalls(t *testing.T) {
 	if _, err := p.Publish(m); !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 		t.Fatalf("third publish: error %v, want jetstream.ErrTooManyStalledMsgs", err)
 	}
-	if m.Reply != "" || p.Pending() != 2 {
-		t.Errorf("refused publish left reply %q, %d pending", m.Reply, p.Pending())
+	if m.Reply != "" || pending(p) != 2 {
+		t.Errorf("refused publish left reply %q, %d pending", m.Reply, pending(p))
 	}
 }
 
@@ -272,7 +279,7 @@ func TestPublishRefusesReply(t *testing.T) {
 	if _, err := p.Publish(&nats.Msg{Subject: "orders.new", Data: make([]byte, nc.MaxPayload()+1)}); !errors.Is(err, nats.ErrMaxPayload) {
 		t.Errorf("oversize: error %v, want nats.ErrMaxPayload", err)
 	}
-	if n := p.Pending(); n != 0 {
+	if n := pending(p); n != 0 {
 		t.Errorf("%d pending after refused publishes", n)
 	}
 }
@@ -302,8 +309,8 @@ func TestParseAck(t *testing.T) {
 			}
 			got, err := parseAck([]byte(tc.data))
 			if tc.want == nil {
-				if !errors.Is(err, ErrInvalidAck) {
-					t.Errorf("ack %+v, error %v; want ErrInvalidAck", got, err)
+				if !errors.Is(err, jetstream.ErrInvalidJSAck) {
+					t.Errorf("ack %+v, error %v; want jetstream.ErrInvalidJSAck", got, err)
 				}
 				return
 			}
