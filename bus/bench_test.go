@@ -70,8 +70,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -367,6 +370,12 @@ func newBenchEnv(b *testing.B) *benchEnv {
 // stream's subject index with it, out of what the benchmark's garbage
 // collector marks.
 var benchServerProcess = flag.Bool("agentbus.server-process", false, "run the benchEnv benchmarks against a nats-server process of their own")
+
+// benchConsumeProfile names the CPU profiles of the consume benchmarks:
+// each sub-benchmark writes one, path-<name>, covering only what its clock
+// times (from the first message handled to the last), not the backlog's
+// publishing before it.
+var benchConsumeProfile = flag.String("agentbus.consume-cpuprofile", "", "write a CPU profile of each consume benchmark's timed part to `path`-<sub-benchmark>")
 
 // aloneRoot is the root of benchEnv.alone.
 const aloneRoot = "alone"
@@ -717,7 +726,7 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			clock := env.consumeClock(b.N)
+			clock := env.consumeClock(b)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
@@ -796,7 +805,7 @@ func benchConsumeDispatcher(b *testing.B, env *benchEnv, base *baselines, agent 
 	if _, err := consumers.Ensure(context.Background(), js, s.Stream(), specs, consumers.Settings{}); err != nil {
 		b.Fatal(err)
 	}
-	clock := env.consumeClock(b.N)
+	clock := env.consumeClock(b)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
@@ -846,7 +855,7 @@ func benchConsumeBus(b *testing.B, env *benchEnv, base *baselines, agent string,
 		b.Fatal(err)
 	}
 	defer rb.Close()
-	clock := env.consumeClock(b.N)
+	clock := env.consumeClock(b)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(payload)))
 	b.ResetTimer()
@@ -879,12 +888,23 @@ type consumeClock struct {
 	serverCPU      func() time.Duration
 	firstServerCPU atomic.Int64 // serverCPU then
 	done           chan struct{}
+	profile        *os.File // -agentbus.consume-cpuprofile
 }
 
-// consumeClock returns a clock for total messages; against a server
-// process it also reports the server's CPU per message.
-func (env *benchEnv) consumeClock(total int) *consumeClock {
-	return &consumeClock{total: int64(total), serverCPU: env.serverCPU, done: make(chan struct{})}
+// consumeClock returns a clock for b.N messages; against a server process
+// it also reports the server's CPU per message.
+func (env *benchEnv) consumeClock(b *testing.B) *consumeClock {
+	c := &consumeClock{total: int64(b.N), serverCPU: env.serverCPU, done: make(chan struct{})}
+	if *benchConsumeProfile != "" {
+		name := *benchConsumeProfile + "-" + strings.ReplaceAll(b.Name(), "/", "-")
+		f, err := os.Create(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		c.profile = f
+	}
+	return c
 }
 
 // handled counts a message handled, and closes done at the last.
@@ -896,8 +916,14 @@ func (c *consumeClock) handled() {
 		}
 		c.firstCPU.Store(int64(processCPU()))
 		c.first.Store(time.Now().UnixNano())
+		if c.profile != nil {
+			pprof.StartCPUProfile(c.profile)
+		}
 	}
 	if n == c.total {
+		if c.profile != nil {
+			pprof.StopCPUProfile()
+		}
 		close(c.done)
 	}
 }
