@@ -889,6 +889,7 @@ type consumeClock struct {
 	firstServerCPU atomic.Int64 // serverCPU then
 	done           chan struct{}
 	profile        *os.File // -agentbus.consume-cpuprofile
+	profileErr     error    // starting it failed (another profile running)
 }
 
 // consumeClock returns a clock for b.N messages; against a server process
@@ -917,7 +918,9 @@ func (c *consumeClock) handled() {
 		c.firstCPU.Store(int64(processCPU()))
 		c.first.Store(time.Now().UnixNano())
 		if c.profile != nil {
-			pprof.StartCPUProfile(c.profile)
+			if err := pprof.StartCPUProfile(c.profile); err != nil {
+				c.profileErr, c.profile = err, nil
+			}
 		}
 	}
 	if n == c.total {
@@ -932,6 +935,9 @@ func (c *consumeClock) handled() {
 // the process's CPU time per message from the first message on
 // (cpu-µs/msg): call it once done is closed and the work is finished.
 func (c *consumeClock) report(b *testing.B) (msgs, cpu float64) {
+	if c.profileErr != nil {
+		b.Errorf("-agentbus.consume-cpuprofile: %v", c.profileErr)
+	}
 	if c.total < 2 {
 		return 0, 0
 	}

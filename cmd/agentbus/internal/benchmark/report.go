@@ -84,16 +84,6 @@ type CPUPerMessage struct {
 	RatioBusRawHeaders *float64 `json:"ratio_bus_raw_headers"`
 }
 
-// withCPU sets t's CPU figures from cpu, the bus's, raw's and raw+headers'
-// in that order; nil leaves them out.
-func (t *Throughput) withCPU(cpu []float64) {
-	if cpu == nil {
-		return
-	}
-	t.CPU = &CPUPerMessage{BusMicros: cpu[0], RawMicros: cpu[1], RawHeadersMicros: cpu[2],
-		RatioBusRaw: Ratio(cpu[0], cpu[1]), RatioBusRawHeaders: Ratio(cpu[0], cpu[2])}
-}
-
 // Latency compares latency percentiles in microseconds: sync publish, the
 // request round trip and e2e.
 type Latency struct {
@@ -235,27 +225,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 func (r *Report) rows() [][]string {
 	var rows [][]string
 	if t := r.Async; t != nil {
-		rows = append(rows, throughputRow("async", "publish throughput", t))
-		rows = appendCPURow(rows, "async", t.CPU)
+		rows = append(rows, throughputRows("async", "publish throughput", t)...)
 	}
 	if t := r.AsyncUntracked; t != nil {
-		rows = append(rows, throughputRow("async-untracked", "publish throughput, lifecycle off", t))
-		rows = appendCPURow(rows, "async-untracked", t.CPU)
+		rows = append(rows, throughputRows("async-untracked", "publish throughput, lifecycle off", t)...)
 	}
 	if l := r.Sync; l != nil {
 		rows = append(rows, latencyRows("sync", "publish latency", l)...)
 	}
 	if t := r.Consume; t != nil {
-		rows = append(rows, throughputRow("consume", fmt.Sprintf("subscribe+ack throughput, prefetch %d", ConsumePrefetch), t))
-		rows = appendCPURow(rows, "consume", t.CPU)
+		rows = append(rows, throughputRows("consume", fmt.Sprintf("subscribe+ack throughput, prefetch %d", ConsumePrefetch), t)...)
 	}
 	if t := r.ConsumeDefaults; t != nil {
-		rows = append(rows, throughputRow("consume-defaults", "subscribe+ack throughput, no options", t))
-		rows = appendCPURow(rows, "consume-defaults", t.CPU)
+		rows = append(rows, throughputRows("consume-defaults", "subscribe+ack throughput, no options", t)...)
 	}
 	if t := r.ConsumeUntracked; t != nil {
-		rows = append(rows, throughputRow("consume-untracked", fmt.Sprintf("subscribe+ack throughput, lifecycle off, prefetch %d", ConsumePrefetch), t))
-		rows = appendCPURow(rows, "consume-untracked", t.CPU)
+		rows = append(rows, throughputRows("consume-untracked", fmt.Sprintf("subscribe+ack throughput, lifecycle off, prefetch %d", ConsumePrefetch), t)...)
 	}
 	if l := r.Request; l != nil {
 		rows = append(rows, latencyRows("request", "round trip vs raw JetStream", l)...)
@@ -282,21 +267,18 @@ func (r *Report) rows() [][]string {
 	return rows
 }
 
-// throughputRow returns the row of t.
-func throughputRow(scenario, figure string, t *Throughput) []string {
-	return []string{scenario, figure, "msg/s",
+// throughputRows returns the rate row of t and, where it was measured, its
+// CPU per message row.
+func throughputRows(scenario, figure string, t *Throughput) [][]string {
+	rows := [][]string{{scenario, figure, "msg/s",
 		formatWhole(t.BusMsgsPerSec), formatWhole(t.RawMsgsPerSec), optional(formatWhole, t.RawHeadersMsgsPerSec),
-		optional(formatRatio, t.RatioBusRaw), optional(formatRatio, t.RatioBusRawHeaders)}
-}
-
-// appendCPURow appends the row of c, if any, to rows.
-func appendCPURow(rows [][]string, scenario string, c *CPUPerMessage) [][]string {
-	if c == nil {
-		return rows
+		optional(formatRatio, t.RatioBusRaw), optional(formatRatio, t.RatioBusRawHeaders)}}
+	if c := t.CPU; c != nil {
+		rows = append(rows, []string{scenario, "process CPU per message", "µs",
+			formatTenths(c.BusMicros), formatTenths(c.RawMicros), formatTenths(c.RawHeadersMicros),
+			optional(formatRatio, c.RatioBusRaw), optional(formatRatio, c.RatioBusRawHeaders)})
 	}
-	return append(rows, []string{scenario, "process CPU per message", "µs",
-		formatTenths(c.BusMicros), formatTenths(c.RawMicros), formatTenths(c.RawHeadersMicros),
-		optional(formatRatio, c.RatioBusRaw), optional(formatRatio, c.RatioBusRawHeaders)})
+	return rows
 }
 
 // latencyRows returns the p50 and p99 rows of l.

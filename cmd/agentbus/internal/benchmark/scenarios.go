@@ -73,19 +73,23 @@ func (r *runner) publishThroughput(ctx context.Context, e *env, sender *bus.Bus,
 	if err != nil {
 		return nil, err
 	}
-	t := newThroughput(n, rates)
-	t.withCPU(cpu)
-	return t, nil
+	return newThroughput(n, rates, cpu), nil
 }
 
-// newThroughput returns the throughput of n messages a side at rates: the
-// bus's, raw's and raw+headers', in that order.
-func newThroughput(n int, rates []float64) *Throughput {
+// newThroughput returns the throughput of n messages a side at rates, with
+// the CPU per message cpu (nil where it was not read): each the bus's,
+// raw's and raw+headers', in that order.
+func newThroughput(n int, rates, cpu []float64) *Throughput {
 	busRate, rawRate, headersRate := rates[0], rates[1], rates[2]
-	return &Throughput{
+	t := &Throughput{
 		Messages: n, BusMsgsPerSec: busRate, RawMsgsPerSec: rawRate, RawHeadersMsgsPerSec: &headersRate,
 		RatioBusRaw: Ratio(busRate, rawRate), RatioBusRawHeaders: Ratio(busRate, headersRate),
 	}
+	if cpu != nil {
+		t.CPU = &CPUPerMessage{BusMicros: cpu[0], RawMicros: cpu[1], RawHeadersMicros: cpu[2],
+			RatioBusRaw: Ratio(cpu[0], cpu[1]), RatioBusRawHeaders: Ratio(cpu[0], cpu[2])}
+	}
+	return t
 }
 
 // sync compares the latency of synchronous publishes, one after another:
@@ -203,9 +207,7 @@ func (r *runner) consumeThroughput(ctx context.Context, e *env, busOpts []bus.Op
 	if k := undecodable.Load(); k > 0 {
 		return nil, fmt.Errorf("raw+headers: %d of %d messages did not decode", k, n)
 	}
-	t := newThroughput(n, rates)
-	t.withCPU(cpu)
-	return t, nil
+	return newThroughput(n, rates, cpu), nil
 }
 
 // e2e compares the time from the publish call to the handler's start, at
