@@ -972,10 +972,7 @@ func (c *consumeClock) reportTo(b *testing.B, base *baselines) {
 //	raw-jetstream-read
 //	               the same with the responder reading the request's
 //	               record before it handles it, as any design that keeps
-//	               Cancel's promise must (rawRecords): a floor
-//	raw-jetstream-records
-//	               the same with the requester also writing the request's
-//	               pending record, as this design must: the floor of a
+//	               Cancel's promise must (recordRead): the floor of a
 //	               tracked round trip of the bus
 //	bus            Bus.Request to an agent whose handler answers with
 //	               Bus.Reply, both agents subscribed with defaults
@@ -984,8 +981,8 @@ func (c *consumeClock) reportTo(b *testing.B, base *baselines) {
 //	bus-untracked  the same with WithoutLifecycle on both sides: no records
 //	               and no record read before the handler
 //
-// The floors report their own ratio to raw-jetstream (p50-floor/...); the
-// bus rows report theirs to raw-jetstream and to each floor. Every row but
+// The floor reports its own ratio to raw-jetstream (p50-floor/...); the
+// bus rows report theirs to raw-jetstream and to the floor. Every row but
 // raw-core also splits the round trip where the responder's handler starts
 // (legClock): to-handler-p50-µs and back-p50-µs.
 func BenchmarkRequestReply(b *testing.B) {
@@ -1024,9 +1021,9 @@ func BenchmarkRequestReply(b *testing.B) {
 
 	// rawRoundTrips is raw nats.go doing the bus's hops: the request stored
 	// in the stream and consumed by the responder's durable consumer, the
-	// reply stored and consumed by the requester's; with records, also the
-	// lifecycle I/O they do (rawRecords).
-	rawRoundTrips := func(b *testing.B, name string, records *rawRecords) {
+	// reply stored and consumed by the requester's; with read, also the
+	// responder's read of the request's record (recordRead).
+	rawRoundTrips := func(b *testing.B, name string, read *recordRead) {
 		requester, responder := env.name("raw-requester"), env.name("raw-responder")
 		consume := func(agent string, f func(js jetstream.JetStream, m *codec.Message)) {
 			consumeRawAgent(b, env, agent, f)
@@ -1034,8 +1031,8 @@ func BenchmarkRequestReply(b *testing.B) {
 		replySubject := rawDirect(b, requester, responder, "RESULT")
 		legs := newLegClock()
 		consume(responder, func(js jetstream.JetStream, req *codec.Message) {
-			if records != nil {
-				records.read(b, req)
+			if read != nil {
+				read.read(b, req)
 			}
 			legs.handlerStarted()
 			reply := &codec.Message{From: responder, To: req.From, Type: "RESULT", CausationID: req.ID, CorrelationID: req.CorrelationID, Data: req.Data}
@@ -1062,12 +1059,8 @@ func BenchmarkRequestReply(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ack, err := env.raw.PublishMsg(ctx, m)
-			if err != nil {
+			if _, err := env.raw.PublishMsg(ctx, m); err != nil {
 				b.Fatal(err)
-			}
-			if records != nil {
-				records.sent(b, req, ack)
 			}
 			timeout.Reset(10 * time.Second)
 		wait:
@@ -1086,22 +1079,17 @@ func BenchmarkRequestReply(b *testing.B) {
 			legs.roundTrip(start, end)
 		}
 		record(b, name, lat)
-		if raw := base.v["p50-"]["raw-jetstream"]; records != nil && raw > 0 {
+		if raw := base.v["p50-"]["raw-jetstream"]; read != nil && raw > 0 {
 			// What the lifecycle I/O alone costs: the floor's ratio to raw.
 			b.ReportMetric(base.v["p50-"][name]/raw, "p50-floor/raw-jetstream")
 		}
 		legs.report(b)
 	}
 	b.Run("raw-jetstream", func(b *testing.B) { rawRoundTrips(b, "raw-jetstream", nil) })
-	// The floors of a tracked round trip on this server: raw JetStream
-	// with the lifecycle I/O any design of the bus's promises needs (the
-	// read), and with what this design needs (the read and the pending
-	// record).
+	// The floor of a tracked round trip on this server: raw JetStream
+	// with the lifecycle I/O any design of the bus's promises needs.
 	b.Run("raw-jetstream-read", func(b *testing.B) {
-		rawRoundTrips(b, "raw-jetstream-read", newRawRecords(b, env, false))
-	})
-	b.Run("raw-jetstream-records", func(b *testing.B) {
-		rawRoundTrips(b, "raw-jetstream-records", newRawRecords(b, env, true))
+		rawRoundTrips(b, "raw-jetstream-read", newRecordRead(b, env))
 	})
 
 	busRoundTrips := func(b *testing.B, opts []bus.Option, ropts ...bus.RequestOption) {
@@ -1168,37 +1156,26 @@ func BenchmarkRequestReply(b *testing.B) {
 	b.Run("bus-untracked", func(b *testing.B) { busRoundTrips(b, []bus.Option{bus.WithoutLifecycle()}) })
 }
 
-// rawRecords is lifecycle I/O of a request done with raw nats.go, on a
-// bucket configured as the bus's status bucket, for the floor of a tracked
-// round trip: what the bus's promises need whatever the bus's own code
-// costs.
+// recordRead is the lifecycle I/O of a request that a tracked round trip
+// of the bus cannot do without, done with raw nats.go on a bucket
+// configured as the bus's status bucket, for the floor: the responder's
+// read of the request's record before it handles the request. Every design
+// keeping Cancel's promise needs it: a request canceled while queued never
+// reaches a handler, and what says it was canceled when the request is
+// delivered is its record, which Cancel writes.
 //
-//   - The responder's read of the request's record before it handles the
-//     request, which every design keeping Cancel's promise needs: a request
-//     canceled while queued never reaches a handler, and what says it was
-//     canceled when the request is delivered is its record, which Cancel
-//     writes.
-//   - With pending, also the request's pending record, written after the
-//     server stored it, which this design needs: a request has a TTL, the
-//     server removes it unread at its expiry without a trace, and subject
-//     delete markers cannot stand in for the record (docs/performance.md),
-//     so only a record can say it expired. A design whose requests expire
-//     at their recipient instead of the server could derive it.
-//
-// The bus's other records of a round trip (the responder's replied, the
-// requester's record of the reply it took) could be derived from the
-// stream in a design that gave replies IDs derived from their requests';
-// the floor leaves them out, and the presence read, which a cache could
-// answer.
-type rawRecords struct {
-	pending   bool // also write the pending record
-	js        jetstream.JetStream
+// The bus writes no other record of a round trip but the requester's of
+// the reply it took, which lets another process of the requester skip the
+// reply's stored copy. A request has no pending record: it stays in the
+// stream past its expiry, its own index (expiresAtRecipient). Its replied
+// state is derived: the reply's ID is derived from the request's, and a
+// lookup finds it by its indexed subject (docs/performance.md).
+type recordRead struct {
 	nc        *nats.Conn // the responder's, which reads
-	prefix    string     // of the bucket's subjects
 	directGet string     // of a direct get of one key
 }
 
-func newRawRecords(b *testing.B, env *benchEnv, pending bool) *rawRecords {
+func newRecordRead(b *testing.B, env *benchEnv) *recordRead {
 	b.Helper()
 	cfg, err := bus.StreamConfig{Root: rawRoot}.StatusBucketConfig()
 	if err != nil {
@@ -1207,17 +1184,11 @@ func newRawRecords(b *testing.B, env *benchEnv, pending bool) *rawRecords {
 	if _, err := env.raw.CreateOrUpdateKeyValue(context.Background(), cfg); err != nil {
 		b.Fatal(err)
 	}
-	return &rawRecords{
-		pending:   pending,
-		js:        env.raw,
-		nc:        env.connect(b),
-		prefix:    rawScheme(b).StatusSubjectPrefix(),
-		directGet: rawScheme(b).StatusDirectGetPrefix(),
-	}
+	return &recordRead{nc: env.connect(b), directGet: rawScheme(b).StatusDirectGetPrefix()}
 }
 
 // key returns the key of request m's record.
-func (r *rawRecords) key(b *testing.B, m *codec.Message) string {
+func (r *recordRead) key(b *testing.B, m *codec.Message) string {
 	k, err := subjects.StatusKey(m.ID, m.ID, m.From, m.To)
 	if err != nil {
 		b.Fatal(err)
@@ -1225,28 +1196,9 @@ func (r *rawRecords) key(b *testing.B, m *codec.Message) string {
 	return k
 }
 
-// sent writes the pending record of request m, stored as ack says, if r
-// writes one, as the bus does: asynchronously, created only if the key is
-// free.
-func (r *rawRecords) sent(b *testing.B, m *codec.Message, ack *jetstream.PubAck) {
-	if !r.pending {
-		return
-	}
-	data, err := json.Marshal(bus.Status{ID: m.ID, From: m.From, To: m.To, Type: m.Type, Priority: subjects.DefaultPriority,
-		CorrelationID: m.ID, State: bus.StatePending, Time: m.Time, ExpiresAt: m.Time.Add(10 * time.Second),
-		Updated: time.Now().UTC(), By: m.From, Stream: ack.Stream, Sequence: ack.Sequence, ReplyBy: m.Time.Add(10 * time.Second)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	msg := &nats.Msg{Subject: r.prefix + r.key(b, m), Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}, Data: data}
-	if _, err := r.js.PublishMsgAsync(msg); err != nil {
-		b.Error(err)
-	}
-}
-
 // read reads request m's record, as the responder's bus does before its
 // handler runs, and decodes it.
-func (r *rawRecords) read(b *testing.B, m *codec.Message) {
+func (r *recordRead) read(b *testing.B, m *codec.Message) {
 	resp, err := r.nc.Request(r.directGet+r.key(b, m), nil, 10*time.Second)
 	if err != nil {
 		b.Error(err)

@@ -98,6 +98,9 @@ type handling struct {
 	canceled atomic.Bool
 	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
 	slot     int          // its index in cancels.running while it runs
+	// replyFound says a lookup of d finds its reply by the derived ID, so
+	// that Reply writes no record (findsReply).
+	replyFound bool
 }
 
 // handlerContext is the context a handler runs under: its parent (the

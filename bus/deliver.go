@@ -178,6 +178,9 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	}
 	hs := &f.hs
 	hs.d, hs.ctx = d, &f.ctx
+	if _, ok := m.Extensions[ExtReplyBy]; ok {
+		hs.replyFound = b.findsReply(addr, cm.Header, m)
+	}
 	f.ctx.Context, f.ctx.h = ctx, hs
 	defer f.ctx.release()
 	var hctx context.Context = &f.ctx

@@ -60,7 +60,8 @@ const (
 	// StateExpired: its TTL passed before it was handled. The server removes
 	// such messages without a trace; the bus writes this state when a
 	// recipient meets one, or when a lookup finds a pending message past its
-	// expiry.
+	// expiry. A lookup also reads it, without writing it, for a request
+	// delivered and not answered by its expiry.
 	StateExpired State = "expired"
 	// StateDeadLettered: it was moved to the dead-letter stream; Reason says
 	// why.
@@ -255,13 +256,27 @@ func (t *tracker) failed(subject string, err error) {
 // needsPendingRecord reports whether the sender writes the pending record
 // of m, sent on an indexed subject or not: for a broadcast, whose subject
 // has no index and whose record stands for every recipient, a message
-// with a TTL, which the server removes at its expiry without a trace (its
+// with a TTL that the server removes at its expiry without a trace (its
 // record is then what says it expired), and a message without an index
 // (WithoutIndex). Any other direct message is its own index: a lookup
 // finds it by its subject and reads pending off the stored message
 // (index.go), so its sender writes nothing.
 func needsPendingRecord(m *Message, indexed bool) bool {
-	return m.To == Broadcast || m.TTL > 0 || !indexed
+	return m.To == Broadcast || !indexed || m.TTL > 0 && !expiresAtRecipient(m, indexed)
+}
+
+// expiresAtRecipient reports whether m, sent on an indexed subject or not,
+// stays in the stream past its expiry, to be dropped unread by its
+// recipient (who records it expired), instead of being removed by the
+// server (Nats-TTL): a direct message of a Request's exchange (it carries
+// ExtReplyBy) on an indexed subject. The stored message then stays its own
+// index, and a lookup derives its state from it and from its recipient's
+// consumer (derive): pending, delivered, expired, or replied when the reply
+// Reply sent under the derived ID (replyIDOf) is stored. A round trip
+// writes no pending record that way.
+func expiresAtRecipient(m *Message, indexed bool) bool {
+	_, exchange := m.Extensions[ExtReplyBy]
+	return exchange && indexed && m.To != Broadcast
 }
 
 // recordPending writes the sender's pending record s of a message the
@@ -688,7 +703,8 @@ func (t *tracker) deleteLookupConsumer(ctx context.Context, stream string, c jet
 }
 
 // derive brings the records in out that are not final up to date from what
-// the server knows, and writes back the final states it finds. A recipient
+// the server knows, and writes back the final states it finds. A request
+// whose reply is stored under the derived ID is replied (replied). A recipient
 // writes no record when it handles a direct message (see
 // completionRecorded): the stored message, or the sender's record, gives the
 // message's stream sequence, and the recipient's consumer of the message's
@@ -705,6 +721,11 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 	now := time.Now()
 	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
 	for i, s := range out {
+		if r, ok := t.replied(ctx, s); ok {
+			t.update(r, s.revision)
+			out[i] = r
+			continue
+		}
 		switch s.State {
 		case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired:
 		case StateScheduled:
@@ -738,11 +759,50 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 		if (s.State == StatePending && s.To != Broadcast || s.State == StateFailed) && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
 			s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "TTL passed before it was handled"
 		}
+		if s.State == StateDelivered && !s.ReplyBy.IsZero() && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
+			// A request stays in the stream past its expiry
+			// (expiresAtRecipient), where the server used to remove it:
+			// delivered and not answered by then, it expired for its
+			// requester. Not written: a handler still running may reply
+			// late (replied), and a process of the recipient that gets it
+			// again drops it and records expired itself.
+			s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "delivered, and not answered by its expiry"
+			out[i] = s
+			continue
+		}
 		if s.State.Final() && s.State != out[i].State {
 			t.update(s, out[i].revision)
 		}
 		out[i] = s
 	}
+}
+
+// replied returns s, the status of a request, replied, when the reply that
+// Reply sent it under the derived ID (replyIDOf) is stored: a handler's
+// Reply writes no record. It looks only at a request (it carries a reply-by)
+// that has not ended, or that a Cancel ended while its handler went on to
+// reply (the work was done, as Cancel says), and reads the reply off its
+// indexed subject, by a filter naming both agents, which either may read.
+func (t *tracker) replied(ctx context.Context, s Status) (Status, bool) {
+	switch s.State {
+	case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired, StateCanceled:
+	default:
+		return s, false
+	}
+	if s.ReplyBy.IsZero() || s.To == Broadcast || s.Type == TypeProgress || s.ID == replyIDOf(s.CausationID) {
+		return s, false // not a request: a reply, or a progress update, of one
+	}
+	id := replyIDOf(s.ID)
+	filter, err := t.scheme.MessageFilterBetween(id, s.From, s.To)
+	if err != nil {
+		return s, false
+	}
+	found, err := t.stored(ctx, id, filter)
+	if err != nil || len(found) == 0 {
+		return s, false
+	}
+	s.State, s.ReplyID, s.Updated, s.By, s.Reason = StateReplied, id, found[0].Updated, s.To, ""
+	return s, true
 }
 
 // consumerInfoTimeout bounds a lookup's read of one consumer's state.

@@ -135,6 +135,18 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	if reply.Type != "answer" || string(reply.Data) != "42" {
 		t.Fatalf("reply %s %q, want answer 42", reply.Type, reply.Data)
 	}
+	// Either side reads a question replied, off the reply it finds by the
+	// derived ID, through its own permissions (the first lookup writes
+	// the record: a question each).
+	for _, b := range []*bus.Bus{lead, worker} {
+		answer, err := lead.Request(ctx, bus.Message{To: worker.Agent(), Type: "question"})
+		if err != nil {
+			t.Fatalf("Request: %v", err)
+		}
+		if st := waitState(t, b, answer.CausationID, bus.StateReplied); st.ReplyID != answer.ID {
+			t.Errorf("%s: status %+v, want replied with %s", b.Agent(), st, answer.ID)
+		}
+	}
 	// The requester attaches to its request again (its history consumer),
 	// and cancels running work (the record, the notice).
 	if again, err := lead.Attach(ctx, reply.CausationID); err != nil || again.ID != reply.ID {

@@ -736,9 +736,9 @@ func TestProtocolBasemessageRequestReply(t *testing.T) {
 
 // TestProtocolBasemessageLateReply: the CTO answers req-123 only after the
 // orchestrator's Request gave up (the test releases it once Request has
-// returned ErrRequestTimeout). Meanwhile the request's record is delivered;
-// the native reply then reaches the orchestrator's handler marked Late,
-// and the request ends replied.
+// returned ErrRequestTimeout). Meanwhile the request, delivered and not
+// answered by its expiry, reads expired; the native reply then reaches the
+// orchestrator's handler marked Late, and the request ends replied.
 func TestProtocolBasemessageLateReply(t *testing.T) {
 	gaveUp := make(chan struct{})
 	x := newValidationExchange(t, gaveUp)
@@ -748,8 +748,10 @@ func TestProtocolBasemessageLateReply(t *testing.T) {
 	if d, err := orch.Request(ctx, *m); !errors.Is(err, bus.ErrRequestTimeout) {
 		t.Fatalf("Request = %+v, %v; want ErrRequestTimeout", d, err)
 	}
-	// The CTO holds the request in its handler: delivered, not answered.
-	waitState(t, orch, "req-123", bus.StateDelivered)
+	// The CTO holds the request in its handler past its expiry.
+	if st := waitState(t, orch, "req-123", bus.StateExpired); st.Deliveries != 1 {
+		t.Errorf("request status %+v, want expired after one delivery", st)
+	}
 	close(gaveUp)
 
 	late := waitDelivery(t, r, "res-456")

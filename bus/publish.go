@@ -38,7 +38,10 @@ type PubAck struct {
 // bus's agent. The message ID becomes the JetStream Nats-Msg-Id, so
 // publishing the same ID again, for example on a retry, stores it once and
 // reports Duplicate. A TTL sets the expirytime attribute (Time + TTL) and
-// Nats-TTL, the time left until then in whole seconds, rounded up.
+// Nats-TTL, the time left until then in whole seconds, rounded up; a
+// request (it carries ExtReplyBy) sent with lifecycle tracking gets no
+// Nats-TTL: it stays in the stream, and its recipient drops it unread past
+// its expiry (see Request).
 //
 // Transient failures (no answer in time, no responders during a leader
 // election, JetStream error 10158) are retried with the same message ID,
@@ -264,7 +267,7 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	// are canonical already; assigning skips Set's canonicalizing.
 	out := &encoded{Msg: nats.Msg{Subject: subject, Header: h, Data: data}, id: [1]string{m.ID}}
 	h[jetstream.MsgIDHeader] = out.id[:]
-	if m.TTL > 0 { // the time left: Time may lie in the past
+	if m.TTL > 0 && !expiresAtRecipient(m, b.indexed()) { // the time left: Time may lie in the past
 		h[jetstream.MsgTTLHeader] = []string{ttlSeconds(time.Until(m.ExpiresAt()))}
 	}
 	return &out.Msg, nil

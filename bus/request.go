@@ -8,10 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/codec/profiles"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // ExtReplyBy is the CloudEvents extension a Request sets on its request
@@ -29,8 +32,10 @@ const ExtReplyBy = "replyby"
 //
 // Deadlines: the deadline of ctx is the request's reply-by (ExtReplyBy).
 // The request expires at it (its TTL is set from the time remaining, or
-// kept if shorter): still queued then, the server removes it unread and
-// its record ends expired. Request returns a *DeadlineError (errors.Is
+// kept if shorter): met after it, its recipient drops it unread, and its
+// status reads expired. With lifecycle tracking it is sent without
+// Nats-TTL, so that it stays in the stream as its own index and needs no
+// pending record; without, the server removes it at its expiry. Request returns a *DeadlineError (errors.Is
 // ErrRequestTimeout) when a deadline passes: the reply-by, a do-by
 // (DoBy: the handler's context ends there too) or an idle timeout
 // (IdleTimeout, reset by each progress update). A request canceled while
@@ -361,9 +366,15 @@ func QueueIfOffline() RequestOption {
 // unless m sets one, its priority. m.To may be left empty; any other
 // recipient than the request's sender is an error wrapping
 // ErrInvalidMessage, as a reply sent elsewhere would never reach the
-// Request waiting for it. The request's lifecycle record becomes replied.
+// Request waiting for it. The request's lifecycle status becomes replied.
 // Inside the handler of the request, pass the handler's ctx. Other errors
 // are Publish's.
+//
+// A reply without an ID gets one derived from the request's (a UUIDv5 of
+// it), so that the request has one reply: a second Reply to it, from a
+// redelivery after a crash for example, is a duplicate the server drops
+// (PubAck.Duplicate). Its status then needs no record: a lookup of the
+// request finds the reply by that ID.
 func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, error) {
 	if request == nil || request.ID == "" || request.From == "" {
 		return PubAck{}, fmt.Errorf("%w: reply to a request without ID or sender", ErrInvalidMessage)
@@ -386,6 +397,10 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	if by, ok := request.Extensions[ExtReplyBy]; ok {
 		setExtension(&m, ExtReplyBy, by)
 	}
+	derivedID := m.ID == ""
+	if derivedID {
+		m.ID = replyIDOf(request.ID)
+	}
 	ack, err := b.Publish(ctx, m)
 	if err != nil {
 		return PubAck{}, err
@@ -397,14 +412,36 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 		if n := h.progress.Load(); n > 0 {
 			s.Progress, s.LastProgress = int(n), time.Unix(0, h.lastAt.Load()).UTC()
 		}
-		// Stored before the handler returns and the request is acked (the
-		// requester already has the reply).
-		b.status.recordStored(ctx, s.withDelivery(h.d))
+		if !derivedID || !h.replyFound {
+			// Stored before the handler returns and the request is acked
+			// (the requester already has the reply).
+			b.status.recordStored(ctx, s.withDelivery(h.d))
+		}
 		return ack, nil
 	}
+	// From outside the handler: the record is what the request's
+	// recipient reads when it is delivered, and skips it.
 	b.status.record(s, false)
 	return ack, nil
 }
+
+// findsReply reports whether a lookup of request m, delivered on the
+// subject addr names with headers h, finds the reply this bus sends it
+// under the derived ID (tracker.replied), so that the reply needs no
+// record: m came on its indexed subject and stays in the stream past its
+// expiry (no Nats-TTL, expiresAtRecipient), the reply goes on an indexed
+// subject too, and both are on this bus's root.
+func (b *Bus) findsReply(addr subjects.Address, h nats.Header, m *Message) bool {
+	return b.indexed() && b.shards == nil && addr.Index.ID == m.ID && len(h[jetstream.MsgTTLHeader]) == 0
+}
+
+// replyIDOf returns the ID Reply gives the reply to request id when the
+// reply has none: a UUIDv5 of id in replySpace.
+func replyIDOf(id string) string {
+	return uuid.NewSHA1(replySpace, []byte(id)).String()
+}
+
+var replySpace = uuid.MustParse("9c4e7b1a-2d63-4f0e-8a57-c31b6e0d94f2")
 
 // requests are a bus's Requests waiting for replies.
 type requests struct {
@@ -704,7 +741,9 @@ func (b *Bus) recordTaken(d *Delivery) {
 // exchange (it carries ExtReplyBy: the request, or a reply) is skipped when
 // its lifecycle record is final already: a reply taken by a Request in
 // another process, a request answered with Reply from outside its handler.
-// Otherwise a reply after the requester's deadline is marked Late.
+// A request delivered again is also skipped when its handler replied
+// before (its reply, under the derived ID, writes no record). Otherwise a
+// reply after the requester's deadline is marked Late.
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
 	if d.CausationID != "" {
 		if took, again := b.req.take(d); took {
@@ -719,8 +758,17 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
 		return false
 	}
 	if b.status != nil {
-		if s, err := b.status.get(ctx, &d.Message, b.agent); err == nil && s.State.Final() {
+		s, err := b.status.get(ctx, &d.Message, b.agent)
+		if err == nil && s.State.Final() {
 			return true
+		}
+		if d.Deliveries > 1 {
+			if err != nil {
+				s = statusOf(&d.Message, b.agent, StateDelivered, b.agent)
+			}
+			if _, ok := b.status.replied(ctx, s); ok {
+				return true
+			}
 		}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, by); err == nil && d.CausationID != "" && time.Now().After(t) {

@@ -5,11 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // replier subscribes agent with a handler that answers every REQUEST with a
@@ -243,4 +249,112 @@ func TestRequestRepliedOutsideHandler(t *testing.T) {
 	if got := recordHistory(t, s, "outside-1", "outside-1", "orchestrator", "worker"); slices.Contains(got, bus.StateCompleted) {
 		t.Errorf("the request's record history %v: the handler's completion overwrote replied", got)
 	}
+}
+
+// TestRequestRoundTripWritesNoRecord: a round trip whose handler replies
+// writes no record of the request: it is sent without Nats-TTL, so that
+// the stored request stays its own index (no pending record), and the
+// reply's ID is derived from it, so that a lookup finds the reply (no
+// replied record). The lookup still says replied, with the reply's ID.
+func TestRequestRoundTripWritesNoRecord(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	replier(t, worker)
+	reply, err := orch.Request(ctx, bus.Message{ID: "norec-1", To: "worker", Type: "REQUEST", CorrelationID: "conv-norec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request acknowledged by the worker", func() (bool, string) {
+		info, err := consumerInfo(t, worker, "worker_p3")
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
+	})
+	for _, b := range []*bus.Bus{orch, worker} {
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := recordHistory(t, s, "conv-norec", "norec-1", "orchestrator", "worker"); len(got) != 0 {
+		t.Errorf("the request's record history %v, want none written by the round trip", got)
+	}
+	stored, err := storedMessage(t, s, subjects.Default().MessageFilter("norec-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl := stored.Header.Get(jetstream.MsgTTLHeader); ttl != "" {
+		t.Errorf("the request was stored with Nats-TTL %s, want none: it expires at its recipient", ttl)
+	}
+	for _, b := range []*bus.Bus{orch, worker} { // both ends find the reply
+		st := waitState(t, b, "norec-1", bus.StateReplied)
+		if st.ReplyID != reply.ID || st.By != "worker" {
+			t.Errorf("status %+v, want replied by worker with reply %s", st, reply.ID)
+		}
+	}
+}
+
+// TestReplyOnceAcrossRedelivery: a handler that replied and then failed is
+// not run again on the redelivery (its reply is found by the derived ID),
+// and a second Reply to the same request is a duplicate the server drops.
+func TestReplyOnceAcrossRedelivery(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	var (
+		mu    sync.Mutex
+		calls int
+		acks  []bus.PubAck
+	)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type != "REQUEST" {
+			return nil
+		}
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		for range 2 {
+			ack, err := d.Reply(ctx, bus.Message{Type: "RESULT"})
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			acks = append(acks, ack)
+			mu.Unlock()
+		}
+		return errors.New("failed after replying")
+	}, bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond }))
+	reply, err := orch.Request(ctx, bus.Message{ID: "once-1", To: "worker", Type: "REQUEST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request settled by the worker", func() (bool, string) {
+		info, err := consumerInfo(t, worker, "worker_p3")
+		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.AckFloor.Stream > 0 && info.Delivered.Consumer >= 2, fmt.Sprint(info, err)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("the handler ran %d times, want once: the redelivery found its reply", calls)
+	}
+	var dups []bool
+	for _, a := range acks {
+		dups = append(dups, a.Duplicate)
+	}
+	if len(acks) != 2 || acks[0].Duplicate || !acks[1].Duplicate || acks[1].ID != reply.ID {
+		t.Errorf("the replies' duplicate flags %v, want [false true], the second a duplicate of %s", dups, reply.ID)
+	}
+}
+
+// storedMessage returns the last message of the bus's stream whose
+// subject matches filter.
+func storedMessage(t *testing.T, s *embedded.Server, filter string) (*jetstream.RawStreamMsg, error) {
+	t.Helper()
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(testContext(t), subjects.Default().Stream())
+	if err != nil {
+		return nil, err
+	}
+	return stream.GetLastMsgForSubject(testContext(t), filter)
 }

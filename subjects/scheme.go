@@ -300,6 +300,19 @@ func (s Scheme) MessageFiltersOfAgent(id, agent string) ([]string, error) {
 	}, nil
 }
 
+// MessageFilterBetween returns the filter subject of the indexed subject
+// of message id sent by from to to: <root>.agent.<to>.*.<from>.*.<id>.*.
+// Either agent's permissions let it read the message by it
+// ([Scheme.AgentPermissions]). The error wraps [ErrInvalidAgentID].
+func (s Scheme) MessageFilterBetween(id, to, from string) (string, error) {
+	for _, a := range []string{to, from} {
+		if err := ValidateID(a); err != nil {
+			return "", err
+		}
+	}
+	return s.Root() + "." + kindAgent + "." + EncodeToken(to) + ".*." + EncodeToken(from) + ".*." + IDToken(id) + "." + anyToken, nil
+}
+
 // ConversationFilter returns the filter subject of the indexed subjects of
 // the messages of the conversation correlationID names:
 // <root>.agent.*.*.*.*.*.<conversation>.

@@ -641,6 +641,15 @@ func TestIndexedDirect(t *testing.T) {
 	if fs, _ := s.MessageFiltersOfAgent(id, "other"); matches(fs[0]) || matches(fs[1]) {
 		t.Errorf("MessageFiltersOfAgent(other) = %q matches %q", fs, subj)
 	}
+	if f, err := s.MessageFilterBetween(id, "re viewer", "lead"); err != nil || !matches(f) {
+		t.Errorf("MessageFilterBetween = %q, %v; does not match %q", f, err, subj)
+	}
+	if f, _ := s.MessageFilterBetween(id, "lead", "re viewer"); matches(f) {
+		t.Errorf("MessageFilterBetween the other way = %q matches %q", f, subj)
+	}
+	if _, err := s.MessageFilterBetween(id, "re viewer", ""); !errors.Is(err, ErrInvalidAgentID) {
+		t.Errorf("MessageFilterBetween from an invalid agent: %v, want ErrInvalidAgentID", err)
+	}
 	if f := s.ConversationFilter(conv); !matches(f) {
 		t.Errorf("ConversationFilter %q does not match %q", f, subj)
 	}

@@ -46,8 +46,8 @@
 //     published, read by the responder's durable pull consumer, reply
 //     published, read by the requester's), events encoded and decoded as
 //     the bus does, and against the floor: the same raw hops with the
-//     request's pending record written and read before it is handled, the
-//     lifecycle I/O of a tracked round trip the bus's promises need;
+//     request's record read before it is handled, the lifecycle I/O of a
+//     tracked round trip the bus's promises need;
 //   - e2e: the time from the publish call to the handler, with the send
 //     time in the payload, at a fixed publish rate and default subscriber
 //     settings;

@@ -113,8 +113,8 @@ func (t *tally) snapshot() []int64 {
 var sideNames = []string{"bus", "raw", "raw+headers"}
 
 // requestSides name the sides of the request scenario: the bus, raw
-// nats.go and raw nats.go with the records of the bus's floor.
-var requestSides = []string{"bus", "raw", "raw+records"}
+// nats.go and raw nats.go with the record read of the bus's floor.
+var requestSides = []string{"bus", "raw", "raw+read"}
 
 // mirrored runs each of sides, which measures k messages and returns what
 // it measured, for n messages in all, in two halves and mirrored order (A B

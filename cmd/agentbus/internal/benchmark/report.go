@@ -108,9 +108,8 @@ type Latency struct {
 	RatioBusRawHeadersP99 *float64 `json:"ratio_bus_raw_headers_p99,omitempty"`
 	// FloorP50Micros and FloorP99Micros are, for request, the raw side's
 	// round trips with the lifecycle I/O a tracked round trip of the bus
-	// cannot do without (the request's pending record and the responder's
-	// read of it, docs/performance.md), with the bus's ratios to them; nil
-	// elsewhere.
+	// cannot do without (the responder's read of the request's record,
+	// docs/performance.md), with the bus's ratios to them; nil elsewhere.
 	FloorP50Micros   *float64 `json:"floor_p50_us,omitempty"`
 	FloorP99Micros   *float64 `json:"floor_p99_us,omitempty"`
 	RatioBusFloorP50 *float64 `json:"ratio_bus_floor_p50,omitempty"`
@@ -203,8 +202,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		"for latency, time, CPU, memory and inversions above 1 means the bus takes longer, uses more or inverts more.\n" +
 		"raw+headers is raw nats.go sending the bus's headers and, consuming, decoding each event.\n")
 	if r.Request != nil && r.Request.FloorP50Micros != nil {
-		b.WriteString("The request floor is raw JetStream's round trip with the request's pending record written and read\n" +
-			"before it is handled, the lifecycle I/O the bus's promises need (docs/performance.md).\n")
+		b.WriteString("The request floor is raw JetStream's round trip with the request's record read before it is\n" +
+			"handled, the lifecycle I/O the bus's promises need (docs/performance.md).\n")
 	}
 	if len(r.Spread) > 0 {
 		fmt.Fprintf(&b, "\nEach scenario ran %d rounds; its figures are those of its median round by the ratio below:\n\n", s.Rounds)

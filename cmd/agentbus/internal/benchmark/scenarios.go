@@ -285,13 +285,13 @@ func (r *runner) request(ctx context.Context, e *env) error {
 	if err != nil {
 		return fmt.Errorf("raw: %w", err)
 	}
-	records, err := e.rawRecords(ctx)
+	read, err := e.recordRead(ctx)
 	if err != nil {
-		return fmt.Errorf("raw+records: %w", err)
+		return fmt.Errorf("raw+read: %w", err)
 	}
-	floorTrips, err := e.rawRoundTrips(ctx, r.payload, records)
+	floorTrips, err := e.rawRoundTrips(ctx, r.payload, read)
 	if err != nil {
-		return fmt.Errorf("raw+records: %w", err)
+		return fmt.Errorf("raw+read: %w", err)
 	}
 	n := r.cfg.requests()
 	lat, err := mirrored(n, requestSides, busTrips, rawTrips, floorTrips)
@@ -354,14 +354,15 @@ func (e *env) busRoundTrips(ctx context.Context, payload []byte) (trips func(k i
 // to the stream; the responder reads it with a durable pull consumer,
 // decodes it, publishes the reply to the stream and acks; the requester
 // reads the reply from a durable pull consumer of its own, decodes it and
-// acks. Both consumers have the bus's consumer settings. With records (not
-// nil), the round trips also do the lifecycle I/O of the bus's floor. trips
-// returns how long each round trip took.
-func (e *env) rawRoundTrips(ctx context.Context, payload []byte, records *rawRecords) (trips func(k int) ([]time.Duration, error), err error) {
+// acks. Both consumers have the bus's consumer settings. With read (not
+// nil), the responder also reads the request's record before it answers,
+// the lifecycle I/O of the bus's floor. trips returns how long each round
+// trip took.
+func (e *env) rawRoundTrips(ctx context.Context, payload []byte, read *recordRead) (trips func(k int) ([]time.Duration, error), err error) {
 	requester, responder := requesterAgent, responderAgent
-	if records != nil {
+	if read != nil {
 		// Agents of their own: each side's consumers are its own.
-		requester, responder = requesterAgent+"-records", responderAgent+"-records"
+		requester, responder = requesterAgent+"-read", responderAgent+"-read"
 	}
 	replySubject, err := e.raw.Direct(requester, responder, replyType, subjects.DefaultPriority)
 	if err != nil {
@@ -373,8 +374,8 @@ func (e *env) rawRoundTrips(ctx context.Context, payload []byte, records *rawRec
 	}
 	var failures atomic.Int64 // replies the responder failed to send
 	if err := e.consumeEvents(ctx, responder, func(js jetstream.JetStream, req *codec.Message) {
-		if records != nil {
-			if err := records.read(req); err != nil {
+		if read != nil {
+			if err := read.read(req); err != nil {
 				failures.Add(1)
 				return
 			}
@@ -402,14 +403,8 @@ func (e *env) rawRoundTrips(ctx context.Context, payload []byte, records *rawRec
 		if err != nil {
 			return err
 		}
-		ack, err := e.js.PublishMsg(ctx, m)
-		if err != nil {
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
 			return err
-		}
-		if records != nil {
-			if err := records.sent(req, ack); err != nil {
-				return err
-			}
 		}
 		timeout.Reset(stallTimeout)
 		for {
@@ -428,22 +423,19 @@ func (e *env) rawRoundTrips(ctx context.Context, payload []byte, records *rawRec
 	return func(k int) ([]time.Duration, error) { return latencies(k, trip) }, nil
 }
 
-// rawRecords is the lifecycle I/O of a request that the bus's tracked
+// recordRead is the lifecycle I/O of a request that the bus's tracked
 // round trip cannot do without, done with raw nats.go on a bucket
 // configured as the bus's status bucket (docs/performance.md explains why
-// these two): the request's pending record, written asynchronously after
-// the server stored the request, and the responder's read of it before it
-// handles the request. Raw round trips with them are the floor of the
-// bus's.
-type rawRecords struct {
-	js     jetstream.JetStream // the requester's, which writes
-	nc     *nats.Conn          // the responder's, which reads
+// only this): the responder's read of the request's record before it
+// handles the request, which keeps Cancel's promise. Raw round trips with
+// it are the floor of the bus's.
+type recordRead struct {
+	nc     *nats.Conn // the responder's, which reads
 	scheme subjects.Scheme
-	ttl    time.Duration // the requests' TTL, which the bus's Request sets
 }
 
-// rawRecords creates the raw side's status bucket and returns its records.
-func (e *env) rawRecords(ctx context.Context) (*rawRecords, error) {
+// recordRead creates the raw side's status bucket and returns the read.
+func (e *env) recordRead(ctx context.Context) (*recordRead, error) {
 	cfg, err := bus.StreamConfig{Root: e.raw.Root()}.StatusBucketConfig()
 	if err != nil {
 		return nil, err
@@ -455,31 +447,12 @@ func (e *env) rawRecords(ctx context.Context) (*rawRecords, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rawRecords{js: e.js, nc: nc, scheme: e.raw, ttl: stallTimeout}, nil
-}
-
-// sent writes the pending record of request m, stored as ack says, as the
-// bus does: asynchronously, created only if its key is free.
-func (r *rawRecords) sent(m *codec.Message, ack *jetstream.PubAck) error {
-	key, err := subjects.StatusKey(m.ID, m.ID, m.From, m.To)
-	if err != nil {
-		return err
-	}
-	by := m.Time.Add(r.ttl)
-	data, err := json.Marshal(bus.Status{ID: m.ID, From: m.From, To: m.To, Type: m.Type, Priority: subjects.DefaultPriority,
-		CorrelationID: m.ID, State: bus.StatePending, Time: m.Time, ExpiresAt: by, Updated: time.Now().UTC(), By: m.From,
-		Stream: ack.Stream, Sequence: ack.Sequence, ReplyBy: by})
-	if err != nil {
-		return err
-	}
-	_, err = r.js.PublishMsgAsync(&nats.Msg{Subject: r.scheme.StatusSubjectPrefix() + key,
-		Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}, Data: data})
-	return err
+	return &recordRead{nc: nc, scheme: e.raw}, nil
 }
 
 // read reads request m's record, as the responder's bus does before its
-// handler runs, and decodes it; a record not written yet is no error.
-func (r *rawRecords) read(m *codec.Message) error {
+// handler runs, and decodes it; no record (the common case) is no error.
+func (r *recordRead) read(m *codec.Message) error {
 	key, err := subjects.StatusKey(m.ID, m.ID, m.From, m.To)
 	if err != nil {
 		return err

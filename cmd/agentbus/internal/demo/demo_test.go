@@ -251,7 +251,7 @@ func checkReview(t *testing.T, events []demo.Event) {
 		t.Errorf("review scene:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	for _, e := range events {
-		if e.Event == demo.EventGathered && !strings.HasSuffix(e.Detail, "(approved), api (approved); failed none; offline none; timed out perf, ui") {
+		if e.Event == demo.EventGathered && !strings.HasSuffix(e.Detail, "replied api (approved), qa (approved), security (approved); failed none; offline none; timed out perf, ui") {
 			t.Errorf("the lead's round: %s", e.Detail)
 		}
 	}

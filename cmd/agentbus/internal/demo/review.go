@@ -65,8 +65,8 @@ type panelist struct {
 // lead reads it with Bus.Attach by its copy's ID (GatherResult.Requests).
 // ui's copy is held by a dead process and no process of agent ui comes
 // back: Attach to it returns a *bus.DeadlineError at the round's reply-by,
-// which the scene waits out, and the server removes the copy at its
-// expiry, so its record reads expired.
+// which the scene waits out; delivered and not answered by its expiry, the
+// copy reads expired.
 func (d *demo) review(ctx context.Context) (string, error) {
 	crashed, slowDone := make(chan struct{}), make(chan struct{})
 	var closeOnce [2]sync.Once
@@ -214,7 +214,7 @@ func (d *demo) review(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("ui's copy: %d deliveries in conversation %q, want 1 in %s", st.Deliveries, st.CorrelationID, component)
 	}
 	d.emit(Event{From: orchestrator, To: ui, Type: m.Type, Priority: m.Priority, Event: EventExpired,
-		Detail: fmt.Sprintf("ui's copy, delivered once to the dead process, is removed at its expiry; no process of %s came back to take it again: lifecycle record %s", ui, st.State)})
+		Detail: fmt.Sprintf("ui's copy, delivered once to the dead process, passed its expiry unanswered; no process of %s came back to take it again: lifecycle record %s", ui, st.State)})
 
 	return fmt.Sprintf("the lead proceeded at %d of 5 verdicts (%s); perf's late verdict was read with Attach; ui crashed and its copy expired at the reply-by; every copy and verdict is a valid swarm message, in conversation %s",
 		roundWant, strings.Join(answered, ", "), component), nil
@@ -315,7 +315,8 @@ func checkRound(res *bus.GatherResult, answered []string) error {
 	return nil
 }
 
-// roundSummary says who did what in a round.
+// roundSummary says who did what in a round, each list by name: replies
+// sent a moment apart may reach the lead in either order.
 func roundSummary(res *bus.GatherResult) string {
 	list := func(names []string) string {
 		if len(names) == 0 {
@@ -330,6 +331,8 @@ func roundSummary(res *bus.GatherResult) string {
 	for _, st := range res.Failed {
 		failed = append(failed, st.To+" ("+string(st.State)+")")
 	}
+	slices.Sort(replied)
+	slices.Sort(failed)
 	return fmt.Sprintf("replied %s; failed %s; offline %s; timed out %s",
 		list(replied), list(failed), list(res.Offline), list(res.TimedOut))
 }

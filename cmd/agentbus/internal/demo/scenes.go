@@ -739,8 +739,9 @@ func (d *demo) missedDoBy(ctx context.Context) error {
 	}
 	d.emit(messageEvent(m, EventDeadline, fmt.Sprintf("the orchestrator's Request returns *bus.DeadlineError, kind %s, %s after it was sent",
 		de.Kind, time.Since(sent).Round(100*time.Millisecond))))
-	// The request expired with its do-by: the server removes it unread, and
-	// the sender's lookup finds its record pending past its expiry.
+	// The request expired with its do-by: it stays queued, for the reviewer
+	// to drop unread, and the sender's lookup finds it pending past its
+	// expiry.
 	st, err := awaitState(ctx, d.orch.bus, m.ID, reviewer, bus.StateExpired)
 	if err != nil {
 		return err
