@@ -42,6 +42,15 @@ func isPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// putOff is what handle returns for a delivery given back unhandled, to
+// come again after delay: not a failure, and no step towards the delivery
+// limit's backoff.
+type putOff struct{ delay time.Duration }
+
+func (p putOff) Error() string {
+	return fmt.Sprintf("put off for %v: a reply another process of this agent may have taken", p.delay)
+}
+
 // errMaxDeliver is wrapped by the reason a message is dead-lettered after
 // its handler failed on its last allowed delivery.
 var errMaxDeliver = errors.New("bus: delivery limit reached")
@@ -173,7 +182,11 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.takeNotice(ctx, m)
 		return nil
 	}
-	if b.settledElsewhere(ctx, d) || scheduled && b.settledBeforeFiring(ctx, m, fired) {
+	skip, wait := b.settledElsewhere(ctx, d, maxDeliver)
+	if wait > 0 {
+		return putOff{wait}
+	}
+	if skip || scheduled && b.settledBeforeFiring(ctx, m, fired) {
 		return nil
 	}
 	hs := &f.hs
@@ -257,9 +270,12 @@ func doByOf(m *Message) (time.Time, bool) {
 // backoff.
 func (b *Bus) decide(ctx context.Context, cm *consumers.Msg, err error, maxDeliver int, backoff backoff) settlement {
 	delivery := int(cm.Metadata.Deliveries)
+	var later putOff
 	switch {
 	case err == nil:
 		return settlement{outcome: outcomeAck}
+	case errors.As(err, &later):
+		return settlement{outcome: outcomeNak, delay: later.delay}
 	case isPermanent(err):
 		return settlement{outcome: outcomeTerm, reason: err}
 	case ctx.Err() != nil:

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -451,6 +452,20 @@ type requests struct {
 	idle     *time.Timer        // ends the listener listenerLinger after the last request
 	closed   bool               // the bus closed: the listener ends with the last request
 	taken    recentSet          // IDs of replies and progress updates handed to a Request
+	sent     recentSet          // IDs of the requests this process sent
+
+	// unrecorded are the replies a Request took from the listener whose
+	// stored copy has not reached a subscription of this process yet, by
+	// ID: their taken records are put off (deferTaken). recordDue writes
+	// the records whose wait is over.
+	unrecorded map[string]unrecordedReply
+	recordDue  *time.Timer
+}
+
+// unrecordedReply is a reply a Request took, and when.
+type unrecordedReply struct {
+	d  *Delivery
+	at time.Time
 }
 
 // listenerLinger is how long the listener stays subscribed after the last
@@ -516,6 +531,7 @@ func (r *requests) register(b *Bus, id string, w *waiter) error {
 	if r.closed {
 		return fmt.Errorf("%w: request %s", ErrClosed, id)
 	}
+	r.sent.add(id)
 	if r.listener == nil {
 		filter, err := b.opts.scheme.AgentFilter(b.agent)
 		if err != nil {
@@ -624,6 +640,7 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.taken.has(d.ID) {
+		delete(r.unrecorded, d.ID) // its other copy came: the record is needless
 		return true, true
 	}
 	w, ok := r.waiting[d.CausationID]
@@ -703,8 +720,115 @@ func (b *Bus) listen(nm *nats.Msg) {
 	}
 	d := &Delivery{Message: *m, Subject: nm.Subject, bus: b}
 	if took, again := b.req.take(d); took && !again {
-		b.recordTaken(d)
+		b.tookFromListener(d)
 	}
+}
+
+// takenRecordWait is how long the record of a reply a Request took from
+// the listener waits for the reply's stored copy to reach a subscription
+// of this process, which acknowledges it without a handler and so makes
+// the record needless. In a running agent the copy comes within a
+// millisecond or two.
+const takenRecordWait = 100 * time.Millisecond
+
+// otherTakerWait is how long a subscription puts off the stored copy of a
+// reply to a request this process did not send, whose record does not say
+// taken: a Request of another process of the agent may have taken it, and
+// writes its record within takenRecordWait.
+const otherTakerWait = time.Second
+
+// tookFromListener sees to the record of reply d, which a Request took
+// from the listener. It is written at once unless a subscription of this
+// process will meet the stored copy of d, a reply under the derived ID
+// (replyIDOf): its record is then put off (deferTaken), and written only
+// if the copy does not come in time. A reply with an ID of its own, or a
+// progress update, is written at once: a subscription of another process
+// reads it before its handler, and does not wait for it.
+func (b *Bus) tookFromListener(d *Delivery) {
+	if d.ID != replyIDOf(d.CausationID) || !b.subscribed() {
+		b.recordTaken(d)
+		return
+	}
+	b.req.deferTaken(d, b.recordTaken)
+}
+
+// subscribed reports whether the bus has a subscription running.
+func (b *Bus) subscribed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.subs) > 0
+}
+
+// deferTaken puts off the record of reply d for takenRecordWait; write
+// writes it then, unless its stored copy came (take). After close it is
+// written at once.
+func (r *requests) deferTaken(d *Delivery, write func(*Delivery)) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		write(d)
+		return
+	}
+	if r.unrecorded == nil {
+		r.unrecorded = make(map[string]unrecordedReply)
+	}
+	r.unrecorded[d.ID] = unrecordedReply{d: d, at: time.Now()}
+	switch {
+	case r.recordDue == nil:
+		r.recordDue = time.AfterFunc(takenRecordWait, func() { r.writeDue(write) })
+	case len(r.unrecorded) == 1: // the timer is idle
+		r.recordDue.Reset(takenRecordWait)
+	}
+	r.mu.Unlock()
+}
+
+// writeDue writes the records put off for takenRecordWait or longer, and
+// sets the timer for the next one.
+func (r *requests) writeDue(write func(*Delivery)) {
+	now := time.Now()
+	var due []*Delivery
+	r.mu.Lock()
+	next := time.Duration(0)
+	for id, u := range r.unrecorded {
+		if wait := takenRecordWait - now.Sub(u.at); wait > 0 {
+			next = min(cmp.Or(next, wait), wait)
+			continue
+		}
+		due = append(due, u.d)
+		delete(r.unrecorded, id)
+	}
+	if next > 0 {
+		r.recordDue.Reset(next)
+	}
+	r.mu.Unlock()
+	for _, d := range due {
+		write(d)
+	}
+}
+
+// flushTaken writes every record still put off, and stops the timer: the
+// bus closes, and no subscription of it will meet their stored copies.
+func (r *requests) flushTaken(write func(*Delivery)) {
+	r.mu.Lock()
+	due := make([]*Delivery, 0, len(r.unrecorded))
+	for _, u := range r.unrecorded {
+		due = append(due, u.d)
+	}
+	clear(r.unrecorded)
+	if r.recordDue != nil {
+		r.recordDue.Stop()
+	}
+	r.mu.Unlock()
+	for _, d := range due {
+		write(d)
+	}
+}
+
+// sentHere reports whether this process sent request id lately.
+func (r *requests) sentHere(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent.has(id)
 }
 
 // canceledRecord reports whether the record of request m, sent by this
@@ -736,45 +860,55 @@ func (b *Bus) recordTaken(d *Delivery) {
 
 // settledElsewhere decides what happens to a delivery before the handler
 // runs, and reports whether the handler is to be skipped (the message is
-// acknowledged). A reply goes to the Request waiting for it, or is skipped
-// when it was taken already in this process. A message of a Request's
-// exchange (it carries ExtReplyBy: the request, or a reply) is skipped when
-// its lifecycle record is final already: a reply taken by a Request in
-// another process, a request answered with Reply from outside its handler.
-// A request delivered again is also skipped when its handler replied
-// before (its reply, under the derived ID, writes no record). Otherwise a
-// reply after the requester's deadline is marked Late.
-func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery) bool {
+// acknowledged), or the delivery put off for wait. A reply goes to the
+// Request waiting for it, or is skipped when it was taken already in this
+// process. A message of a Request's exchange (it carries ExtReplyBy: the
+// request, or a reply) is skipped when its lifecycle record is final
+// already: a reply taken by a Request in another process, a request
+// answered with Reply from outside its handler. A request delivered again
+// is also skipped when its handler replied before (its reply, under the
+// derived ID, writes no record). The stored copy of a reply to a request
+// this process did not send, without a record, is put off once for
+// otherTakerWait (with a delivery to spare), for the record of another
+// process's Request that took it (tookFromListener). Otherwise a reply
+// after the requester's deadline is marked Late.
+func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, maxDeliver int) (skip bool, wait time.Duration) {
+	derivedReply := d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
 		if took, again := b.req.take(d); took {
-			if !again {
+			// A reply taken from its stored copy is acknowledged here:
+			// no other process meets it, so it needs no record.
+			if !again && !derivedReply {
 				b.recordTaken(d)
 			}
-			return true
+			return true, 0
 		}
 	}
 	by, ok := d.Extensions[ExtReplyBy]
 	if !ok {
-		return false
+		return false, 0
 	}
 	if b.status != nil {
 		s, err := b.status.get(ctx, &d.Message, b.agent)
 		if err == nil && s.State.Final() {
-			return true
+			return true, 0
 		}
 		if d.Deliveries > 1 {
 			if err != nil {
 				s = statusOf(&d.Message, b.agent, StateDelivered, b.agent)
 			}
 			if _, ok := b.status.replied(ctx, s); ok {
-				return true
+				return true, 0
 			}
+		}
+		if err != nil && derivedReply && d.Deliveries == 1 && (maxDeliver <= 0 || maxDeliver > 1) && !b.req.sentHere(d.CausationID) {
+			return false, otherTakerWait
 		}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, by); err == nil && d.CausationID != "" && time.Now().After(t) {
 		d.Late = true
 	}
-	return false
+	return false, 0
 }
 
 // recentSet remembers the last recentSetSize strings added.
