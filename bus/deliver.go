@@ -51,6 +51,10 @@ func (p putOff) Error() string {
 	return fmt.Sprintf("put off for %v: a reply another process of this agent may have taken", p.delay)
 }
 
+// ErrorType names it on the span and in the process duration metric
+// (error.type).
+func (putOff) ErrorType() string { return "put_off" }
+
 // errMaxDeliver is wrapped by the reason a message is dead-lettered after
 // its handler failed on its last allowed delivery.
 var errMaxDeliver = errors.New("bus: delivery limit reached")
