@@ -176,10 +176,10 @@ func (b *Bus) Close() error {
 	for s := range subs {
 		<-s.Done()
 	}
+	b.req.close()
 	// No subscription of this process meets the stored copies of the
 	// replies its Requests took any more.
 	b.req.flushTaken(b.recordTaken)
-	b.req.close()
 	if err := b.backlogReg.Unregister(); err != nil {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}

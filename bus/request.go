@@ -36,8 +36,9 @@ const ExtReplyBy = "replyby"
 // kept if shorter): met after it, its recipient drops it unread, and its
 // status reads expired. With lifecycle tracking it is sent without
 // Nats-TTL, so that it stays in the stream as its own index and needs no
-// pending record; without, the server removes it at its expiry. Request returns a *DeadlineError (errors.Is
-// ErrRequestTimeout) when a deadline passes: the reply-by, a do-by
+// pending record; without, the server removes it at its expiry. Request
+// returns a *DeadlineError (errors.Is ErrRequestTimeout) when a deadline
+// passes: the reply-by, a do-by
 // (DoBy: the handler's context ends there too) or an idle timeout
 // (IdleTimeout, reset by each progress update). A request canceled while
 // Request waits (Cancel, by its recipient or an operator too) returns a
@@ -639,7 +640,7 @@ func (r *requests) updates(w *waiter) []*Delivery {
 func (r *requests) take(d *Delivery) (took, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.taken.has(d.ID) {
+	if _, put := r.unrecorded[d.ID]; put || r.taken.has(d.ID) {
 		delete(r.unrecorded, d.ID) // its other copy came: the record is needless
 		return true, true
 	}
@@ -873,7 +874,8 @@ func (b *Bus) recordTaken(d *Delivery) {
 // process's Request that took it (tookFromListener). Otherwise a reply
 // after the requester's deadline is marked Late.
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, maxDeliver int) (skip bool, wait time.Duration) {
-	derivedReply := d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
+	by, exchange := d.Extensions[ExtReplyBy]
+	derivedReply := exchange && d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
 		if took, again := b.req.take(d); took {
 			// A reply taken from its stored copy is acknowledged here:
@@ -884,8 +886,7 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, maxDeliver int)
 			return true, 0
 		}
 	}
-	by, ok := d.Extensions[ExtReplyBy]
-	if !ok {
+	if !exchange {
 		return false, 0
 	}
 	if b.status != nil {
