@@ -1,12 +1,16 @@
 package bus_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -41,6 +45,91 @@ func TestClusterReplicatedStream(t *testing.T) {
 	if got, want := r.types(), []string{"p1-1", "p3-2", "p4-0"}; !slices.Equal(got, want) {
 		t.Errorf("handled %v, want %v", got, want)
 	}
+}
+
+// TestClusterRequestReply: on a 3-node cluster with three replicas, a
+// request and its reply between agents on two nodes write no record of the
+// request, and a lookup through the third reads it replied, off the reply
+// it finds by the derived ID on a replica.
+func TestClusterRequestReply(t *testing.T) {
+	c := embeddedtest.RunCluster(t, 3)
+	nodes := c.Servers()
+	info, err := newAdmin(t, embeddedtest.Connect(t, nodes[0])).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	for _, stream := range []string{info.Config.Name, "KV_AGENTBUS_STATUS", "KV_AGENTBUS_AGENTS"} {
+		if _, err := c.WaitForStreamLeader(testContext(t), "", stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+	worker := newBus(t, nodes[2], "worker")
+	replier(t, worker)
+	orch := newBus(t, nodes[1], "orchestrator")
+	subscribe(t, orch, func(context.Context, *bus.Delivery) error { return nil })
+	reply, err := orch.Request(testContext(t), bus.Message{ID: "cluster-q", To: "worker", Type: "REQUEST", CorrelationID: "conv-cluster"})
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	lookup := newBus(t, nodes[0], "orchestrator")
+	if st := waitState(t, lookup, "cluster-q", bus.StateReplied); st.ReplyID != reply.ID || st.By != "worker" {
+		t.Errorf("status %+v, want replied by worker with %s", st, reply.ID)
+	}
+	// The cluster shuts down with nothing left to write or replicate.
+	for _, b := range []*bus.Bus{lookup, orch, worker} {
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReplicasCurrent(t, embeddedtest.Connect(t, nodes[0]))
+}
+
+// waitReplicasCurrent waits until every replica of every stream and of
+// its consumers is current: a Raft group still being made when the
+// cluster shuts down is stopped late, and its goroutines outlive the test.
+func waitReplicasCurrent(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func(name string, ci *jetstream.ClusterInfo, replicas int) (bool, string) {
+		if ci == nil || len(ci.Replicas) != replicas-1 {
+			return false, fmt.Sprintf("%s: %+v", name, ci)
+		}
+		for _, r := range ci.Replicas {
+			if !r.Current {
+				return false, fmt.Sprintf("%s: replica %s not current", name, r.Name)
+			}
+		}
+		return true, ""
+	}
+	waitFor(t, "every stream's and consumer's replicas current", func() (bool, string) {
+		ctx := testContext(t)
+		streams := js.ListStreams(ctx)
+		n := 0
+		for si := range streams.Info() {
+			n++
+			if ok, why := current(si.Config.Name, si.Cluster, si.Config.Replicas); !ok {
+				return false, why
+			}
+			s, err := js.Stream(ctx, si.Config.Name)
+			if err != nil {
+				return false, err.Error()
+			}
+			consumers := s.ListConsumers(ctx)
+			for ci := range consumers.Info() {
+				replicas := cmp.Or(ci.Config.Replicas, si.Config.Replicas)
+				if ok, why := current(si.Config.Name+"/"+ci.Name, ci.Cluster, replicas); !ok {
+					return false, why
+				}
+			}
+			if err := consumers.Err(); err != nil {
+				return false, err.Error()
+			}
+		}
+		return n > 0 && streams.Err() == nil, fmt.Sprint(streams.Err())
+	})
 }
 
 // TestClusterSchedule: on a 3-node cluster with three replicas, a message
