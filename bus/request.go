@@ -461,6 +461,7 @@ type requests struct {
 	// the records whose wait is over.
 	unrecorded map[string]unrecordedReply
 	recordDue  *time.Timer
+	writing    sync.WaitGroup // writeDue writing what fell due
 }
 
 // unrecordedReply is a reply a Request took, and when.
@@ -746,6 +747,9 @@ const otherTakerWait = time.Second
 // progress update, is written at once: a subscription of another process
 // reads it before its handler, and does not wait for it.
 func (b *Bus) tookFromListener(d *Delivery) {
+	if b.status == nil {
+		return // no records
+	}
 	if d.ID != replyIDOf(d.CausationID) || !b.subscribed() {
 		b.recordTaken(d)
 		return
@@ -801,7 +805,9 @@ func (r *requests) writeDue(write func(*Delivery)) {
 	if next > 0 {
 		r.recordDue.Reset(next)
 	}
+	r.writing.Add(1)
 	r.mu.Unlock()
+	defer r.writing.Done()
 	for _, d := range due {
 		write(d)
 	}
@@ -823,6 +829,7 @@ func (r *requests) flushTaken(write func(*Delivery)) {
 	for _, d := range due {
 		write(d)
 	}
+	r.writing.Wait() // what the timer took before the stop is written too
 }
 
 // sentHere reports whether this process sent request id lately.
