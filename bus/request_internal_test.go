@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,5 +170,44 @@ func TestRequestOnCachedPresence(t *testing.T) {
 	}
 	if _, ok := orch.presences.fresh("worker", time.Now()); ok {
 		t.Error("the offline reading was kept")
+	}
+}
+
+// TestTakenRecordsPutOff: the record of a reply a Request took is written
+// once its wait is over, never when its stored copy came meanwhile, at
+// once by the flush at Close, and at once after it.
+func TestTakenRecordsPutOff(t *testing.T) {
+	var (
+		r     requests
+		mu    sync.Mutex
+		wrote []string
+	)
+	write := func(d *Delivery) {
+		mu.Lock()
+		defer mu.Unlock()
+		wrote = append(wrote, d.ID)
+	}
+	written := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(wrote)
+	}
+	reply := func(id string) *Delivery { return &Delivery{Message: Message{ID: id, CausationID: "request-" + id}} }
+
+	r.deferTaken(reply("waited"), write)
+	r.deferTaken(reply("copied"), write)
+	if took, again := r.take(reply("copied")); !took || !again {
+		t.Errorf("the stored copy of a put-off reply: took %v, again %v; want both", took, again)
+	}
+	embeddedtest.WaitFor(t, time.Minute, "the record whose wait is over", func() (bool, string) {
+		got := written()
+		return slices.Contains(got, "waited"), fmt.Sprint(got)
+	})
+	r.deferTaken(reply("flushed"), write)
+	r.close()
+	r.flushTaken(write)
+	r.deferTaken(reply("late"), write)
+	if got, want := written(), []string{"waited", "flushed", "late"}; !slices.Equal(got, want) {
+		t.Errorf("records written %v, want %v (never the one whose copy came)", got, want)
 	}
 }
