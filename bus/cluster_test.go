@@ -13,28 +13,37 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
-// TestClusterReplicatedStream: on a 3-node cluster, a stream with three
-// replicas carries messages between agents connected to different nodes,
-// in priority order.
-func TestClusterReplicatedStream(t *testing.T) {
+// replicatedCluster starts a 3-node cluster, provisions the bus on it
+// with three replicas of everything, and waits for the leaders of the
+// message stream and of the other streams the test uses.
+func replicatedCluster(t *testing.T, streams ...string) *embedded.Cluster {
+	t.Helper()
 	c := embeddedtest.RunCluster(t, 3)
-	nodes := c.Servers()
-	admin := embeddedtest.Connect(t, nodes[0])
-	info, err := newAdmin(t, admin).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
+	info, err := newAdmin(t, embeddedtest.Connect(t, c.Servers()[0])).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
 	if info.Config.Replicas != 3 {
 		t.Fatalf("replicas = %d, want 3", info.Config.Replicas)
 	}
-	if _, err := c.WaitForStreamLeader(testContext(t), "", info.Config.Name); err != nil {
-		t.Fatal(err)
+	for _, stream := range append([]string{info.Config.Name}, streams...) {
+		if _, err := c.WaitForStreamLeader(testContext(t), "", stream); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return c
+}
 
+// TestClusterReplicatedStream: on a 3-node cluster, a stream with three
+// replicas carries messages between agents connected to different nodes,
+// in priority order.
+func TestClusterReplicatedStream(t *testing.T) {
+	nodes := replicatedCluster(t).Servers()
 	sender := newBus(t, nodes[1], "planner")
 	for i, p := range []int{4, 1, 3} {
 		publish(t, sender, bus.Message{To: "builder", Type: fmt.Sprintf("p%d-%d", p, i), Priority: p})
@@ -52,17 +61,7 @@ func TestClusterReplicatedStream(t *testing.T) {
 // request, and a lookup through the third reads it replied, off the reply
 // it finds by the derived ID on a replica.
 func TestClusterRequestReply(t *testing.T) {
-	c := embeddedtest.RunCluster(t, 3)
-	nodes := c.Servers()
-	info, err := newAdmin(t, embeddedtest.Connect(t, nodes[0])).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	for _, stream := range []string{info.Config.Name, "KV_AGENTBUS_STATUS", "KV_AGENTBUS_AGENTS"} {
-		if _, err := c.WaitForStreamLeader(testContext(t), "", stream); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes := replicatedCluster(t, "KV_AGENTBUS_STATUS", "KV_AGENTBUS_AGENTS").Servers()
 	worker := newBus(t, nodes[2], "worker")
 	replier(t, worker)
 	orch := newBus(t, nodes[1], "orchestrator")
@@ -137,18 +136,8 @@ func waitReplicasCurrent(t *testing.T, nc *nats.Conn) {
 // the replicated schedule stream fires it and the message stream sources
 // it.
 func TestClusterSchedule(t *testing.T) {
-	c := embeddedtest.RunCluster(t, 3)
-	nodes := c.Servers()
+	nodes := replicatedCluster(t, subjects.Default().ScheduleStream()).Servers()
 	ctx := testContext(t)
-	info, err := newAdmin(t, embeddedtest.Connect(t, nodes[0])).Provision(ctx, bus.StreamConfig{Replicas: 3})
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	for _, stream := range []string{info.Config.Name, subjects.Default().ScheduleStream()} {
-		if _, err := c.WaitForStreamLeader(ctx, "", stream); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ack, err := newBus(t, nodes[1], "planner").Schedule(ctx, bus.Message{To: "builder", Type: "nightly"}, bus.In(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -163,14 +152,7 @@ func TestClusterSchedule(t *testing.T) {
 // TestClusterQuorumLossIsUnavailable: a replicated stream that lost its
 // quorum is reported as unavailable, not as missing.
 func TestClusterQuorumLossIsUnavailable(t *testing.T) {
-	c := embeddedtest.RunCluster(t, 3)
-	admin := embeddedtest.Connect(t, c.Servers()[0])
-	if _, err := newAdmin(t, admin).Provision(testContext(t), bus.StreamConfig{Replicas: 3}); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	if _, err := c.WaitForStreamLeader(testContext(t), "", "AGENTBUS"); err != nil {
-		t.Fatal(err)
-	}
+	c := replicatedCluster(t)
 	sender := newBus(t, c.Servers()[0], "planner")
 	publish(t, sender, bus.Message{To: "builder", Type: "before"})
 	for _, i := range []int{1, 2} {
@@ -196,17 +178,7 @@ func TestClusterQuorumLossIsUnavailable(t *testing.T) {
 // the crashed agent's node as well made registry reads time out for 20 s
 // now and then: not yet understood, see the closing note of session 5.)
 func TestClusterPresence(t *testing.T) {
-	c := embeddedtest.RunCluster(t, 3)
-	nodes := c.Servers()
-	info, err := newAdmin(t, embeddedtest.Connect(t, nodes[0])).Provision(testContext(t), bus.StreamConfig{Replicas: 3})
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	for _, stream := range []string{info.Config.Name, "KV_AGENTBUS_AGENTS"} {
-		if _, err := c.WaitForStreamLeader(testContext(t), "", stream); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes := replicatedCluster(t, "KV_AGENTBUS_AGENTS").Servers()
 	observer := newBus(t, nodes[0], "observer")
 
 	clean := newBus(t, nodes[1], "clean", bus.WithHeartbeat(time.Second))
