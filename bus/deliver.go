@@ -186,7 +186,8 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.takeNotice(ctx, m)
 		return nil
 	}
-	skip, wait := b.settledElsewhere(ctx, d, maxDeliver)
+	_, exchange := m.Extensions[ExtReplyBy] // a request, or a reply to one
+	skip, wait := b.settledElsewhere(ctx, d, exchange, maxDeliver)
 	if wait > 0 {
 		return putOff{wait}
 	}
@@ -195,7 +196,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	}
 	hs := &f.hs
 	hs.d, hs.ctx = d, &f.ctx
-	if _, ok := m.Extensions[ExtReplyBy]; ok {
+	if exchange {
 		hs.replyFound = b.findsReply(addr, cm.Header, m)
 	}
 	f.ctx.Context, f.ctx.h = ctx, hs

@@ -778,11 +778,10 @@ func (t *tracker) derive(ctx context.Context, out []Status) {
 }
 
 // replied returns s, the status of a request, replied, when the reply that
-// Reply sent it under the derived ID (replyIDOf) is stored: a handler's
-// Reply writes no record. It looks only at a request (it carries a reply-by)
+// Reply sent it under the derived ID is stored (replyOf): a handler's Reply
+// writes no record. It looks only at a request (it carries a reply-by)
 // that has not ended, or that a Cancel ended while its handler went on to
-// reply (the work was done, as Cancel says), and reads the reply off its
-// indexed subject, by a filter naming both agents, which either may read.
+// reply (the work was done, as Cancel says).
 func (t *tracker) replied(ctx context.Context, s Status) (Status, bool) {
 	switch s.State {
 	case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired, StateCanceled:
@@ -792,17 +791,29 @@ func (t *tracker) replied(ctx context.Context, s Status) (Status, bool) {
 	if s.ReplyBy.IsZero() || s.To == Broadcast || s.Type == TypeProgress || s.ID == replyIDOf(s.CausationID) {
 		return s, false // not a request: a reply, or a progress update, of one
 	}
-	id := replyIDOf(s.ID)
-	filter, err := t.scheme.MessageFilterBetween(id, s.From, s.To)
-	if err != nil {
+	r, ok := t.replyOf(ctx, s.ID, s.From, s.To)
+	if !ok {
 		return s, false
 	}
-	found, err := t.stored(ctx, id, filter)
-	if err != nil || len(found) == 0 {
-		return s, false
-	}
-	s.State, s.ReplyID, s.Updated, s.By, s.Reason = StateReplied, id, found[0].Updated, s.To, ""
+	s.State, s.ReplyID, s.Updated, s.By, s.Reason = StateReplied, r.ID, r.Updated, s.To, ""
 	return s, true
+}
+
+// replyOf returns the pending status of the reply to request id, sent by
+// from to to, that Reply sent under the derived ID (replyIDOf), if it is
+// stored. It reads the reply off its indexed subject by a filter naming
+// both agents, which either may read.
+func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, bool) {
+	rid := replyIDOf(id)
+	filter, err := t.scheme.MessageFilterBetween(rid, from, to)
+	if err != nil {
+		return Status{}, false
+	}
+	found, err := t.stored(ctx, rid, filter)
+	if err != nil || len(found) == 0 {
+		return Status{}, false
+	}
+	return found[0], true
 }
 
 // consumerInfoTimeout bounds a lookup's read of one consumer's state.

@@ -870,18 +870,17 @@ func (b *Bus) recordTaken(d *Delivery) {
 // runs, and reports whether the handler is to be skipped (the message is
 // acknowledged), or the delivery put off for wait. A reply goes to the
 // Request waiting for it, or is skipped when it was taken already in this
-// process. A message of a Request's exchange (it carries ExtReplyBy: the
-// request, or a reply) is skipped when its lifecycle record is final
-// already: a reply taken by a Request in another process, a request
-// answered with Reply from outside its handler. A request delivered again
-// is also skipped when its handler replied before (its reply, under the
-// derived ID, writes no record). The stored copy of a reply to a request
-// this process did not send, without a record, is put off once for
-// otherTakerWait (with a delivery to spare), for the record of another
-// process's Request that took it (tookFromListener). Otherwise a reply
-// after the requester's deadline is marked Late.
-func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, maxDeliver int) (skip bool, wait time.Duration) {
-	by, exchange := d.Extensions[ExtReplyBy]
+// process. A message of a Request's exchange (exchange: it carries
+// ExtReplyBy, the request or a reply) is skipped when its lifecycle
+// record is final already: a reply taken by a Request in another process,
+// a request answered with Reply from outside its handler. A request
+// delivered again is also skipped when its handler replied before (its
+// reply, under the derived ID, writes no record). The stored copy of a
+// reply to a request this process did not send, without a record, is put
+// off once for otherTakerWait (with a delivery to spare), for the record
+// of another process's Request that took it (tookFromListener). Otherwise
+// a reply after the requester's deadline is marked Late.
+func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, maxDeliver int) (skip bool, wait time.Duration) {
 	derivedReply := exchange && d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
 		if took, again := b.req.take(d); took {
@@ -901,11 +900,8 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, maxDeliver int)
 		if err == nil && s.State.Final() {
 			return true, 0
 		}
-		if d.Deliveries > 1 {
-			if err != nil {
-				s = statusOf(&d.Message, b.agent, StateDelivered, b.agent)
-			}
-			if _, ok := b.status.replied(ctx, s); ok {
+		if d.Deliveries > 1 && !derivedReply && d.Type != TypeProgress {
+			if _, ok := b.status.replyOf(ctx, d.ID, d.From, b.agent); ok {
 				return true, 0
 			}
 		}
@@ -913,7 +909,7 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, maxDeliver int)
 			return false, otherTakerWait
 		}
 	}
-	if t, err := time.Parse(time.RFC3339Nano, by); err == nil && d.CausationID != "" && time.Now().After(t) {
+	if t, err := time.Parse(time.RFC3339Nano, d.Extensions[ExtReplyBy]); err == nil && d.CausationID != "" && time.Now().After(t) {
 		d.Late = true
 	}
 	return false, 0
