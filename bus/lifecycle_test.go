@@ -312,8 +312,9 @@ func TestLifecycleAsyncPublishFailed(t *testing.T) {
 
 // TestPublishAsyncAckLost: an asynchronous publish whose ack never comes
 // (the stream sends none) fails at WithPublishAsyncTimeout with an error
-// wrapping jetstream.ErrAsyncPublishTimeout, not before, and is recorded
-// failed; Flush does not wait for it longer.
+// wrapping jetstream.ErrAsyncPublishTimeout (never before it:
+// asyncpub's TestPublishTimeoutCountsWholeTicks), and is recorded failed;
+// Flush does not wait for it longer.
 func TestPublishAsyncAckLost(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
@@ -333,16 +334,12 @@ func TestPublishAsyncAckLost(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	var errs errorTally
 	orch := newBus(t, s, "orchestrator", bus.WithPublishAsyncTimeout(timeout), bus.WithErrorHandler(errs.add))
-	start := time.Now()
 	f, err := orch.PublishAsync(ctx, bus.Message{To: "worker", Type: "ASYNC"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Wait(ctx); !errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
 		t.Fatalf("Wait: %v, want an error wrapping jetstream.ErrAsyncPublishTimeout", err)
-	}
-	if took := time.Since(start); took < timeout {
-		t.Errorf("failed after %v, before the timeout of %v", took, timeout)
 	}
 	if err := orch.Flush(ctx); err != nil {
 		t.Fatal(err)
