@@ -233,8 +233,9 @@ func (o *Options) setDefaults(levels int) error {
 
 // held is a message delivered to this process and not yet settled.
 type held struct {
-	m       Msg       // what the handler gets; its Metadata parsed from the ack subject when it arrived
-	touched time.Time // last delivery or in-progress ack
+	m       Msg           // what the handler gets; its Metadata parsed from the ack subject when it arrived
+	touched time.Duration // last delivery or in-progress ack, as Dispatcher.now
+	slot    int           // its index in Dispatcher.inflight while its handler runs
 }
 
 // Dispatcher pulls from an agent's priority levels and runs a handler on
@@ -251,7 +252,12 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	ready    *sync.Cond // on mu: a message arrived, a lane's state changed, or stopping
 	stopping bool       // guarded by mu: no more messages are picked or kept
-	inflight map[*held]struct{}
+	// inflight holds the messages whose handlers run, each at its index
+	// (held.slot): a slice, not a set, because every message is added and
+	// removed and only keepAlive reads them all. mu.
+	inflight []*held
+	epoch    time.Time    // Dispatcher.now counts from it
+	tick     atomic.Int64 // Dispatcher.now at keepAlive's last tick (lastTick)
 	// While stopping, until the lanes' subscriptions are gone
 	// (lanesClosed), messages given back wait in givenBack (both guarded
 	// by mu): see deferGiveBack.
@@ -294,13 +300,13 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 		return nil, err
 	}
 	d := &Dispatcher{
-		opts:     opts,
-		nc:       nc,
-		handler:  h,
-		levels:   make([][]*queue, levels),
-		weights:  make([]int, levels),
-		inflight: make(map[*held]struct{}),
-		done:     make(chan struct{}),
+		opts:    opts,
+		nc:      nc,
+		handler: h,
+		levels:  make([][]*queue, levels),
+		weights: make([]int, levels),
+		done:    make(chan struct{}),
+		epoch:   time.Now(),
 	}
 	d.ready = sync.NewCond(&d.mu)
 	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
@@ -495,9 +501,29 @@ func (d *Dispatcher) runWorker() {
 		d.handle(h, n)
 		n++
 		d.mu.Lock()
-		delete(d.inflight, h)
+		d.finishedLocked(h)
 	}
 }
+
+// finishedLocked removes h, whose handler returned, from inflight: the last
+// message there takes its slot.
+func (d *Dispatcher) finishedLocked(h *held) {
+	last := len(d.inflight) - 1
+	moved := d.inflight[last]
+	d.inflight[h.slot], moved.slot = moved, h.slot
+	d.inflight[last] = nil
+	d.inflight = d.inflight[:last]
+}
+
+// now returns the time since the dispatcher started, from the monotonic
+// clock alone.
+func (d *Dispatcher) now() time.Duration { return time.Since(d.epoch) }
+
+// lastTick returns the time of keepAlive's last tick, as now: when a
+// message arrives, to within AckWait/6, read without a clock. A message
+// looks older than it is by at most that, so keepAlive touches it sooner,
+// never later, than AckWait/3 after its arrival.
+func (d *Dispatcher) lastTick() time.Duration { return time.Duration(d.tick.Load()) }
 
 // pickLocked removes and returns the next message to handle, or nil when
 // there is none to start. Strict waits while a lane of the candidate level
@@ -537,7 +563,8 @@ func (d *Dispatcher) pickLocked() *held {
 	q.buf[0] = nil
 	q.buf = q.buf[1:]
 	q.lane.buffered--
-	d.inflight[h] = struct{}{}
+	h.slot = len(d.inflight)
+	d.inflight = append(d.inflight, h)
 	if q.lane.shouldPullLocked(d.prefetch()) {
 		// Only then: waking the puller for every message taken would
 		// cost a goroutine switch per message for nothing.
@@ -737,11 +764,13 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
+		case <-t.C:
 			due = due[:0]
-			limit := now.Add(-d.opts.AckWait / 3)
+			now := d.now()
+			d.tick.Store(int64(now))
+			limit := now - d.opts.AckWait/3
 			touch := func(h *held) {
-				if h.touched.Before(limit) {
+				if h.touched < limit {
 					h.touched = now
 					due = append(due, &h.m)
 				}
@@ -754,7 +783,7 @@ func (d *Dispatcher) keepAlive(stop <-chan struct{}, done chan<- struct{}) {
 					}
 				}
 			}
-			for h := range d.inflight {
+			for _, h := range d.inflight {
 				touch(h)
 			}
 			d.mu.Unlock()

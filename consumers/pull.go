@@ -41,7 +41,12 @@ type lane struct {
 	reqBatch int           // mu; messages it asked for
 	reqGot   int           // mu; messages received since it was sent
 	ended    chan ending   // how the current request ended
-	activity atomic.Int64  // unix nanos of the last message or heartbeat
+	// activity is when the current request last heard from the server,
+	// as Dispatcher.now: a status, or a message while the request waits
+	// at the server (waiting). A request answered at once (no_wait) does
+	// not watch it, so its messages, the many, read no clock.
+	activity atomic.Int64
+	waiting  atomic.Bool
 }
 
 // endKind is how a pull request ended.
@@ -115,10 +120,9 @@ func (l *lane) end(kind endKind, seq uint64, err error) {
 // or the status that ends a pull request. A message's metadata is parsed
 // here, once: its stream sequence orders the lanes of a level.
 func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
-	now := time.Now()
-	l.activity.Store(now.UnixNano())
 	if len(m.Data) == 0 && len(m.Header) > 0 {
 		if status := m.Header.Get("Status"); status != "" {
+			l.activity.Store(int64(d.now()))
 			seq, _ := strconv.ParseUint(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], 10, 64)
 			switch status {
 			case "100": // idle heartbeat
@@ -131,6 +135,9 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 			}
 			return
 		}
+	}
+	if l.waiting.Load() {
+		l.activity.Store(int64(d.now()))
 	}
 	md, err := ParseMetadata(m.Reply)
 	if err != nil {
@@ -154,7 +161,7 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 	}
 	q.buf = append(q.buf, &held{
 		m:       Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Metadata: md, reply: m.Reply, d: d},
-		touched: now,
+		touched: d.lastTick(),
 	})
 	l.buffered++
 	l.reqGot++
@@ -298,8 +305,8 @@ func (d *Dispatcher) request(l *lane, n int, noWait bool) ending {
 		body = append(body, '}')
 		wait = 2*heartbeat + time.Second
 	}
-	sent := time.Now()
-	l.activity.Store(sent.UnixNano())
+	l.activity.Store(int64(d.now()))
+	l.waiting.Store(!noWait)
 	if err := d.nc.PublishRequest(l.subject, l.inbox+"."+strconv.FormatUint(seq, 10), body); err != nil {
 		return ending{kind: endFailed, err: err}
 	}
@@ -317,7 +324,7 @@ func (d *Dispatcher) request(l *lane, n int, noWait bool) ending {
 			}
 			// A waiting request hears a message or a heartbeat at least
 			// every heartbeat interval while the server holds it.
-			quiet := time.Since(time.Unix(0, l.activity.Load()))
+			quiet := d.now() - time.Duration(l.activity.Load())
 			if quiet >= 2*heartbeat {
 				return ending{kind: endFailed, err: fmt.Errorf("%w: consumer %s: no heartbeat for %v", ErrPull, l.name, quiet.Round(time.Millisecond))}
 			}
