@@ -30,7 +30,9 @@ import (
 // Reply. Each bus row runs beside the raw nats.go row doing the job the
 // issue's table names, on the same server in the same run: the bus's ce-
 // headers and a unique Nats-Msg-Id on the plain direct subject, decoding
-// the CloudEvent on consume; a raw JetStream round trip for request/reply.
+// the CloudEvent on consume; a raw JetStream round trip for request/reply,
+// its reply decoded. The request rows run the bus's requester without a
+// subscription (request/bus) and with one (request/bus-requester-subscribed).
 // The bus rows report their ratio to it (bus/raw, higher is better for
 // throughput, lower for latency). Every row has a stream of its own.
 func BenchmarkDefaultPath(b *testing.B) {
@@ -278,6 +280,9 @@ func BenchmarkDefaultPath(b *testing.B) {
 		defer rc.Stop()
 		got := make(chan struct{}, 1)
 		pc, err := replies.Consume(func(m jetstream.Msg) {
+			if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
+				b.Error(err)
+			}
 			m.Ack()
 			got <- struct{}{}
 		})
@@ -297,30 +302,46 @@ func BenchmarkDefaultPath(b *testing.B) {
 		}
 		latency(b, lat, true)
 	})
-	b.Run("request/bus", func(b *testing.B) {
-		requester, r := fresh(b, "requester")
-		responder, err := bus.New(embeddedtest.Connect(b, s), "responder", bus.WithRoot(r))
-		if err != nil {
-			b.Fatal(err)
+	// A requester with no subscription of its own, as a caller that only
+	// asks; and one that also subscribes, as an agent that both asks and
+	// serves (BenchmarkRequestReply's setting).
+	for _, subscribed := range []bool{false, true} {
+		name := "request/bus"
+		if subscribed {
+			name = "request/bus-requester-subscribed"
 		}
-		defer responder.Close()
-		sub, err := responder.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
-			_, err := responder.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", Data: d.Data})
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { sub.Stop(); <-sub.Done() }()
-		lat := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
-		for range b.N {
-			start := time.Now()
-			if _, err := requester.Request(ctx, bus.Message{To: "responder", Type: "REQUEST", Data: message.Data}); err != nil {
+		b.Run(name, func(b *testing.B) {
+			requester, r := fresh(b, "requester")
+			if subscribed {
+				own, err := requester.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { own.Stop(); <-own.Done() }()
+			}
+			responder, err := bus.New(embeddedtest.Connect(b, s), "responder", bus.WithRoot(r))
+			if err != nil {
 				b.Fatal(err)
 			}
-			lat = append(lat, time.Since(start))
-		}
-		latency(b, lat, false)
-	})
+			defer responder.Close()
+			sub, err := responder.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+				_, err := responder.Reply(ctx, &d.Message, bus.Message{Type: "RESULT", Data: d.Data})
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { sub.Stop(); <-sub.Done() }()
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := requester.Request(ctx, bus.Message{To: "responder", Type: "REQUEST", Data: message.Data}); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			latency(b, lat, false)
+		})
+	}
 }
