@@ -254,9 +254,15 @@ func BenchmarkDefaultPath(b *testing.B) {
 		// The requester publishes the request to the responder's subject
 		// and reads the reply from its own with a pull consumer; the
 		// responder reads requests likewise and publishes each reply.
+		// A connection for each agent: js the requester's, jsR the
+		// responder's.
 		js, sc := rawOn(b)
+		jsR, err := jetstream.New(embeddedtest.Connect(b, s))
+		if err != nil {
+			b.Fatal(err)
+		}
 		toResponder, toRequester := rawMessage(b, sc, "responder"), rawMessage(b, sc, "requester")
-		consumer := func(agent string) jetstream.Consumer {
+		consumer := func(js jetstream.JetStream, agent string) jetstream.Consumer {
 			filter, _ := sc.AgentFilter(agent)
 			c, err := js.CreateOrUpdateConsumer(ctx, sc.Stream(), jetstream.ConsumerConfig{Durable: agent, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy})
 			if err != nil {
@@ -264,12 +270,12 @@ func BenchmarkDefaultPath(b *testing.B) {
 			}
 			return c
 		}
-		requests, replies := consumer("responder"), consumer("requester")
+		requests, replies := consumer(jsR, "responder"), consumer(js, "requester")
 		rc, err := requests.Consume(func(m jetstream.Msg) {
 			if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
 				b.Error(err)
 			}
-			if _, err := js.PublishMsg(ctx, toRequester()); err != nil {
+			if _, err := jsR.PublishMsg(ctx, toRequester()); err != nil {
 				b.Error(err)
 			}
 			m.Ack()
@@ -277,7 +283,7 @@ func BenchmarkDefaultPath(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer rc.Stop()
+		defer func() { rc.Stop(); <-rc.Closed() }()
 		got := make(chan struct{}, 1)
 		pc, err := replies.Consume(func(m jetstream.Msg) {
 			if _, err := codec.Decode(m.Headers(), m.Data()); err != nil {
@@ -289,7 +295,7 @@ func BenchmarkDefaultPath(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer pc.Stop()
+		defer func() { pc.Stop(); <-pc.Closed() }()
 		lat := make([]time.Duration, 0, b.N)
 		b.ResetTimer()
 		for range b.N {
