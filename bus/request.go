@@ -780,22 +780,22 @@ func (r *requests) deferTaken(d *Delivery, write func(*Delivery)) {
 	r.unrecorded[d.ID] = unrecordedReply{d: d, at: time.Now()}
 	switch {
 	case r.recordDue == nil:
-		r.recordDue = time.AfterFunc(takenRecordWait, func() { r.writeDue(write) })
+		r.recordDue = time.AfterFunc(takenRecordWait, func() { r.writeDue(write, false) })
 	case len(r.unrecorded) == 1: // the timer is idle
 		r.recordDue.Reset(takenRecordWait)
 	}
 	r.mu.Unlock()
 }
 
-// writeDue writes the records put off for takenRecordWait or longer, and
-// sets the timer for the next one.
-func (r *requests) writeDue(write func(*Delivery)) {
+// writeDue writes the records put off for takenRecordWait or longer, or
+// all of them with all, and sets the timer for the next one.
+func (r *requests) writeDue(write func(*Delivery), all bool) {
 	now := time.Now()
 	var due []*Delivery
 	r.mu.Lock()
 	next := time.Duration(0)
 	for id, u := range r.unrecorded {
-		if wait := takenRecordWait - now.Sub(u.at); wait > 0 {
+		if wait := takenRecordWait - now.Sub(u.at); wait > 0 && !all {
 			next = min(cmp.Or(next, wait), wait)
 			continue
 		}
@@ -816,19 +816,12 @@ func (r *requests) writeDue(write func(*Delivery)) {
 // flushTaken writes every record still put off, and stops the timer: the
 // bus closes, and no subscription of it will meet their stored copies.
 func (r *requests) flushTaken(write func(*Delivery)) {
+	r.writeDue(write, true)
 	r.mu.Lock()
-	due := make([]*Delivery, 0, len(r.unrecorded))
-	for _, u := range r.unrecorded {
-		due = append(due, u.d)
-	}
-	clear(r.unrecorded)
 	if r.recordDue != nil {
 		r.recordDue.Stop()
 	}
 	r.mu.Unlock()
-	for _, d := range due {
-		write(d)
-	}
 	r.writing.Wait() // what the timer took before the stop is written too
 }
 

@@ -178,9 +178,6 @@ func TestDeliveryReplyNeedsItsBus(t *testing.T) {
 	}
 }
 
-// TestRequestTakenReplyRecordedOnce: a reply that Request takes as it is
-// published is recorded completed once, not again when its stored copy
-// reaches the requester's own subscription, which drops it.
 // TestRequestTakenReplyWritesNoRecord: a reply a Request took, whose
 // stored copy then reached the requester's own subscription, needs no
 // record: the copy is acknowledged without the handler, and a lookup

@@ -3,6 +3,7 @@ package consumers
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,6 +106,9 @@ func TestParseMetadata(t *testing.T) {
 		{"not an ack subject", "_INBOX.x", Metadata{}, ErrNotJetStreamMsg},
 		{"too few tokens", "$JS.ACK.S.c.1.2", Metadata{}, ErrNotJetStreamMsg},
 		{"not a number", "$JS.ACK.S.c.x.1.1.1.0", Metadata{}, ErrNotJetStreamMsg},
+		{"largest pending, leading zeros", "$JS.ACK.S.c.01.1.1.1.18446744073709551615",
+			Metadata{Stream: "S", Consumer: "c", Deliveries: 1, StreamSeq: 1, ConsumerSeq: 1, Timestamp: time.Unix(0, 1).UTC(), NumPending: math.MaxUint64}, nil},
+		{"overflows", "$JS.ACK.S.c.1.1.1.1.18446744073709551616", Metadata{}, ErrNotJetStreamMsg},
 		{"empty", "", Metadata{}, ErrNotJetStreamMsg},
 	}
 	for _, tt := range tests {

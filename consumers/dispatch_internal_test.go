@@ -3,7 +3,6 @@ package consumers
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,18 +24,7 @@ func BenchmarkDispatchPath(b *testing.B) {
 	if err := opts.setDefaults(5); err != nil {
 		b.Fatal(err)
 	}
-	d := &Dispatcher{
-		opts:    opts,
-		nc:      nc,
-		handler: func(_ context.Context, m *Msg) { m.Ack() },
-		levels:  make([][]*queue, 5),
-		weights: make([]int, 5),
-		done:    make(chan struct{}),
-		epoch:   time.Now(),
-	}
-	d.ready = sync.NewCond(&d.mu)
-	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
-	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
+	d := newDispatcher(nc, "AGENTBUS", 5, func(_ context.Context, m *Msg) { m.Ack() }, opts)
 	defer d.stopAll()
 	defer d.stopPull()
 	l, err := d.newLane(Lane{Consumer: "c", Level: 2})
@@ -44,8 +32,7 @@ func BenchmarkDispatchPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.sub.Unsubscribe()
-	d.lanes = []*lane{l}
-	d.levels[2] = l.queues
+	d.addLaneLocked(l)
 	msgs := make([]*nats.Msg, 1024)
 	ts := time.Now().UnixNano()
 	for i := range msgs {

@@ -299,19 +299,7 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 	if err := opts.setDefaults(levels); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{
-		opts:    opts,
-		nc:      nc,
-		handler: h,
-		levels:  make([][]*queue, levels),
-		weights: make([]int, levels),
-		done:    make(chan struct{}),
-		epoch:   time.Now(),
-	}
-	d.ready = sync.NewCond(&d.mu)
-	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
-	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
-	d.stream = stream
+	d := newDispatcher(nc, stream, levels, h, opts)
 	for _, spec := range lanes {
 		l, err := d.newLane(spec)
 		if err != nil {
@@ -320,10 +308,7 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 			}
 			return nil, fmt.Errorf("subscribe for consumer %s: %w", spec.Consumer, err)
 		}
-		d.lanes = append(d.lanes, l)
-		for _, q := range l.queues {
-			d.levels[q.level] = append(d.levels[q.level], q)
-		}
+		d.addLaneLocked(l)
 	}
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	d.pulling.Add(len(d.lanes) + 1)
@@ -350,6 +335,34 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 		close(d.done)
 	}()
 	return d, nil
+}
+
+// newDispatcher returns a dispatcher of stream's levels with opts, which
+// have their defaults, before it has lanes or goroutines.
+func newDispatcher(nc *nats.Conn, stream string, levels int, h Handler, opts Options) *Dispatcher {
+	d := &Dispatcher{
+		opts:    opts,
+		nc:      nc,
+		handler: h,
+		stream:  stream,
+		levels:  make([][]*queue, levels),
+		weights: make([]int, levels),
+		done:    make(chan struct{}),
+		epoch:   time.Now(),
+	}
+	d.ready = sync.NewCond(&d.mu)
+	d.pullCtx, d.stopPull = context.WithCancel(context.Background())
+	d.handlerCtx, d.stopAll = context.WithCancel(context.Background())
+	return d
+}
+
+// addLaneLocked adds l to the lanes read and its queues to their levels,
+// with mu held or before the dispatcher starts.
+func (d *Dispatcher) addLaneLocked(l *lane) {
+	d.lanes = append(d.lanes, l)
+	for _, q := range l.queues {
+		d.levels[q.level] = append(d.levels[q.level], q)
+	}
 }
 
 // AddLane starts reading one more durable consumer, as if it had been
@@ -379,10 +392,7 @@ func (d *Dispatcher) AddLane(spec Lane) error {
 	if err != nil {
 		return fmt.Errorf("subscribe for consumer %s: %w", spec.Consumer, err)
 	}
-	d.lanes = append(d.lanes, l)
-	for _, q := range l.queues {
-		d.levels[q.level] = append(d.levels[q.level], q)
-	}
+	d.addLaneLocked(l)
 	// Not stopping, so the connection watcher still counts in pulling: the
 	// stop sequence cannot be waiting on it yet.
 	d.pulling.Add(1)

@@ -155,15 +155,11 @@ func parseDecimal(s string) (uint64, bool) {
 	}
 	var v uint64
 	for i := 0; i < len(s); i++ {
-		c := s[i] - '0'
-		if c > 9 {
+		c := uint64(s[i] - '0')
+		if c > 9 || v > (math.MaxUint64-c)/10 { // not a digit, or overflows
 			return 0, false
 		}
-		next := v*10 + uint64(c)
-		if v > math.MaxUint64/10 || next < v*10 {
-			return 0, false // overflows
-		}
-		v = next
+		v = v*10 + c
 	}
 	return v, true
 }
