@@ -2,6 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -34,6 +37,13 @@ import (
 //	        the ID made by codec.NewID as the bus makes it (a UUID v7)
 //	unique-v4  unique with random IDs (UUID v4), as the bus made them
 //	        before: what the ID's form costs the server's index
+//	batched shared, plus an index written in batches, the alternative
+//	        docs/performance.md weighs against unique: as acks come back,
+//	        the messages' IDs and stream sequences (24 bytes each), at
+//	        most batchedIndexSize to a record, one record per tenth of a
+//	        second of the IDs' time (UUID v7) under ix.index.<tenth>.<n>.
+//	        A lookup reads the records of its ID's tenth (one batched
+//	        direct get) and then the message by its sequence
 //
 // Each reports its publish rate (PublishMsgAsync until the last ack), the
 // server heap each message adds (a GC before and after; the server runs in
@@ -41,7 +51,8 @@ import (
 // <root>.agent.<to>.p3.>, Consume and ack), and, for record and unique,
 // the p50 and p99 of finding a message by its ID alone, as a status lookup
 // must: a direct get of the key filter *.<id>.*.* in the bucket (record)
-// or of <root>.agent.*.*.*.*.<id>.* in the stream (unique); and the p50 of
+// or of <root>.agent.*.*.*.*.<id>.* in the stream (unique), or the index
+// records and then the message (batched); and the p50 of
 // reading a conversation's ten messages, as a trace does ("conv-p50-µs"):
 // an ordered consumer of the key filter <conversation>.> in the bucket
 // (record), or of the headers of <root>.agent.*.*.*.*.*.<conversation> in
@@ -53,8 +64,8 @@ import (
 func BenchmarkIndexBySubject(b *testing.B) {
 	const convLen = 10 // messages per conversation
 	var shared struct{ publish, consume, heap float64 }
-	for _, name := range []string{"shared", "record", "unique", "unique-v4"} {
-		unique, record := strings.HasPrefix(name, "unique"), name == "record"
+	for _, name := range []string{"shared", "record", "unique", "unique-v4", "batched"} {
+		unique, record, batched := strings.HasPrefix(name, "unique"), name == "record", name == "batched"
 		b.Run(name, func(b *testing.B) {
 			s := embeddedtest.RunServer(b)
 			js, err := jetstream.New(embeddedtest.Connect(b, s))
@@ -62,7 +73,8 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IX", Subjects: []string{"ix.>"}, Storage: jetstream.FileStorage}); err != nil {
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IX", Subjects: []string{"ix.>"}, Storage: jetstream.FileStorage,
+				AllowDirect: batched}); err != nil {
 				b.Fatal(err)
 			}
 			ids := make([]string, b.N)
@@ -94,14 +106,29 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			if record {
 				kv, prefix = rawStatusBucket(b, js)
 			}
+			var acked chan indexedPublish
+			indexed := make(chan struct{})
+			if batched {
+				acked = make(chan indexedPublish, 4*batchedIndexSize)
+				go writeBatchedIndex(b, js, acked, indexed)
+			}
 			heapBefore := clientStats().heap
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
 			for i := range b.N {
+				if batched {
+					// Made as it is sent, as the bus makes it: the index's
+					// records are filed by the ID's time.
+					ids[i] = newID()
+				}
 				m := &nats.Msg{Subject: subject(i), Data: payload, Header: nats.Header{jetstream.MsgIDHeader: {ids[i]}}}
-				if _, err := js.PublishMsgAsync(m); err != nil {
+				f, err := js.PublishMsgAsync(m)
+				if err != nil {
 					b.Fatal(err)
+				}
+				if batched {
+					acked <- indexedPublish{ids[i], f}
 				}
 				if record {
 					rec, err := rawPendingRecordIn(prefix, conv(i), m)
@@ -113,6 +140,10 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					}
 				}
 			}
+			if batched {
+				close(acked)
+				<-indexed
+			}
 			waitAcked(b, js)
 			b.StopTimer()
 			publish := rate(b)
@@ -120,7 +151,7 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			b.ReportMetric(publish, "publish-msg/s")
 			b.ReportMetric(heap, "server-heap-B/msg")
 
-			if record || unique {
+			if record || unique || batched {
 				find := func(id string) error {
 					_, err := kv.ListKeysFiltered(ctx, "*."+subjects.EncodeToken(id)+".*.*")
 					return err
@@ -135,6 +166,10 @@ func BenchmarkIndexBySubject(b *testing.B) {
 						return err
 					}
 				}
+				if batched {
+					nc := embeddedtest.Connect(b, s)
+					find = func(id string) error { return findBatched(ctx, nc, id) }
+				}
 				lat := make([]time.Duration, 0, 100)
 				for range 100 {
 					start := time.Now()
@@ -144,13 +179,16 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					lat = append(lat, time.Since(start))
 				}
 				latencyFigures(b, lat)
-
-				// A conversation: its ten messages.
+			}
+			if record || unique {
+				// A conversation: its ten messages. (batched has none to
+				// read: the alternative keeps a conversation's key on its
+				// subjects.)
 				stream, filter := "IX", func(c string) string { return "ix.agent.*.*.*.*.*." + subjects.ConversationKey(c) }
 				if record {
 					stream, filter = "KV_"+kv.Bucket(), func(c string) string { return prefix + subjects.ConversationKey(c) + ".>" }
 				}
-				lat = lat[:0]
+				lat := make([]time.Duration, 0, 50)
 				for range 50 * min(len(ids)/convLen, 1) {
 					c := ids[rand.IntN(len(ids)/convLen)*convLen]
 					start := time.Now()
@@ -215,4 +253,115 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			}
 		})
 	}
+}
+
+// batchedIndexSize is the most IDs one record of the batched index holds.
+const batchedIndexSize = 256
+
+// indexedPublish is a message of the batched row and its publish's future.
+type indexedPublish struct {
+	id string
+	f  jetstream.PubAckFuture
+}
+
+// batchedIndexSubject is the subject of the batched index's records for
+// the tenth of a second of id's time (a UUID v7's first 48 bits, in ms).
+func batchedIndexSubject(id uuid.UUID) string {
+	ms := uint64(id[0])<<40 | uint64(id[1])<<32 | uint64(id[2])<<24 | uint64(id[3])<<16 | uint64(id[4])<<8 | uint64(id[5])
+	return "ix.index." + strconv.FormatUint(ms/100, 10)
+}
+
+// writeBatchedIndex writes the batched row's index: for each publish in
+// acked, in order, once its ack is back, the ID and stream sequence, in
+// records of at most batchedIndexSize entries (16 bytes of ID, 8 of
+// sequence), one per tenth of a second of the IDs' time. It closes done
+// when acked is closed and every record is sent.
+func writeBatchedIndex(b *testing.B, js jetstream.JetStream, acked <-chan indexedPublish, done chan<- struct{}) {
+	defer close(done)
+	pending := map[string][]byte{} // by subject
+	n := 0
+	flush := func() {
+		for subj, rec := range pending {
+			if _, err := js.PublishMsgAsync(&nats.Msg{Subject: subj + "." + strconv.Itoa(n), Data: rec}); err != nil {
+				b.Error(err)
+			}
+			n++
+		}
+		clear(pending)
+	}
+	count := 0
+	for p := range acked {
+		var ack *jetstream.PubAck
+		select {
+		case ack = <-p.f.Ok():
+		case err := <-p.f.Err():
+			b.Error(err)
+			continue
+		}
+		id, err := uuid.Parse(p.id)
+		if err != nil {
+			b.Error(err)
+			continue
+		}
+		subj := batchedIndexSubject(id)
+		rec := append(pending[subj], id[:]...)
+		pending[subj] = binary.BigEndian.AppendUint64(rec, ack.Sequence)
+		if count++; count%batchedIndexSize == 0 {
+			flush()
+		}
+	}
+	flush()
+}
+
+// findBatched finds message id through the batched index: every record of
+// its ID's tenth of a second in one batched direct get, then the message
+// by the sequence a record gives.
+func findBatched(ctx context.Context, nc *nats.Conn, id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return err
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	// The records are written after their messages, so none is older than
+	// the ID's time, less the publisher's clock's error (a second allowed).
+	sec, nsec := u.Time().UnixTime()
+	from := time.Unix(sec, nsec).Add(-time.Second)
+	req, err := json.Marshal(map[string]any{"start_time": from, "next_by_subj": batchedIndexSubject(u) + ".*", "batch": 1024})
+	if err != nil {
+		return err
+	}
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET.IX", inbox, req); err != nil {
+		return err
+	}
+	var seq uint64
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return err
+		}
+		if m.Header.Get("Status") != "" { // 204 after the last record, or 404
+			break
+		}
+		for rec := m.Data; len(rec) >= 24; rec = rec[24:] {
+			if [16]byte(rec[:16]) == u {
+				seq = binary.BigEndian.Uint64(rec[16:24])
+			}
+		}
+	}
+	if seq == 0 {
+		return fmt.Errorf("%s: not in the batched index", id)
+	}
+	resp, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.IX", []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
+	if err != nil {
+		return err
+	}
+	if resp.Header.Get(jetstream.MsgIDHeader) != id {
+		return fmt.Errorf("%s: sequence %d holds %q", id, seq, resp.Header.Get(jetstream.MsgIDHeader))
+	}
+	return nil
 }
