@@ -61,14 +61,28 @@ func TestClusterReplicatedStream(t *testing.T) {
 // request, and a lookup through the third reads it replied, off the reply
 // it finds by the derived ID on a replica.
 func TestClusterRequestReply(t *testing.T) {
-	nodes := replicatedCluster(t, "KV_AGENTBUS_STATUS", "KV_AGENTBUS_AGENTS").Servers()
+	scheme := subjects.Default()
+	nodes := replicatedCluster(t, "KV_"+scheme.StatusBucket(), "KV_"+scheme.RegistryBucket()).Servers()
 	worker := newBus(t, nodes[2], "worker")
 	replier(t, worker)
 	orch := newBus(t, nodes[1], "orchestrator")
 	subscribe(t, orch, func(context.Context, *bus.Delivery) error { return nil })
-	reply, err := orch.Request(testContext(t), bus.Message{ID: "cluster-q", To: "worker", Type: "REQUEST", CorrelationID: "conv-cluster"})
+	ctx := testContext(t)
+	reply, err := orch.Request(ctx, bus.Message{ID: "cluster-q", To: "worker", Type: "REQUEST", CorrelationID: "conv-cluster"})
 	if err != nil {
 		t.Fatalf("Request: %v", err)
+	}
+	waitFor(t, "the request acknowledged by the worker", func() (bool, string) {
+		info, err := consumerInfo(t, worker, "worker_p3")
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
+	})
+	for _, b := range []*bus.Bus{orch, worker} {
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := recordHistory(t, nodes[0], "conv-cluster", "cluster-q", "orchestrator", "worker"); len(got) != 0 {
+		t.Errorf("the request's record history %v, want none written by the round trip", got)
 	}
 	lookup := newBus(t, nodes[0], "orchestrator")
 	if st := waitState(t, lookup, "cluster-q", bus.StateReplied); st.ReplyID != reply.ID || st.By != "worker" {

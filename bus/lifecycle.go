@@ -799,12 +799,14 @@ func (t *tracker) replied(ctx context.Context, s Status) (Status, bool) {
 	return s, true
 }
 
-// replyOf returns the pending status of the reply to request id, sent by
-// from to to, that Reply sent under the derived ID (replyIDOf), if it is
-// stored. It reads the reply off its indexed subject by a filter naming
+// replyOf returns the pending status of the reply to request id, which
+// from sent to to, that Reply sent under the derived ID (replyIDOf), if it
+// is stored. It reads the reply off its indexed subject by a filter naming
 // both agents, which either may read.
 func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, bool) {
 	rid := replyIDOf(id)
+	// The reply goes the other way: to the request's sender, from its
+	// recipient.
 	filter, err := t.scheme.MessageFilterBetween(rid, from, to)
 	if err != nil {
 		return Status{}, false

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -796,7 +795,9 @@ func (r *requests) writeDue(write func(*Delivery), all bool) {
 	next := time.Duration(0)
 	for id, u := range r.unrecorded {
 		if wait := takenRecordWait - now.Sub(u.at); wait > 0 && !all {
-			next = min(cmp.Or(next, wait), wait)
+			if next == 0 || wait < next {
+				next = wait // the soonest of those still waiting
+			}
 			continue
 		}
 		due = append(due, u.d)

@@ -385,9 +385,10 @@ func storedMessage(t *testing.T, s *embedded.Server, filter string) (*jetstream.
 	if err != nil {
 		return nil, err
 	}
-	stream, err := js.Stream(testContext(t), subjects.Default().Stream())
+	ctx := testContext(t)
+	stream, err := js.Stream(ctx, subjects.Default().Stream())
 	if err != nil {
 		return nil, err
 	}
-	return stream.GetLastMsgForSubject(testContext(t), filter)
+	return stream.GetLastMsgForSubject(ctx, filter)
 }

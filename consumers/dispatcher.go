@@ -531,8 +531,9 @@ func (d *Dispatcher) now() time.Duration { return time.Since(d.epoch) }
 
 // lastTick returns the time of keepAlive's last tick, as now: when a
 // message arrives, to within AckWait/6, read without a clock. A message
-// looks older than it is by at most that, so keepAlive touches it sooner,
-// never later, than AckWait/3 after its arrival.
+// looks older than it is by at most that, so keepAlive's in-progress ack
+// for it comes at most one tick sooner than its arrival time would make
+// it, never later.
 func (d *Dispatcher) lastTick() time.Duration { return time.Duration(d.tick.Load()) }
 
 // pickLocked removes and returns the next message to handle, or nil when
