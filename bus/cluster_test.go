@@ -67,23 +67,11 @@ func TestClusterRequestReply(t *testing.T) {
 	replier(t, worker)
 	orch := newBus(t, nodes[1], "orchestrator")
 	subscribe(t, orch, func(context.Context, *bus.Delivery) error { return nil })
-	ctx := testContext(t)
-	reply, err := orch.Request(ctx, bus.Message{ID: "cluster-q", To: "worker", Type: "REQUEST", CorrelationID: "conv-cluster"})
+	reply, err := orch.Request(testContext(t), bus.Message{ID: "cluster-q", To: "worker", Type: "REQUEST", CorrelationID: "conv-cluster"})
 	if err != nil {
 		t.Fatalf("Request: %v", err)
 	}
-	waitFor(t, "the request acknowledged by the worker", func() (bool, string) {
-		info, err := consumerInfo(t, worker, "worker_p3")
-		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
-	})
-	for _, b := range []*bus.Bus{orch, worker} {
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := recordHistory(t, nodes[0], "conv-cluster", "cluster-q", "orchestrator", "worker"); len(got) != 0 {
-		t.Errorf("the request's record history %v, want none written by the round trip", got)
-	}
+	noRequestRecord(t, nodes[0], orch, worker, "conv-cluster", "cluster-q")
 	lookup := newBus(t, nodes[0], "orchestrator")
 	if st := waitState(t, lookup, "cluster-q", bus.StateReplied); st.ReplyID != reply.ID || st.By != "worker" {
 		t.Errorf("status %+v, want replied by worker with %s", st, reply.ID)

@@ -298,18 +298,7 @@ func TestRequestRoundTripWritesNoRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the request acknowledged by the worker", func() (bool, string) {
-		info, err := consumerInfo(t, worker, "worker_p3")
-		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
-	})
-	for _, b := range []*bus.Bus{orch, worker} {
-		if err := b.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := recordHistory(t, s, "conv-norec", "norec-1", "orchestrator", "worker"); len(got) != 0 {
-		t.Errorf("the request's record history %v, want none written by the round trip", got)
-	}
+	noRequestRecord(t, s, orch, worker, "conv-norec", "norec-1")
 	stored, err := storedMessage(t, s, subjects.Default().MessageFilter("norec-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -374,6 +363,26 @@ func TestReplyOnceAcrossRedelivery(t *testing.T) {
 	}
 	if len(acks) != 2 || acks[0].Duplicate || !acks[1].Duplicate || acks[1].ID != reply.ID {
 		t.Errorf("the replies' duplicate flags %v, want [false true], the second a duplicate of %s", dups, reply.ID)
+	}
+}
+
+// noRequestRecord checks that the round trip of request id in conversation
+// conv, from orch (agent orchestrator) to worker (agent worker), wrote no
+// record of the request, through server s, once the worker acknowledged
+// the request and both buses wrote what they had to.
+func noRequestRecord(t *testing.T, s *embedded.Server, orch, worker *bus.Bus, conv, id string) {
+	t.Helper()
+	waitFor(t, "the request acknowledged by the worker", func() (bool, string) {
+		info, err := consumerInfo(t, worker, "worker_p3")
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
+	})
+	for _, b := range []*bus.Bus{orch, worker} {
+		if err := b.Flush(testContext(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := recordHistory(t, s, conv, id, "orchestrator", "worker"); len(got) != 0 {
+		t.Errorf("the request's record history %v, want none written by the round trip", got)
 	}
 }
 
