@@ -82,7 +82,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
@@ -171,7 +170,7 @@ func busHeaders(b *testing.B) func() nats.Header {
 		for k, v := range h {
 			c[k] = v
 		}
-		id := nuid.Next()
+		id := codec.NewID()
 		c["ce-id"] = []string{id}
 		c[jetstream.MsgIDHeader] = []string{id}
 		return c
@@ -211,7 +210,7 @@ func bareMessages(b *testing.B, to string) func() *nats.Msg {
 // message id in the conversation correlationID names, as the bus publishes
 // it (subjects.Scheme.IndexedDirect, without checking direct again).
 func indexed(direct, id, correlationID string) string {
-	return direct + "." + subjects.IDToken(id) + "." + subjects.ConversationKey(correlationID)
+	return direct + "." + subjects.IndexToken(id) + "." + subjects.ConversationToken(correlationID)
 }
 
 // encodeEvent encodes m as the bus does, for a raw baseline: the

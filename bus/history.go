@@ -168,7 +168,7 @@ func (b *Admin) History(ctx context.Context, correlationID string, q HistoryQuer
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	stored, err := b.status.storedIn(ctx, b.opts.scheme.ConversationFilter(correlationID))
+	stored, err := b.status.conversation(ctx, correlationID)
 	if err != nil {
 		return HistoryPage{}, refusedCall(ctx, fmt.Errorf("history of %s: %w", correlationID, err))
 	}
@@ -488,22 +488,35 @@ func (b *Bus) readOwn(ctx context.Context, entries []HistoryEntry) error {
 // storedOwn returns the pending status of every message of the
 // conversation correlationID names that the stream holds under an indexed
 // subject naming this agent, as the recipient or the sender, in stream
-// order. It reads their headers with the agent's history consumers,
-// filtered to the conversation: the only consumers of the stream its
-// permissions let it create besides its own durable ones.
+// order (storedUnder).
 func (b *Bus) storedOwn(ctx context.Context, correlationID string) ([]Status, error) {
 	filters, err := b.opts.scheme.ConversationFiltersOfAgent(correlationID, b.agent)
 	if err != nil {
 		return nil, err
 	}
+	out, err := b.storedUnder(ctx, filters)
+	if err != nil {
+		return nil, err
+	}
+	return inConversation(out, correlationID), nil
+}
+
+// storedUnder returns the pending status of every message of the stream whose
+// indexed subject matches a pair of filters naming this agent, as the
+// recipient and as the sender (subjects.Scheme.MessageFiltersOfAgent and
+// the like), in stream order. It reads their headers with the agent's
+// history consumers, one per filter of a pair: the only consumers of the
+// stream its permissions let it create besides its own durable ones.
+func (b *Bus) storedUnder(ctx context.Context, pairs []string) ([]Status, error) {
 	received, _, _ := b.opts.scheme.ReceivedHistoryConsumer(b.agent) // the agent is valid
 	sent, _, _ := b.opts.scheme.SentHistoryConsumer(b.agent)
 	b.history.Lock()
 	defer b.history.Unlock()
 	var out []Status
 	seen := make(map[uint64]bool) // a message to itself meets both filters
-	for i, name := range []string{received, sent} {
-		cfg := jetstream.ConsumerConfig{Name: name, FilterSubject: filters[i], HeadersOnly: true}
+	for i, filter := range pairs {
+		name := []string{received, sent}[i%2]
+		cfg := jetstream.ConsumerConfig{Name: name, FilterSubject: filter, HeadersOnly: true}
 		err := b.readHistory(ctx, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 			seq := md.Sequence.Stream
 			if st, ok := b.status.statusOfStored(m.Subject(), m.Headers(), nil, seq, md.Timestamp); ok && !seen[seq] {
@@ -516,6 +529,7 @@ func (b *Bus) storedOwn(ctx context.Context, correlationID string) ([]Status, er
 			return nil, fmt.Errorf("read with %s: %w", name, b.notProvisioned(err))
 		}
 	}
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Sequence, b.Sequence) })
 	return out, nil
 }
 
@@ -563,7 +577,7 @@ func (b *Admin) Redeliver(ctx context.Context, id, to string) (PubAck, error) {
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	stored, err := b.status.storedAll(ctx, id, b.opts.scheme.MessageFilter(id))
+	stored, err := b.status.find(ctx, id)
 	if err != nil {
 		return PubAck{}, refusedCall(ctx, fmt.Errorf("redeliver %s: %w", id, err))
 	}

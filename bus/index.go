@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,42 +21,147 @@ import (
 // The message as its own index. A direct message the bus sends has an
 // indexed subject, <root>.agent.<to>.p<N>.<from>.<type>.<id>.<conversation>
 // (subjects.Scheme.IndexedDirect), so the stream's subject index finds it
-// by its ID: a lookup reads the message itself, the last of the subjects a
-// filter such as <root>.agent.*.*.*.*.<id>.* matches, with one direct get,
-// and learns from it its sender, recipient, conversation and sequence. From
-// those it reads the message's records by their exact keys, where it would
+// by its ID: a lookup reads the last message of each subject a filter such
+// as <root>.agent.*.*.*.*.<id>.* matches with one direct get, and learns
+// from it its sender, recipient, conversation and sequence. From those it
+// reads the message's records by their exact keys, where it would
 // otherwise look through every key of the status bucket for the ID.
+//
+// The bus's own IDs (UUID version 7) are named by the 16 ms window of
+// their time (subjects.IndexToken), which the messages made in it share:
+// the stream then keeps an index entry per window and route, not per
+// message, which is what lifecycle tracking cost a publish
+// (docs/performance.md). An operator's lookup reads the headers of the
+// window's messages and keeps the one with the ID (find); an agent's reads
+// the last message of its two filters first, and the window's headers
+// where that is another message (Bus.findOwn). Messages stored by an
+// earlier version, which named each ID, are found by the ID's own token
+// second.
+
+// find returns the pending status of every message of the stream whose
+// event's ID is id, found by its indexed subject under any agents, as an
+// operator may read them (Admin.Status): for the ID's window, the headers
+// of the window's messages (storedIn); for an ID's own token, the last
+// message of each subject its filter matches (storedAll). It stops at the
+// first filter that finds the ID. (A window's last messages would come
+// with their bodies, one per route and conversation window: at a high
+// rate over many routes, more to read than the window's headers.)
+func (t *tracker) find(ctx context.Context, id string) ([]Status, error) {
+	windowed := subjects.Windowed(subjects.IndexToken(id))
+	for i, f := range t.scheme.MessageFilters(id) {
+		var (
+			found []Status
+			err   error
+		)
+		if i == 0 && windowed {
+			if found, err = t.storedIn(ctx, f); err == nil {
+				found = slices.DeleteFunc(found, func(st Status) bool { return st.ID != id })
+			}
+		} else {
+			found, err = t.storedAll(ctx, id, f)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(found) > 0 {
+			return found, nil
+		}
+	}
+	return nil, nil
+}
+
+// findOwn returns the pending status of message id that the stream holds
+// under an indexed subject naming this agent, as the recipient or the
+// sender, as an agent may read it (Bus.Status): the last message of each
+// subject its filters of id match, one direct get each (stored), and where
+// those are other messages of the ID's window, the window's messages'
+// headers, with the agent's history consumers (storedUnder). It stops at the
+// first pair of filters that finds the ID.
+func (b *Bus) findOwn(ctx context.Context, id string) ([]Status, error) {
+	filters, err := b.opts.scheme.MessageFiltersOfAgent(id, b.agent)
+	if err != nil {
+		return nil, err
+	}
+	windowed := subjects.Windowed(subjects.IndexToken(id))
+	for i := 0; i+1 < len(filters); i += 2 {
+		pair := filters[i : i+2]
+		found, others, err := b.status.stored(ctx, id, pair...)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 && others && i == 0 && windowed {
+			all, err := b.storedUnder(ctx, pair)
+			if err != nil {
+				return nil, err
+			}
+			found = slices.DeleteFunc(all, func(st Status) bool { return st.ID != id })
+		}
+		if len(found) > 0 {
+			return found, nil
+		}
+	}
+	return nil, nil
+}
+
+// conversation returns the pending status of every message of the
+// conversation correlationID names that the stream holds under an indexed
+// subject, in stream order, read with a short-lived consumer of their
+// headers per filter of the conversation (storedIn): an operator's read.
+// A window's filter also matches the conversations begun with it; their
+// messages are left out.
+func (t *tracker) conversation(ctx context.Context, correlationID string) ([]Status, error) {
+	var out []Status
+	for _, f := range t.scheme.ConversationFilters(correlationID) {
+		stored, err := t.storedIn(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, inConversation(stored, correlationID)...)
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Sequence, b.Sequence) })
+	return out, nil
+}
+
+// inConversation returns the statuses of stored that belong to the
+// conversation correlationID names, in place.
+func inConversation(stored []Status, correlationID string) []Status {
+	return slices.DeleteFunc(stored, func(st Status) bool { return st.CorrelationID != correlationID })
+}
 
 // stored returns, for each of filters, the pending status of the last
 // message of the stream whose indexed subject the filter matches, read off
 // the message itself, if its event's ID is id: a subject that names an ID
 // its event does not carry (a foreign publisher's mistake, or a forgery,
 // which permissions limit to the publisher's own subjects) finds nothing.
-// A filter with no message finds nothing either. The error says the stream
-// could not be asked: it was provisioned before the index (no direct
-// gets), or the reader's permissions predate it; the caller then looks
-// through the records instead.
-func (t *tracker) stored(ctx context.Context, id string, filters ...string) ([]Status, error) {
-	var out []Status
+// A filter with no message finds nothing either; others reports that a
+// filter's last message was another one (of the same window, or a
+// forgery). The error says the stream could not be asked: it was
+// provisioned before the index (no direct gets), or the reader's
+// permissions predate it; the caller then looks through the records
+// instead.
+func (t *tracker) stored(ctx context.Context, id string, filters ...string) (out []Status, others bool, err error) {
 	for _, f := range filters {
 		resp, err := t.nc.RequestWithContext(ctx, t.streamGet+f, nil)
 		if err != nil {
-			return nil, fmt.Errorf("find %s in stream %s: %w", id, t.stream, err)
+			return nil, false, fmt.Errorf("find %s in stream %s: %w", id, t.stream, err)
 		}
 		switch code := resp.Header.Get("Status"); code {
 		case "":
 		case "404":
 			continue
 		default:
-			return nil, fmt.Errorf("find %s in stream %s: server answered %s %s", id, t.stream, code, resp.Header.Get("Description"))
+			return nil, false, fmt.Errorf("find %s in stream %s: server answered %s %s", id, t.stream, code, resp.Header.Get("Description"))
 		}
 		st, ok := t.storedStatus(resp)
+		switch {
+		case !ok || st.ID != id:
+			others = true
 		// An agent's two filters meet on a message to itself.
-		if ok && st.ID == id && !slices.ContainsFunc(out, func(o Status) bool { return o.Sequence == st.Sequence }) {
+		case !slices.ContainsFunc(out, func(o Status) bool { return o.Sequence == st.Sequence }):
 			out = append(out, st)
 		}
 	}
-	return out, nil
+	return out, others, nil
 }
 
 // maxBatch is how many messages the server answers one batched direct
@@ -64,11 +170,11 @@ const maxBatch = 1024
 
 // storedAll returns the pending status of every message of the stream
 // whose indexed subject matches filter and whose event's ID is id, read off
-// the message itself, the last of each subject: for an indexed subject,
-// the message it names. It asks for them
-// all at once, a direct get with the filter in its body, which an operator
-// may and an agent may not (its permissions name the subject in the
-// request's subject, stored). More than maxBatch messages are an error.
+// the message itself, the last of each subject: for a subject of the
+// ID's own, the message it names. It asks for them all at once, a direct get with the filter in its body, which an
+// operator may and an agent may not (its permissions name the subject in
+// the request's subject, stored). More than maxBatch subjects are an
+// error.
 func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, error) {
 	inbox := t.nc.NewInbox()
 	sub, err := t.nc.SubscribeSync(inbox)

@@ -37,6 +37,14 @@ import (
 //	        the ID made by codec.NewID as the bus makes it (a UUID v7)
 //	unique-v4  unique with random IDs (UUID v4), as the bus made them
 //	        before: what the ID's form costs the server's index
+//	windowed the bus's subjects now: shared's followed by the ID's and
+//	        the conversation's 16 ms window (subjects.IndexToken,
+//	        subjects.ConversationToken), the IDs made as they are sent,
+//	        as the bus makes them. A lookup reads the headers of the ID's
+//	        window (an ordered consumer of
+//	        <root>.agent.*.*.*.*.<window>.*), as the bus does where the
+//	        window's last message is another one, and a conversation's
+//	        read reads those of every conversation begun in its window
 //	batched shared, plus an index written in batches, the alternative
 //	        docs/performance.md weighs against unique: as acks come back,
 //	        the messages' IDs and stream sequences (24 bytes each), at
@@ -64,8 +72,8 @@ import (
 func BenchmarkIndexBySubject(b *testing.B) {
 	const convLen = 10 // messages per conversation
 	var shared struct{ publish, consume, heap float64 }
-	for _, name := range []string{"shared", "record", "unique", "unique-v4", "batched"} {
-		unique, record, batched := strings.HasPrefix(name, "unique"), name == "record", name == "batched"
+	for _, name := range []string{"shared", "record", "unique", "unique-v4", "windowed", "batched"} {
+		unique, record, batched, windowed := strings.HasPrefix(name, "unique"), name == "record", name == "batched", name == "windowed"
 		b.Run(name, func(b *testing.B) {
 			s := embeddedtest.RunServer(b)
 			js, err := jetstream.New(embeddedtest.Connect(b, s))
@@ -89,6 +97,9 @@ func BenchmarkIndexBySubject(b *testing.B) {
 				subj := "ix.agent." + to + ".p3." + senderAgent + "." + benchType
 				if unique {
 					subj += "." + ids[i] + "." + subjects.ConversationKey(conv(i))
+				}
+				if windowed {
+					subj += "." + subjects.IndexToken(ids[i]) + "." + subjects.ConversationToken(conv(i))
 				}
 				return subj
 			}
@@ -117,9 +128,9 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
 			for i := range b.N {
-				if batched {
+				if batched || windowed {
 					// Made as it is sent, as the bus makes it: the index's
-					// records are filed by the ID's time.
+					// records, or windows, are filed by the ID's time.
 					ids[i] = newID()
 				}
 				m := &nats.Msg{Subject: subject(i), Data: payload, Header: nats.Header{jetstream.MsgIDHeader: {ids[i]}}}
@@ -151,7 +162,7 @@ func BenchmarkIndexBySubject(b *testing.B) {
 			b.ReportMetric(publish, "publish-msg/s")
 			b.ReportMetric(heap, "server-heap-B/msg")
 
-			if record || unique || batched {
+			if record || unique || batched || windowed {
 				find := func(id string) error {
 					_, err := kv.ListKeysFiltered(ctx, "*."+subjects.EncodeToken(id)+".*.*")
 					return err
@@ -170,6 +181,15 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					nc := embeddedtest.Connect(b, s)
 					find = func(id string) error { return findBatched(ctx, nc, id) }
 				}
+				if windowed {
+					find = func(id string) error {
+						ids, err := readHeaders(ctx, js, "ix.agent.*.*.*.*."+subjects.IndexToken(id)+".*")
+						if err == nil && !slices.Contains(ids, id) {
+							err = fmt.Errorf("%s is not in its window", id)
+						}
+						return err
+					}
+				}
 				lat := make([]time.Duration, 0, 100)
 				for range 100 {
 					start := time.Now()
@@ -179,6 +199,27 @@ func BenchmarkIndexBySubject(b *testing.B) {
 					lat = append(lat, time.Since(start))
 				}
 				latencyFigures(b, lat)
+			}
+			if windowed {
+				// A conversation: the messages of every conversation begun
+				// in its window.
+				lat := make([]time.Duration, 0, 50)
+				for range 50 * min(len(ids)/convLen, 1) {
+					c := ids[rand.IntN(len(ids)/convLen)*convLen]
+					start := time.Now()
+					got, err := readHeaders(ctx, js, "ix.agent.*.*.*.*.*."+subjects.ConversationToken(c))
+					if err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(start))
+					if len(got) < convLen {
+						b.Fatalf("conversation %s: %d messages, want %d at least", c, len(got), convLen)
+					}
+				}
+				if len(lat) > 0 {
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Microsecond), "conv-p50-µs")
+				}
 			}
 			if record || unique {
 				// A conversation: its ten messages. (batched has none to
@@ -364,4 +405,30 @@ func findBatched(ctx context.Context, nc *nats.Conn, id string) error {
 		return fmt.Errorf("%s: sequence %d holds %q", id, seq, resp.Header.Get(jetstream.MsgIDHeader))
 	}
 	return nil
+}
+
+// readHeaders returns the Nats-Msg-Id of every message of stream IX that
+// filter matches, read with an ordered consumer of their headers, as a
+// lookup of the bus reads a window.
+func readHeaders(ctx context.Context, js jetstream.JetStream, filter string) ([]string, error) {
+	oc, err := js.OrderedConsumer(ctx, "IX", jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, HeadersOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer js.DeleteConsumer(context.WithoutCancel(ctx), "IX", oc.CachedInfo().Name)
+	n := int(oc.CachedInfo().NumPending)
+	var ids []string
+	for len(ids) < n {
+		batch, err := oc.Fetch(min(n-len(ids), 1000), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		for m := range batch.Messages() {
+			ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }

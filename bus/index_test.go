@@ -1,8 +1,10 @@
 package bus_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // TestStatusByIndexedSubject: a message whose sender wrote no record (here
@@ -89,4 +92,113 @@ func TestStatusByIndexedSubject(t *testing.T) {
 		msg := check("Admin.Status", sts, err, bus.StateCompleted)
 		return msg == "", msg
 	})
+}
+
+// TestIndexWindows: messages whose IDs (UUIDs version 7) fall in one 16 ms
+// window share their indexed subject, as messages sent close together do,
+// and every lookup still finds each by its ID: an operator's, and the
+// sender's and the recipient's Status, which read the window's messages
+// where the last of its subject is another. The conversations begun in the
+// window share a token too; a trace and an agent's History keep their own
+// conversation's messages. A message an earlier version stored under its
+// ID's own token and its conversation key is found as well.
+func TestIndexWindows(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	admin := adminOf(t, s)
+	// IDs of one window: the same milliseconds, as IDs made within 16 ms
+	// have.
+	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	if subjects.IndexToken(id(0)) != subjects.IndexToken(id(9)) || !subjects.Windowed(subjects.IndexToken(id(0))) {
+		t.Fatal("the test's IDs are not of one window")
+	}
+	convOf := func(n int) string { return id(n % 2) } // id(0) and id(1) begin the two conversations
+	seqs := map[string]uint64{}
+	send := func(from *bus.Bus, to string, n int) {
+		t.Helper()
+		m := bus.Message{ID: id(n), To: to, Type: "T", CorrelationID: convOf(n)}
+		if n < 2 {
+			m.CorrelationID = "" // a conversation's first message: its own ID
+		}
+		ack, err := from.Publish(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[id(n)] = ack.Sequence
+	}
+	for n := range 6 {
+		send(alice, "bob", n)
+	}
+	send(bob, "alice", 6) // the other way, in the first conversation
+
+	// What an earlier version stored: the ID's own token and the
+	// conversation's key, in the same window.
+	old := id(7)
+	msg := &codec.Message{ID: old, From: "alice", To: "bob", Type: "T", Priority: 3, CorrelationID: convOf(7)}
+	msg.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h[jetstream.MsgIDHeader] = []string{old}
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := subjects.Default().Direct("bob", "alice", "T", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: direct + "." + subjects.IDToken(old) + "." + subjects.ConversationKey(convOf(7)), Header: h, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs[old] = ack.Sequence
+
+	for n := range 8 {
+		want := id(n)
+		from, to := alice, bob
+		if n == 6 {
+			from, to = bob, alice
+		}
+		for _, who := range []struct {
+			name   string
+			status func(context.Context, string) ([]bus.Status, error)
+		}{{"Admin", admin.Status}, {"sender", from.Status}, {"recipient", to.Status}} {
+			sts, err := who.status(ctx, want)
+			if err != nil || len(sts) != 1 || sts[0].ID != want || sts[0].Sequence != seqs[want] || sts[0].CorrelationID != convOf(n) || sts[0].State != bus.StatePending {
+				t.Errorf("%s's Status(%d) = %+v, %v, want %s pending at sequence %d in %s", who.name, n, sts, err, want, seqs[want], convOf(n))
+			}
+		}
+	}
+	if sts, err := admin.Status(ctx, id(8)); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("Admin.Status of an ID of the window never sent = %+v, %v, want ErrNoStatus", sts, err)
+	}
+
+	idsOf := func(sts []bus.Status) (out []string) {
+		for _, st := range sts {
+			out = append(out, st.ID)
+		}
+		return out
+	}
+	for conv, want := range map[string][]string{
+		convOf(0): {id(0), id(2), id(4), id(6)},
+		convOf(1): {id(1), id(3), id(5), id(7)},
+	} {
+		sts, err := admin.Conversation(ctx, conv)
+		if got := idsOf(sts); err != nil || !slices.Equal(got, want) {
+			t.Errorf("Admin.Conversation(%s) = %q, %v, want %q", conv, got, err, want)
+		}
+		for _, b := range []*bus.Bus{alice, bob} {
+			p, err := b.History(ctx, conv, bus.HistoryQuery{})
+			var got []string
+			for _, e := range p.Entries {
+				got = append(got, e.ID)
+			}
+			if err != nil || !slices.Equal(got, want) {
+				t.Errorf("History(%s) of %s = %q, %v, want %q", conv, b.Agent(), got, err, want)
+			}
+		}
+	}
 }

@@ -811,7 +811,7 @@ func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, boo
 	if err != nil {
 		return Status{}, false
 	}
-	found, err := t.stored(ctx, rid, filter)
+	found, _, err := t.stored(ctx, rid, filter)
 	if err != nil || len(found) == 0 {
 		return Status{}, false
 	}
@@ -887,8 +887,7 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	messages, err := b.opts.scheme.MessageFiltersOfAgent(id, b.agent)
-	if err != nil {
+	if err := subjects.ValidateID(b.agent); err != nil {
 		return nil, err
 	}
 	// Read this bus's own writes: the messages it published and the
@@ -900,7 +899,7 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 		return nil, fmt.Errorf("status of %s: publishes and records still under way: %w", id, err)
 	}
 	return b.lookup(ctx, id, filters, func(ctx context.Context) ([]Status, error) {
-		return b.status.stored(ctx, id, messages...)
+		return b.findOwn(ctx, id)
 	})
 }
 
@@ -910,7 +909,7 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 // ID, which an operator may and an agent may not.
 func (b *Admin) Status(ctx context.Context, id string) ([]Status, error) {
 	return b.lookup(ctx, id, []string{subjects.StatusKeysOfMessage(id)}, func(ctx context.Context) ([]Status, error) {
-		return b.status.storedAll(ctx, id, b.opts.scheme.MessageFilter(id))
+		return b.status.find(ctx, id)
 	})
 }
 
@@ -978,7 +977,7 @@ func (b *Admin) Conversation(ctx context.Context, correlationID string) ([]Statu
 	if err != nil {
 		return nil, refusedCall(ctx, err)
 	}
-	stored, err := b.status.storedIn(ctx, b.opts.scheme.ConversationFilter(correlationID))
+	stored, err := b.status.conversation(ctx, correlationID)
 	if err != nil {
 		return nil, refusedCall(ctx, err)
 	}

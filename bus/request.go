@@ -433,7 +433,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 // expiry (no Nats-TTL, expiresAtRecipient), the reply goes on an indexed
 // subject too, and both are on this bus's root.
 func (b *Bus) findsReply(addr subjects.Address, h nats.Header, m *Message) bool {
-	return b.indexed() && b.shards == nil && addr.Index.ID == m.ID && len(h[jetstream.MsgTTLHeader]) == 0
+	return b.indexed() && b.shards == nil && addr.Index.ID == subjects.IndexToken(m.ID) && len(h[jetstream.MsgTTLHeader]) == 0
 }
 
 // replyIDOf returns the ID Reply gives the reply to request id when the

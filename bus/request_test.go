@@ -299,7 +299,7 @@ func TestRequestRoundTripWritesNoRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	noRequestRecord(t, s, orch, worker, "conv-norec", "norec-1")
-	stored, err := storedMessage(t, s, subjects.Default().MessageFilter("norec-1"))
+	stored, err := storedMessage(t, s, subjects.Default().MessageFilters("norec-1")[0])
 	if err != nil {
 		t.Fatal(err)
 	}

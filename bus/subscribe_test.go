@@ -51,7 +51,7 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 		t.Errorf("delivery info seq=%d delivered=%d subject=%q, want seq=%d delivered=1 subject=%q",
 			d.Sequence, d.Deliveries, d.Subject, ack.Sequence, ack.Subject)
 	}
-	if want := "agentbus.agent.%40worker-1.p2.build%20orchestrator.TASK_ASSIGNMENT." + ack.ID + "." + subjects.ConversationKey(ack.ID); ack.Subject != want {
+	if want := "agentbus.agent.%40worker-1.p2.build%20orchestrator.TASK_ASSIGNMENT." + subjects.IndexToken(ack.ID) + "." + subjects.ConversationToken(ack.ID); ack.Subject != want || !subjects.Windowed(subjects.IndexToken(ack.ID)) {
 		t.Errorf("subject = %q, want %q", ack.Subject, want)
 	}
 }

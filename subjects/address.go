@@ -50,9 +50,9 @@ type Address struct {
 }
 
 // Index is what an indexed direct subject names besides its address: the
-// message ID as its [IDToken] (the ID itself cannot always be recovered:
-// a long one is hashed) and the [ConversationKey] of the message's
-// correlation ID.
+// message ID as its [IndexToken] (the ID itself cannot always be recovered:
+// a UUID version 7 is named by its time's window, a long ID is hashed) and
+// the [ConversationToken] of the message's correlation ID.
 type Index struct {
 	ID           string
 	Conversation string
@@ -62,11 +62,11 @@ type Index struct {
 // for every indexed message, so the common ID, a UUID or any other that
 // needs no escaping, is checked in one pass.
 func parseIndex(idTok, conv string) (Index, error) {
-	if len(conv) != 2*conversationKeyBytes || !isLowerHex(conv) {
-		return Index{}, fmt.Errorf("%w: conversation token %q is not 32 lower-case hex digits", ErrInvalidToken, conv)
+	if (len(conv) != 2*conversationKeyBytes || !isLowerHex(conv)) && !isWindowToken(conv) {
+		return Index{}, fmt.Errorf("%w: conversation token %q is neither 32 lower-case hex digits nor a window", ErrInvalidToken, conv)
 	}
-	if idTok != "" && len(idTok) <= maxKeyIDLen && encodedLen(idTok) == len(idTok) {
-		return Index{ID: idTok, Conversation: conv}, nil // its own token
+	if idTok != "" && len(idTok) <= maxKeyIDLen && encodedLen(idTok) == len(idTok) || isWindowToken(idTok) {
+		return Index{ID: idTok, Conversation: conv}, nil // its own token, or its window's
 	}
 	if h, ok := strings.CutPrefix(idTok, hashedIDPrefix); ok {
 		if len(h) != 64 || !isLowerHex(h) {

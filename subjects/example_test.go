@@ -106,13 +106,23 @@ func ExampleScheme_IndexedDirect() {
 
 	// A status lookup finds the message by its ID in the stream's subject
 	// index; Parse returns the index.
-	fmt.Println(s.MessageFilter("m-17"))
+	fmt.Println(s.MessageFilters("m-17"))
 	a, _ := s.Parse(subj)
 	fmt.Println(a.Index.ID, a.Index.Conversation == subjects.ConversationKey("release-42"))
 	fmt.Println(s.WithoutIndex(subj))
+
+	// The bus's own IDs, UUIDs version 7, are named by the 16 ms window of
+	// their time, which the messages made in it share; a lookup keeps the
+	// one with the ID from the window's.
+	id := "019ab1c2-d3e4-7abc-8def-0123456789ab"
+	subj, _ = s.IndexedDirect("reviewer", "lead", "review_request", 2, id, id)
+	fmt.Println(subj)
+	fmt.Println(s.MessageFilters(id)[0])
 	// Output:
 	// agentbus.agent.reviewer.p2.lead.review_request.m-17.717e81e2c69e106ad7cb5c8c712e0921
-	// agentbus.agent.*.*.*.*.m-17.*
+	// [agentbus.agent.*.*.*.*.m-17.*]
 	// m-17 true
 	// agentbus.agent.reviewer.p2.lead.review_request
+	// agentbus.agent.reviewer.p2.lead.review_request.=T19ab1c2d3e.=T19ab1c2d3e
+	// agentbus.agent.*.*.*.*.=T19ab1c2d3e.*
 }

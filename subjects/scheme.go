@@ -23,12 +23,16 @@ const maxRootLen = 64
 //
 // <to>, <from> and <type> are [EncodeToken] tokens, N is the priority 1..5.
 // An indexed subject is a direct one that also names its message: <id> is
-// [IDToken] of the message ID and <conversation> the [ConversationKey] of
-// its correlation ID, so that the stream's own subject index finds a
-// message by its ID and the messages of a conversation ([Scheme.MessageFilter],
-// [Scheme.ConversationFilter]). Package bus sends every direct message so
-// when it tracks the lifecycle (its default); a publisher that does not is
-// still delivered, only not found that way.
+// [IndexToken] of the message ID and <conversation> the [ConversationToken]
+// of its correlation ID, so that the stream's own subject index finds a
+// message by its ID and the messages of a conversation
+// ([Scheme.MessageFilters], [Scheme.ConversationFilters]). For the bus's
+// own IDs (UUID version 7) both tokens are 16 ms windows of the IDs' time,
+// shared by the messages made in them, and a lookup keeps the message it
+// looks for from the window's; any other ID has tokens of its own. Package
+// bus sends every direct message so when it tracks the lifecycle (its
+// default); a publisher that does not is still delivered, only not found
+// that way.
 const (
 	kindAgent = "agent" // token after the root in a direct subject
 	kindAll   = "all"   // token after the root in a broadcast subject
@@ -135,8 +139,8 @@ func writeDirect(b *strings.Builder, root, to, from, typ string, priority int) {
 // IndexedDirect returns the indexed subject of message id from agent from
 // to agent to in the conversation correlationID names:
 // <root>.agent.<to>.p<N>.<from>.<type>.<id>.<conversation>, the subject of
-// [Scheme.Direct] followed by [IDToken](id) and
-// [ConversationKey](correlationID). Inputs are validated as in
+// [Scheme.Direct] followed by [IndexToken](id) and
+// [ConversationToken](correlationID). Inputs are validated as in
 // [Scheme.Direct], and id must not be empty ([ErrInvalidToken]).
 func (s Scheme) IndexedDirect(to, from, typ string, priority int, id, correlationID string) (string, error) {
 	if id == "" {
@@ -147,15 +151,27 @@ func (s Scheme) IndexedDirect(to, from, typ string, priority int, id, correlatio
 	if err := validateDirect(to, from, typ, priority); err != nil {
 		return "", err
 	}
-	idTok := IDToken(id)
+	ms, windowed := uuidV7Millis(id)
+	idLen := windowTokenMaxLen
+	if !windowed {
+		idLen = len(IDToken(id))
+	}
 	root := s.Root()
 	var b strings.Builder
 	b.Grow(len(root) + len(kindAgent) + encodedLen(to) + len(priorityPrefix) + 1 + encodedLen(from) + encodedLen(typ) +
-		len(idTok) + 2*conversationKeyBytes + 7)
+		idLen + 2*conversationKeyBytes + 7)
 	writeDirect(&b, root, to, from, typ, priority)
 	b.WriteByte('.')
-	b.WriteString(idTok)
+	if windowed {
+		writeWindow(&b, ms)
+	} else {
+		b.WriteString(IDToken(id))
+	}
 	b.WriteByte('.')
+	if ms, ok := uuidV7Millis(correlationID); ok {
+		writeWindow(&b, ms)
+		return b.String(), nil
+	}
 	sum := conversationSum(correlationID)
 	var conv [2 * conversationKeyBytes]byte
 	hex.Encode(conv[:], sum[:conversationKeyBytes])
@@ -274,69 +290,98 @@ func (s Scheme) WithoutIndex(subject string) string {
 	return subject
 }
 
-// MessageFilter returns the filter subject of the indexed subjects of
+// MessageFilters returns the filter subjects of the indexed subjects of
 // message id, whoever sent it to whom: <root>.agent.*.*.*.*.<id>.*, <id>
-// its [IDToken]. The stream's subject index answers it: a status lookup
-// finds a message by its ID this way. An agent may read only the subjects
-// that name it ([Scheme.MessageFiltersOfAgent]).
-func (s Scheme) MessageFilter(id string) string {
-	return s.Root() + "." + kindAgent + ".*.*.*.*." + IDToken(id) + "." + anyToken
+// its [IndexToken], and for an ID whose token is a window, second, the
+// filter of its [IDToken], the subject an earlier version of the bus sent
+// it on. The stream's subject index answers them: a status lookup finds a
+// message by its ID this way, reading the last message of each subject
+// they match and, where that is another message of a window, the window's
+// messages. An agent may read only the subjects that name it
+// ([Scheme.MessageFiltersOfAgent]).
+func (s Scheme) MessageFilters(id string) []string {
+	prefix := s.Root() + "." + kindAgent + ".*.*.*.*."
+	return indexFilters(IndexToken(id), IDToken(id), func(tok string) string { return prefix + tok + "." + anyToken })
 }
 
-// MessageFiltersOfAgent returns the two filter subjects of the indexed
-// subjects of message id that name agent: as the recipient
+// indexFilters returns filter(tok), and filter(earlier) after it if
+// earlier is another token: the filters of the subjects a message, or a
+// conversation, is sent on now and was sent on by an earlier version of
+// the bus, which its lookups read until the stream no longer keeps them.
+func indexFilters(tok, earlier string, filter func(tok string) string) []string {
+	if tok == earlier {
+		return []string{filter(tok)}
+	}
+	return []string{filter(tok), filter(earlier)}
+}
+
+// MessageFiltersOfAgent returns the filter subjects of the indexed
+// subjects of message id that name agent, in pairs: as the recipient
 // (<root>.agent.<agent>.*.*.*.<id>.*) and as the sender
-// (<root>.agent.*.*.<agent>.*.<id>.*). An agent's permissions let it read
-// messages by these ([Scheme.AgentPermissions]). The error wraps
-// [ErrInvalidAgentID].
+// (<root>.agent.*.*.<agent>.*.<id>.*), <id> its [IndexToken], and for an
+// ID whose token is a window, a second pair with its [IDToken]
+// ([Scheme.MessageFilters]). An agent's permissions let it read messages by
+// these ([Scheme.AgentPermissions]). The error wraps [ErrInvalidAgentID].
 func (s Scheme) MessageFiltersOfAgent(id, agent string) ([]string, error) {
 	if err := ValidateID(agent); err != nil {
 		return nil, err
 	}
-	prefix, tok, idTok := s.Root()+"."+kindAgent+".", EncodeToken(agent), IDToken(id)
-	return []string{
-		prefix + tok + ".*.*.*." + idTok + "." + anyToken,
-		prefix + "*.*." + tok + ".*." + idTok + "." + anyToken,
-	}, nil
+	prefix, tok := s.Root()+"."+kindAgent+".", EncodeToken(agent)
+	var out []string
+	for _, idTok := range indexFilters(IndexToken(id), IDToken(id), func(tok string) string { return tok }) {
+		out = append(out,
+			prefix+tok+".*.*.*."+idTok+"."+anyToken,
+			prefix+"*.*."+tok+".*."+idTok+"."+anyToken)
+	}
+	return out, nil
 }
 
 // MessageFilterBetween returns the filter subject of the indexed subject
-// of message id sent by from to to: <root>.agent.<to>.*.<from>.*.<id>.*.
-// Either agent's permissions let it read the message by it
-// ([Scheme.AgentPermissions]). The error wraps [ErrInvalidAgentID].
+// of message id sent by from to to: <root>.agent.<to>.*.<from>.*.<id>.*,
+// <id> its [IndexToken]. Either agent's permissions let it read the message
+// by it ([Scheme.AgentPermissions]). The error wraps [ErrInvalidAgentID].
 func (s Scheme) MessageFilterBetween(id, to, from string) (string, error) {
 	for _, a := range []string{to, from} {
 		if err := ValidateID(a); err != nil {
 			return "", err
 		}
 	}
-	return s.Root() + "." + kindAgent + "." + EncodeToken(to) + ".*." + EncodeToken(from) + ".*." + IDToken(id) + "." + anyToken, nil
+	return s.Root() + "." + kindAgent + "." + EncodeToken(to) + ".*." + EncodeToken(from) + ".*." + IndexToken(id) + "." + anyToken, nil
 }
 
-// ConversationFilter returns the filter subject of the indexed subjects of
-// the messages of the conversation correlationID names:
-// <root>.agent.*.*.*.*.*.<conversation>.
-func (s Scheme) ConversationFilter(correlationID string) string {
-	return s.Root() + "." + kindAgent + ".*.*.*.*.*." + ConversationKey(correlationID)
+// ConversationFilters returns the filter subjects of the indexed subjects
+// of the messages of the conversation correlationID names:
+// <root>.agent.*.*.*.*.*.<conversation>, <conversation> its
+// [ConversationToken], and for a correlation ID whose token is a window,
+// second, the filter of its [ConversationKey], which an earlier version of
+// the bus sent it under. A window's filter matches the messages of every
+// conversation begun in it; a reader keeps those of its own.
+func (s Scheme) ConversationFilters(correlationID string) []string {
+	prefix := s.Root() + "." + kindAgent + ".*.*.*.*.*."
+	return indexFilters(ConversationToken(correlationID), ConversationKey(correlationID), func(tok string) string { return prefix + tok })
 }
 
-// ConversationFiltersOfAgent returns the two filter subjects of the
-// indexed subjects of the messages of the conversation correlationID names
-// that name agent: as the recipient (<root>.agent.<agent>.*.*.*.*.<conversation>)
-// and as the sender (<root>.agent.*.*.<agent>.*.*.<conversation>). They lie
-// within the filters of the agent's history consumers
-// ([Scheme.ReceivedHistoryConsumer], [Scheme.SentHistoryConsumer]), which
-// its permissions let it create with them. The error wraps
-// [ErrInvalidAgentID].
+// ConversationFiltersOfAgent returns the filter subjects of the indexed
+// subjects of the messages of the conversation correlationID names that
+// name agent, in pairs: as the recipient
+// (<root>.agent.<agent>.*.*.*.*.<conversation>) and as the sender
+// (<root>.agent.*.*.<agent>.*.*.<conversation>), and a second pair for the
+// earlier token as [Scheme.ConversationFilters] has it. They lie within the
+// filters of the agent's history consumers ([Scheme.ReceivedHistoryConsumer],
+// [Scheme.SentHistoryConsumer]), which its permissions let it create with
+// them. The error wraps [ErrInvalidAgentID].
 func (s Scheme) ConversationFiltersOfAgent(correlationID, agent string) ([]string, error) {
 	if err := ValidateID(agent); err != nil {
 		return nil, err
 	}
-	prefix, tok, conv := s.Root()+"."+kindAgent+".", EncodeToken(agent), ConversationKey(correlationID)
-	return []string{
-		prefix + tok + ".*.*.*.*." + conv,
-		prefix + "*.*." + tok + ".*.*." + conv,
-	}, nil
+	prefix, tok := s.Root()+"."+kindAgent+".", EncodeToken(agent)
+	var out []string
+	for _, conv := range indexFilters(ConversationToken(correlationID), ConversationKey(correlationID), func(tok string) string { return tok }) {
+		out = append(out,
+			prefix+tok+".*.*.*.*."+conv,
+			prefix+"*.*."+tok+".*.*."+conv)
+	}
+	return out, nil
 }
 
 // StreamDirectGetPrefix returns the prefix of the JetStream API subject

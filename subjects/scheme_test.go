@@ -591,7 +591,8 @@ func TestRouteTemplateAndFilters(t *testing.T) {
 }
 
 // TestIndexedDirect: an indexed subject is the direct one followed by the
-// message's ID token and conversation key, parses back to them, and the
+// message's ID token and conversation key (an ID that is not a UUID
+// version 7: TestIndexedDirectWindows has those), parses back to them, and the
 // lookup filters find it: by ID, by ID for its sender and its recipient
 // (and for no other agent), by conversation; as do the sent history and
 // type filters.
@@ -623,11 +624,11 @@ func TestIndexedDirect(t *testing.T) {
 		}
 	}
 	matches := func(f string) bool { return subjectMatches(f, subj) }
-	if f := s.MessageFilter(id); !matches(f) {
-		t.Errorf("MessageFilter %q does not match %q", f, subj)
+	if fs := s.MessageFilters(id); len(fs) != 1 || !matches(fs[0]) {
+		t.Errorf("MessageFilters = %q, want one that matches %q", fs, subj)
 	}
-	if f := s.MessageFilter("msg 2"); matches(f) {
-		t.Errorf("MessageFilter of another ID %q matches %q", f, subj)
+	if fs := s.MessageFilters("msg 2"); matches(fs[0]) {
+		t.Errorf("MessageFilters of another ID %q match %q", fs, subj)
 	}
 	for _, agent := range []string{"re viewer", "lead"} {
 		fs, err := s.MessageFiltersOfAgent(id, agent)
@@ -650,8 +651,8 @@ func TestIndexedDirect(t *testing.T) {
 	if _, err := s.MessageFilterBetween(id, "re viewer", ""); !errors.Is(err, ErrInvalidAgentID) {
 		t.Errorf("MessageFilterBetween from an invalid agent: %v, want ErrInvalidAgentID", err)
 	}
-	if f := s.ConversationFilter(conv); !matches(f) {
-		t.Errorf("ConversationFilter %q does not match %q", f, subj)
+	if fs := s.ConversationFilters(conv); len(fs) != 1 || !matches(fs[0]) {
+		t.Errorf("ConversationFilters = %q, want one that matches %q", fs, subj)
 	}
 	for _, agent := range []string{"re viewer", "lead"} {
 		fs, err := s.ConversationFiltersOfAgent(conv, agent)
@@ -688,5 +689,85 @@ func TestIndexedDirect(t *testing.T) {
 	subj, _ = s.IndexedDirect("a", "b", "c", 1, long, conv)
 	if a, err := s.Parse(subj); err != nil || a.Index.ID != IDToken(long) || !strings.HasPrefix(a.Index.ID, "=H") {
 		t.Errorf("Parse of a long ID's subject = %+v, %v", a, err)
+	}
+}
+
+// TestIndexedDirectWindows: a UUID version 7, as ID and as correlation ID,
+// is named by the 16 ms window of its time, which the IDs made in it
+// share and no other ID's token or conversation key can be; the subject
+// parses back to the windows, and each lookup filter matches the window's
+// subject first and the ID's own token's (the earlier form) second.
+func TestIndexedDirectWindows(t *testing.T) {
+	s := Default()
+	// 0x019ab1c2d3e4 ms, a time of 2025; 0x019ab1c2d3e4 >> 4 = 0x19ab1c2d3e.
+	id, sameWindow, nextWindow := "019ab1c2-d3e4-7abc-8def-0123456789ab", "019AB1C2-D3EF-7000-B000-000000000000", "019ab1c2-d3f0-7abc-8def-0123456789ab"
+	if got := IndexToken(id); got != "=T19ab1c2d3e" {
+		t.Errorf("IndexToken(%s) = %q, want =T19ab1c2d3e", id, got)
+	}
+	if IndexToken(sameWindow) != IndexToken(id) || ConversationToken(sameWindow) != IndexToken(id) {
+		t.Errorf("IDs of one window have tokens %q, %q and %q", IndexToken(id), IndexToken(sameWindow), ConversationToken(sameWindow))
+	}
+	if IndexToken(nextWindow) == IndexToken(id) {
+		t.Errorf("IDs 16 ms apart share the token %q", IndexToken(id))
+	}
+	for _, other := range []string{
+		"019ab1c2-d3e4-4abc-8def-0123456789ab",  // version 4
+		"019ab1c2-d3e4-7abc-cdef-0123456789ab",  // another variant
+		"019ab1c2-d3e4-7abc-8def-0123456789aZ",  // not hex
+		"019ab1c2d3e47abc8def0123456789ab",      // no hyphens
+		"019ab1c2-d3e4-7abc-8def-0123456789ab0", // too long
+	} {
+		if tok := IndexToken(other); Windowed(tok) || tok != IDToken(other) {
+			t.Errorf("IndexToken(%q) = %q, want its IDToken", other, tok)
+		}
+		if tok := ConversationToken(other); Windowed(tok) || tok != ConversationKey(other) {
+			t.Errorf("ConversationToken(%q) = %q, want its ConversationKey", other, tok)
+		}
+	}
+	subj, err := s.IndexedDirect("bob", "alice", "task", 3, id, sameWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "agentbus.agent.bob.p3.alice.task.=T19ab1c2d3e.=T19ab1c2d3e"; subj != want {
+		t.Fatalf("IndexedDirect = %q, want %q", subj, want)
+	}
+	a, err := s.Parse(subj)
+	if err != nil || a.Index != (Index{ID: "=T19ab1c2d3e", Conversation: "=T19ab1c2d3e"}) || !Windowed(a.Index.ID) {
+		t.Fatalf("Parse(%q) = %+v, %v", subj, a, err)
+	}
+	if got, err := a.Subject(s); err != nil || got != subj {
+		t.Errorf("Subject() = %q, %v, want %q", got, err, subj)
+	}
+	earlier := "agentbus.agent.bob.p3.alice.task." + IDToken(id) + "." + ConversationKey(sameWindow)
+	matches := func(f, subj string) bool { return subjectMatches(f, subj) }
+	pairs := func(name string, fs []string, err error, n int) {
+		t.Helper()
+		if err != nil || len(fs) != 2*n {
+			t.Fatalf("%s = %q, %v, want %d", name, fs, err, 2*n)
+		}
+		if !matches(fs[0], subj) && !matches(fs[1], subj) || !matches(fs[2], earlier) && !matches(fs[3], earlier) {
+			t.Errorf("%s = %q: the first pair does not match %q or the second %q", name, fs, subj, earlier)
+		}
+	}
+	if fs := s.MessageFilters(id); len(fs) != 2 || !matches(fs[0], subj) || !matches(fs[1], earlier) || matches(fs[1], subj) {
+		t.Errorf("MessageFilters = %q, want the window's, then the ID's own", fs)
+	}
+	fs, err := s.MessageFiltersOfAgent(id, "bob")
+	pairs("MessageFiltersOfAgent", fs, err, 2)
+	if fs := s.ConversationFilters(sameWindow); len(fs) != 2 || !matches(fs[0], subj) || !matches(fs[1], earlier) {
+		t.Errorf("ConversationFilters = %q, want the window's, then the key's", fs)
+	}
+	fs, err = s.ConversationFiltersOfAgent(sameWindow, "alice")
+	pairs("ConversationFiltersOfAgent", fs, err, 2)
+	if f, err := s.MessageFilterBetween(id, "bob", "alice"); err != nil || !matches(f, subj) {
+		t.Errorf("MessageFilterBetween = %q, %v; does not match %q", f, err, subj)
+	}
+	for _, bad := range []string{"=T", "=T019ab", "=T19AB", "=T12345678901234567", "=Tg1"} {
+		if _, err := s.Parse("agentbus.agent.bob.p3.alice.task." + bad + ".=T1"); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("Parse with ID token %q: %v, want ErrInvalidToken", bad, err)
+		}
+		if _, err := s.Parse("agentbus.agent.bob.p3.alice.task.=T1." + bad); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("Parse with conversation token %q: %v, want ErrInvalidToken", bad, err)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
@@ -374,8 +373,10 @@ func publishRawAsync(ctx context.Context, js jetstream.JetStream, n int, msg fun
 
 // busHeaders returns a function that returns the headers the bus writes
 // for a message of payload from senderAgent to receiverAgent, each time
-// with a fresh Nats-Msg-Id: what raw nats.go must send to give the server
-// the same bytes and the same deduplication work as the bus.
+// with a fresh Nats-Msg-Id made as the bus makes it (codec.NewID, a UUID
+// version 7, whose time's window an indexed subject names): what raw
+// nats.go must send to give the server the same bytes, subjects and
+// deduplication work as the bus.
 func busHeaders(payload []byte) (func() nats.Header, error) {
 	m := &codec.Message{From: senderAgent, To: receiverAgent, Type: messageType, Data: payload}
 	m.SetDefaults(time.Now())
@@ -388,7 +389,7 @@ func busHeaders(payload []byte) (func() nats.Header, error) {
 		for k, v := range h {
 			c[k] = v
 		}
-		id := nuid.Next()
+		id := codec.NewID()
 		c["ce-id"] = []string{id}
 		c[jetstream.MsgIDHeader] = []string{id}
 		return c
@@ -421,7 +422,7 @@ func withIndex(direct, id, correlationID string) string {
 	if correlationID == "" {
 		correlationID = id
 	}
-	return direct + "." + subjects.IDToken(id) + "." + subjects.ConversationKey(correlationID)
+	return direct + "." + subjects.IndexToken(id) + "." + subjects.ConversationToken(correlationID)
 }
 
 // encodeEvent encodes m, after setting its defaults, as a bus with
