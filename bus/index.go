@@ -55,7 +55,7 @@ func (t *tracker) find(ctx context.Context, id string) ([]Status, error) {
 		)
 		if i == 0 && windowed {
 			if found, err = t.storedIn(ctx, f); err == nil {
-				found = slices.DeleteFunc(found, func(st Status) bool { return st.ID != id })
+				found = lastOfEach(found, id)
 			}
 		} else {
 			found, err = t.storedAll(ctx, id, f)
@@ -94,13 +94,42 @@ func (b *Bus) findOwn(ctx context.Context, id string) ([]Status, error) {
 			if err != nil {
 				return nil, err
 			}
-			found = slices.DeleteFunc(all, func(st Status) bool { return st.ID != id })
+			found = lastOfEach(all, id)
 		}
 		if len(found) > 0 {
 			return found, nil
 		}
 	}
 	return nil, nil
+}
+
+// lastOfEach returns, of the statuses of stored messages in stream order,
+// those of message id, the last of each sender, recipient, type, priority
+// and conversation: what reading the last message of each subject that
+// names the ID finds, where a subject of its own names it. A recurring
+// schedule's firings, stored under the schedule's ID, so count as its
+// latest firing, as do copies of a message sent again after the duplicate
+// window.
+func lastOfEach(stored []Status, id string) []Status {
+	type route struct {
+		from, to, typ, conv string
+		priority            int
+	}
+	at := make(map[route]int)
+	var out []Status
+	for _, st := range stored {
+		if st.ID != id {
+			continue
+		}
+		r := route{st.From, st.To, st.Type, st.CorrelationID, st.Priority}
+		if i, ok := at[r]; ok {
+			out[i] = st
+			continue
+		}
+		at[r] = len(out)
+		out = append(out, st)
+	}
+	return out
 }
 
 // conversation returns the pending status of every message of the

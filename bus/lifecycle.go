@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -887,9 +886,6 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := subjects.ValidateID(b.agent); err != nil {
-		return nil, err
-	}
 	// Read this bus's own writes: the messages it published and the
 	// records it wrote just now are stored before the lookup.
 	fctx, cancel := withDefaultTimeout(ctx)
@@ -927,10 +923,12 @@ func (b *client) lookup(ctx context.Context, id string, records []string, find f
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	// The stream is asked on its own time: a refusal of its direct gets
-	// (permissions from before the index, or an agent's, which allow no
-	// batch), a stream provisioned before the index (none answers) or one
-	// that does not answer leaves the lookup to the records.
-	sctx, stopS := b.watchRefusals(ctx, strings.TrimSuffix(b.opts.scheme.StreamDirectGetPrefix(), "."))
+	// or of the consumers that read a window (permissions from before the
+	// index, or an agent's, which allow no batch and no consumer of every
+	// agent's subjects), a stream provisioned before the index (none
+	// answers) or one that does not answer leaves the lookup to the
+	// records.
+	sctx, stopS := b.watchRefusals(ctx, "$JS.API.")
 	sctx, cancelS := context.WithTimeout(sctx, streamLookupTimeout)
 	found, serr := find(sctx)
 	cancelS()

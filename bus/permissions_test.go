@@ -634,10 +634,10 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		}
 	})
 	t.Run("look up alice's status records", func(t *testing.T) {
-		// The lookup asks the stream for every message whose indexed
-		// subject names the ID first, a direct get with the filter in its
-		// body, then the bucket's keys; both are refused.
-		mallory.deniedEach(t, []string{strings.TrimSuffix(s.StreamDirectGetPrefix(), "."),
+		// The lookup asks the stream for the messages of the ID's window
+		// first, with a consumer of every agent's subjects of the window,
+		// then the bucket's keys; both are refused.
+		mallory.deniedEach(t, []string{"$JS.API.CONSUMER.CREATE." + s.Stream() + ".*." + s.MessageFilters(sent.ID)[0],
 			"$JS.API.CONSUMER.CREATE.KV_" + s.StatusBucket() + ".*.$KV." + s.StatusBucket() + ".*." + sent.ID + ".*.*"}, func(ctx context.Context) error {
 			_, err := mallory.admin.Status(ctx, sent.ID)
 			return err
