@@ -147,7 +147,7 @@ func (c StreamConfig) JetStream() (jetstream.StreamConfig, error) {
 		MaxMsgs:      -1,
 		AllowMsgTTL:  true,
 		// A status lookup reads a message by its indexed subject
-		// (subjects.Scheme.MessageFilter) with a direct get.
+		// (subjects.Scheme.MessageFilters) with a direct get.
 		AllowDirect: true,
 		Placement:   c.placement(),
 	}, nil

@@ -27,16 +27,21 @@
 //
 // # The index
 //
-// A direct subject may end in the message's own index, its ID ([IDToken])
-// and conversation ([ConversationKey]), as the bus sends it when it tracks
-// the lifecycle ([Scheme.IndexedDirect]):
+// A direct subject may end in the message's index, as the bus sends it when
+// it tracks the lifecycle ([Scheme.IndexedDirect]): two tokens that name its
+// ID ([IndexToken]) and its conversation ([ConversationToken]). The bus's
+// own IDs, UUIDs version 7, are named by the 16 ms window of their time,
+// which the messages made in it share ([Windowed]); any other ID by its
+// own token ([IDToken], [ConversationKey]):
 //
+//	agentbus.agent.reviewer.p2.orchestrator.review_request.=T19ab1c2d3e.=T19ab1c2d3e
 //	agentbus.agent.reviewer.p2.orchestrator.review_request.m-17.717e81e2c69e106ad7cb5c8c712e0921
 //
 // The stream's own subject index then finds a message by its ID
-// ([Scheme.MessageFilter]) or the messages of a conversation
-// ([Scheme.ConversationFilter]), without a record per message. [Scheme.Parse]
-// takes both forms and returns the index in [Address.Index].
+// ([Scheme.MessageFilters]; for a window, among the window's messages) or
+// the messages of a conversation ([Scheme.ConversationFilters]), without a
+// record per message. [Scheme.Parse] takes both forms and returns the
+// index in [Address.Index].
 //
 // # Tokens
 //
