@@ -27,7 +27,7 @@ import (
 // reads the message's records by their exact keys, where it would
 // otherwise look through every key of the status bucket for the ID.
 //
-// The bus's own IDs (UUID version 7) are named by the 16 ms window of
+// The bus's own IDs (UUID version 7) are named by the 4 ms window of
 // their time (subjects.IndexToken), which the messages made in it share:
 // the stream then keeps an index entry per window and route, not per
 // message, which is what lifecycle tracking cost a publish

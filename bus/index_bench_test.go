@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
@@ -38,7 +39,7 @@ import (
 //	unique-v4  unique with random IDs (UUID v4), as the bus made them
 //	        before: what the ID's form costs the server's index
 //	windowed the bus's subjects now: shared's followed by the ID's and
-//	        the conversation's 16 ms window (subjects.IndexToken,
+//	        the conversation's 4 ms window (subjects.IndexToken,
 //	        subjects.ConversationToken), the IDs made as they are sent,
 //	        as the bus makes them. A lookup reads the headers of the ID's
 //	        window (an ordered consumer of
@@ -431,4 +432,83 @@ func readHeaders(ctx context.Context, js jetstream.JetStream, filter string) ([]
 		}
 	}
 	return ids, nil
+}
+
+// BenchmarkStatusLookup measures a status lookup by ID through the bus,
+// as each reader makes it: an operator (Admin.Status), the sender and the
+// recipient (Bus.Status), each timed over 100 lookups of random IDs among
+// the messages sent, nobody subscribed (the messages stay pending):
+//
+//	burst   20,000 messages published async as fast as they go, so a
+//	        4 ms window holds many of them (subjects.IndexToken): the
+//	        lookup reads the window's messages
+//	sparse  200 messages 20 ms apart, each alone in its window: a lookup
+//	        reads one message
+//
+// Run:
+//
+//	go test -run '^$' -bench '^BenchmarkStatusLookup$' -benchtime 1x ./bus
+func BenchmarkStatusLookup(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		n    int
+		gap  time.Duration
+	}{{"burst", 20_000, 0}, {"sparse", 200, 20 * time.Millisecond}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := embeddedtest.RunServer(b)
+			ctx := context.Background()
+			admin, err := bus.NewAdmin(embeddedtest.Connect(b, s))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer admin.Close()
+			if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
+				b.Fatal(err)
+			}
+			sender, err := bus.New(embeddedtest.Connect(b, s), "sender")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sender.Close()
+			recipient, err := bus.New(embeddedtest.Connect(b, s), "recipient")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer recipient.Close()
+			ids := make([]string, c.n)
+			for i := range ids {
+				ack, err := sender.PublishAsync(ctx, bus.Message{To: "recipient", Type: "T", Data: payload})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids[i] = ack.ID()
+				if c.gap > 0 {
+					time.Sleep(c.gap)
+				}
+			}
+			if err := sender.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for range b.N {
+				for _, r := range []struct {
+					name   string
+					status func(context.Context, string) ([]bus.Status, error)
+				}{{"admin", admin.Status}, {"sender", sender.Status}, {"recipient", recipient.Status}} {
+					lat := make([]time.Duration, 0, 100)
+					for range 100 {
+						id := ids[rand.IntN(len(ids))]
+						start := time.Now()
+						sts, err := r.status(ctx, id)
+						lat = append(lat, time.Since(start))
+						if err != nil || len(sts) != 1 || sts[0].ID != id {
+							b.Fatalf("%s's Status(%s) = %+v, %v", r.name, id, sts, err)
+						}
+					}
+					p50, p99 := percentiles(lat)
+					b.ReportMetric(p50, r.name+"-p50-µs")
+					b.ReportMetric(p99, r.name+"-p99-µs")
+				}
+			}
+		})
+	}
 }

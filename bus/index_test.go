@@ -94,7 +94,7 @@ func TestStatusByIndexedSubject(t *testing.T) {
 	})
 }
 
-// TestIndexWindows: messages whose IDs (UUIDs version 7) fall in one 16 ms
+// TestIndexWindows: messages whose IDs (UUIDs version 7) fall in one 4 ms
 // window share their indexed subject, as messages sent close together do,
 // and every lookup still finds each by its ID: an operator's, and the
 // sender's and the recipient's Status, which read the window's messages
@@ -107,7 +107,7 @@ func TestIndexWindows(t *testing.T) {
 	ctx := testContext(t)
 	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
 	admin := adminOf(t, s)
-	// IDs of one window: the same milliseconds, as IDs made within 16 ms
+	// IDs of one window: the same milliseconds, as IDs made within 4 ms
 	// have.
 	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
 	if subjects.IndexToken(id(0)) != subjects.IndexToken(id(9)) || !subjects.Windowed(subjects.IndexToken(id(0))) {

@@ -30,11 +30,11 @@
 // A direct subject may end in the message's index, as the bus sends it when
 // it tracks the lifecycle ([Scheme.IndexedDirect]): two tokens that name its
 // ID ([IndexToken]) and its conversation ([ConversationToken]). The bus's
-// own IDs, UUIDs version 7, are named by the 16 ms window of their time,
+// own IDs, UUIDs version 7, are named by the 4 ms window of their time,
 // which the messages made in it share ([Windowed]); any other ID by its
 // own token ([IDToken], [ConversationKey]):
 //
-//	agentbus.agent.reviewer.p2.orchestrator.review_request.=T19ab1c2d3e.=T19ab1c2d3e
+//	agentbus.agent.reviewer.p2.orchestrator.review_request.=T66ac70b4f9.=T66ac70b4f9
 //	agentbus.agent.reviewer.p2.orchestrator.review_request.m-17.717e81e2c69e106ad7cb5c8c712e0921
 //
 // The stream's own subject index then finds a message by its ID

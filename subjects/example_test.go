@@ -111,7 +111,7 @@ func ExampleScheme_IndexedDirect() {
 	fmt.Println(a.Index.ID, a.Index.Conversation == subjects.ConversationKey("release-42"))
 	fmt.Println(s.WithoutIndex(subj))
 
-	// The bus's own IDs, UUIDs version 7, are named by the 16 ms window of
+	// The bus's own IDs, UUIDs version 7, are named by the 4 ms window of
 	// their time, which the messages made in it share; a lookup keeps the
 	// one with the ID from the window's.
 	id := "019ab1c2-d3e4-7abc-8def-0123456789ab"
@@ -123,6 +123,6 @@ func ExampleScheme_IndexedDirect() {
 	// [agentbus.agent.*.*.*.*.m-17.*]
 	// m-17 true
 	// agentbus.agent.reviewer.p2.lead.review_request
-	// agentbus.agent.reviewer.p2.lead.review_request.=T19ab1c2d3e.=T19ab1c2d3e
-	// agentbus.agent.*.*.*.*.=T19ab1c2d3e.*
+	// agentbus.agent.reviewer.p2.lead.review_request.=T66ac70b4f9.=T66ac70b4f9
+	// agentbus.agent.*.*.*.*.=T66ac70b4f9.*
 }

@@ -23,8 +23,8 @@ const (
 	// a conversation key is hex alone.
 	windowPrefix = "=T"
 	// windowShift is log2 of windowMillis.
-	windowShift = 4
-	// windowMillis is the width of a window: 16 ms.
+	windowShift = 2
+	// windowMillis is the width of a window: 4 ms.
 	windowMillis = 1 << windowShift
 	// windowTokenMaxLen is the longest window token.
 	windowTokenMaxLen = len(windowPrefix) + 16
@@ -33,7 +33,7 @@ const (
 // IndexToken returns the token an indexed direct subject names message id
 // by: for a UUID version 7, the window of the time it carries ("=T" and
 // hex digits, see [Scheme.IndexedDirect]), which the messages made in the
-// same 16 ms share; for any other ID, [IDToken] of it, its own.
+// same 4 ms share; for any other ID, [IDToken] of it, its own.
 func IndexToken(id string) string {
 	if ms, ok := uuidV7Millis(id); ok {
 		return windowToken(ms)
@@ -44,7 +44,7 @@ func IndexToken(id string) string {
 // ConversationToken returns the token an indexed direct subject names the
 // conversation of correlationID by: for a UUID version 7 (a conversation
 // begun by a message of the bus, whose ID it is), the window of the time
-// it carries, shared by the conversations begun in the same 16 ms; for any
+// it carries, shared by the conversations begun in the same 4 ms; for any
 // other correlation ID, its [ConversationKey].
 func ConversationToken(correlationID string) string {
 	if ms, ok := uuidV7Millis(correlationID); ok {

@@ -27,7 +27,7 @@ const maxRootLen = 64
 // of its correlation ID, so that the stream's own subject index finds a
 // message by its ID and the messages of a conversation
 // ([Scheme.MessageFilters], [Scheme.ConversationFilters]). For the bus's
-// own IDs (UUID version 7) both tokens are 16 ms windows of the IDs' time,
+// own IDs (UUID version 7) both tokens are 4 ms windows of the IDs' time,
 // shared by the messages made in them, and a lookup keeps the message it
 // looks for from the window's; any other ID has tokens of its own. Package
 // bus sends every direct message so when it tracks the lifecycle (its

@@ -693,22 +693,22 @@ func TestIndexedDirect(t *testing.T) {
 }
 
 // TestIndexedDirectWindows: a UUID version 7, as ID and as correlation ID,
-// is named by the 16 ms window of its time, which the IDs made in it
+// is named by the 4 ms window of its time, which the IDs made in it
 // share and no other ID's token or conversation key can be; the subject
 // parses back to the windows, and each lookup filter matches the window's
 // subject first and the ID's own token's (the earlier form) second.
 func TestIndexedDirectWindows(t *testing.T) {
 	s := Default()
-	// 0x019ab1c2d3e4 ms, a time of 2025; 0x019ab1c2d3e4 >> 4 = 0x19ab1c2d3e.
-	id, sameWindow, nextWindow := "019ab1c2-d3e4-7abc-8def-0123456789ab", "019AB1C2-D3EF-7000-B000-000000000000", "019ab1c2-d3f0-7abc-8def-0123456789ab"
-	if got := IndexToken(id); got != "=T19ab1c2d3e" {
-		t.Errorf("IndexToken(%s) = %q, want =T19ab1c2d3e", id, got)
+	// 0x019ab1c2d3e4 ms, a time of 2025; 0x019ab1c2d3e4 >> 2 = 0x66ac70b4f9.
+	id, sameWindow, nextWindow := "019ab1c2-d3e4-7abc-8def-0123456789ab", "019AB1C2-D3E7-7000-B000-000000000000", "019ab1c2-d3e8-7abc-8def-0123456789ab"
+	if got := IndexToken(id); got != "=T66ac70b4f9" {
+		t.Errorf("IndexToken(%s) = %q, want =T66ac70b4f9", id, got)
 	}
 	if IndexToken(sameWindow) != IndexToken(id) || ConversationToken(sameWindow) != IndexToken(id) {
 		t.Errorf("IDs of one window have tokens %q, %q and %q", IndexToken(id), IndexToken(sameWindow), ConversationToken(sameWindow))
 	}
 	if IndexToken(nextWindow) == IndexToken(id) {
-		t.Errorf("IDs 16 ms apart share the token %q", IndexToken(id))
+		t.Errorf("IDs 4 ms apart share the token %q", IndexToken(id))
 	}
 	for _, other := range []string{
 		"019ab1c2-d3e4-4abc-8def-0123456789ab",  // version 4
@@ -728,11 +728,11 @@ func TestIndexedDirectWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "agentbus.agent.bob.p3.alice.task.=T19ab1c2d3e.=T19ab1c2d3e"; subj != want {
+	if want := "agentbus.agent.bob.p3.alice.task.=T66ac70b4f9.=T66ac70b4f9"; subj != want {
 		t.Fatalf("IndexedDirect = %q, want %q", subj, want)
 	}
 	a, err := s.Parse(subj)
-	if err != nil || a.Index != (Index{ID: "=T19ab1c2d3e", Conversation: "=T19ab1c2d3e"}) || !Windowed(a.Index.ID) {
+	if err != nil || a.Index != (Index{ID: "=T66ac70b4f9", Conversation: "=T66ac70b4f9"}) || !Windowed(a.Index.ID) {
 		t.Fatalf("Parse(%q) = %+v, %v", subj, a, err)
 	}
 	if got, err := a.Subject(s); err != nil || got != subj {
