@@ -60,6 +60,11 @@ func newAdmin(nc *nats.Conn, o options, r *refusals) (*Admin, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.status != nil {
+		c.status.window = func(ctx context.Context, filter, _, _ string) ([]Status, error) {
+			return c.status.storedIn(ctx, filter)
+		}
+	}
 	return &Admin{client: c}, nil
 }
 

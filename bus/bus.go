@@ -130,6 +130,9 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 		}
 	}
 	b := &Bus{client: c, agent: agent, subs: make(map[*Subscription]struct{})}
+	if c.status != nil {
+		c.status.window = b.storedBetween
+	}
 	if b.backlogReg, err = c.tel.meter.RegisterCallback(b.observeBacklog, c.tel.backlog, c.tel.inflight); err != nil {
 		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
 	}

@@ -504,9 +504,10 @@ func (b *Bus) storedOwn(ctx context.Context, correlationID string) ([]Status, er
 // storedUnder returns the pending status of every message of the stream whose
 // indexed subject matches a pair of filters naming this agent, as the
 // recipient and as the sender (subjects.Scheme.MessageFiltersOfAgent and
-// the like), in stream order. It reads their headers with the agent's
-// history consumers, one per filter of a pair: the only consumers of the
-// stream its permissions let it create besides its own durable ones.
+// the like), in stream order; an empty filter is skipped. It reads their
+// headers with the agent's history consumers, one per filter of a pair:
+// the only consumers of the stream its permissions let it create besides
+// its own durable ones.
 func (b *Bus) storedUnder(ctx context.Context, pairs []string) ([]Status, error) {
 	received, _, _ := b.opts.scheme.ReceivedHistoryConsumer(b.agent) // the agent is valid
 	sent, _, _ := b.opts.scheme.SentHistoryConsumer(b.agent)
@@ -515,6 +516,9 @@ func (b *Bus) storedUnder(ctx context.Context, pairs []string) ([]Status, error)
 	var out []Status
 	seen := make(map[uint64]bool) // a message to itself meets both filters
 	for i, filter := range pairs {
+		if filter == "" {
+			continue
+		}
 		name := []string{received, sent}[i%2]
 		cfg := jetstream.ConsumerConfig{Name: name, FilterSubject: filter, HeadersOnly: true}
 		err := b.readHistory(ctx, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
@@ -531,6 +535,20 @@ func (b *Bus) storedUnder(ctx context.Context, pairs []string) ([]Status, error)
 	}
 	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Sequence, b.Sequence) })
 	return out, nil
+}
+
+// storedBetween returns the pending status of every message of filter, a
+// filter of the messages from sender to recipient, in stream order, read
+// with this agent's history consumer for its side (storedUnder): none if
+// the agent is neither.
+func (b *Bus) storedBetween(ctx context.Context, filter, recipient, sender string) ([]Status, error) {
+	switch b.agent {
+	case recipient:
+		return b.storedUnder(ctx, []string{filter})
+	case sender:
+		return b.storedUnder(ctx, []string{"", filter})
+	}
+	return nil, nil
 }
 
 // readHistory reads what the short-lived consumer cfg describes has

@@ -202,3 +202,40 @@ func TestIndexWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestRepliesInOneWindow: the replies Reply sends under the derived ID of
+// requests made in one window share its window too, so a lookup of each
+// request finds its reply among the others: replied, with the reply's ID,
+// for the requester, the worker and an operator, though no record of the
+// round trip was written.
+func TestRepliesInOneWindow(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	admin := adminOf(t, s)
+	replier(t, worker)
+	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-9def-%012x", n) }
+	replies := map[string]string{}
+	for n := range 4 {
+		reply, err := orch.Request(ctx, bus.Message{ID: id(n), To: "worker", Type: "REQUEST"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.CausationID != id(n) || subjects.IndexToken(reply.ID) != subjects.IndexToken(id(n)) || reply.ID == id(n) {
+			t.Fatalf("reply %s to %s: want a derived ID in the request's window", reply.ID, reply.CausationID)
+		}
+		replies[id(n)] = reply.ID
+	}
+	for n := range 4 {
+		for _, who := range []struct {
+			name   string
+			status func(context.Context, string) ([]bus.Status, error)
+		}{{"requester", orch.Status}, {"worker", worker.Status}, {"operator", admin.Status}} {
+			waitFor(t, fmt.Sprintf("the %s's lookup of request %d", who.name, n), func() (bool, string) {
+				sts, err := who.status(ctx, id(n))
+				ok := err == nil && len(sts) == 1 && sts[0].State == bus.StateReplied && sts[0].ReplyID == replies[id(n)]
+				return ok, fmt.Sprintf("%+v, %v", sts, err)
+			})
+		}
+	}
+}

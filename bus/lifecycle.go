@@ -206,6 +206,12 @@ type tracker struct {
 
 	scheme subjects.Scheme
 	stream string // the messages stream, whose consumers tell progress
+
+	// window reads the headers of the messages of filter, a window's
+	// filter that names recipient and sender, as the tracker's owner may:
+	// an operator with a consumer of its own (storedIn), an agent with its
+	// history consumer for its side (Bus.storedBetween). Nil: not read.
+	window func(ctx context.Context, filter, recipient, sender string) ([]Status, error)
 }
 
 func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
@@ -801,7 +807,9 @@ func (t *tracker) replied(ctx context.Context, s Status) (Status, bool) {
 // replyOf returns the pending status of the reply to request id, which
 // from sent to to, that Reply sent under the derived ID (replyIDOf), if it
 // is stored. It reads the reply off its indexed subject by a filter naming
-// both agents, which either may read.
+// both agents, which either may read: the last message of the subject, and
+// where that is another message of the reply's window, the window's
+// (window).
 func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, bool) {
 	rid := replyIDOf(id)
 	// The reply goes the other way: to the request's sender, from its
@@ -810,8 +818,19 @@ func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, boo
 	if err != nil {
 		return Status{}, false
 	}
-	found, _, err := t.stored(ctx, rid, filter)
-	if err != nil || len(found) == 0 {
+	found, others, err := t.stored(ctx, rid, filter)
+	if err != nil {
+		return Status{}, false
+	}
+	if len(found) == 0 && others && t.window != nil && subjects.Windowed(subjects.IndexToken(rid)) {
+		// Another message between the two came later in the window.
+		all, err := t.window(ctx, filter, from, to)
+		if err != nil {
+			return Status{}, false
+		}
+		found = lastOfEach(all, rid)
+	}
+	if len(found) == 0 {
 		return Status{}, false
 	}
 	return found[0], true

@@ -437,9 +437,18 @@ func (b *Bus) findsReply(addr subjects.Address, h nats.Header, m *Message) bool 
 }
 
 // replyIDOf returns the ID Reply gives the reply to request id when the
-// reply has none: a UUIDv5 of id in replySpace.
+// reply has none: a UUIDv5 of id in replySpace, or for a request ID that is
+// a UUID version 7 (the bus's own), the same bits under the request's time
+// as a version 7, so that the reply's indexed subject names a window
+// (subjects.IndexToken), the request's, and costs the server no subject of
+// its own, as the request's does not.
 func replyIDOf(id string) string {
-	return uuid.NewSHA1(replySpace, []byte(id)).String()
+	u := uuid.NewSHA1(replySpace, []byte(id))
+	if r, err := uuid.Parse(id); err == nil && r.Version() == 7 && len(id) == 36 {
+		copy(u[:6], r[:6]) // the milliseconds
+		u[6] = u[6]&0x0f | 0x70
+	}
+	return u.String()
 }
 
 var replySpace = uuid.MustParse("9c4e7b1a-2d63-4f0e-8a57-c31b6e0d94f2")
