@@ -200,10 +200,10 @@ const maxBatch = 1024
 // storedAll returns the pending status of every message of the stream
 // whose indexed subject matches filter and whose event's ID is id, read off
 // the message itself, the last of each subject: for a subject of the
-// ID's own, the message it names. It asks for them all at once, a direct get with the filter in its body, which an
-// operator may and an agent may not (its permissions name the subject in
-// the request's subject, stored). More than maxBatch subjects are an
-// error.
+// ID's own, the message it names. It asks for them all at once, a direct
+// get with the filter in its body, which an operator may and an agent may
+// not (its permissions name the subject in the request's subject, stored).
+// More than maxBatch subjects are an error.
 func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, error) {
 	inbox := t.nc.NewInbox()
 	sub, err := t.nc.SubscribeSync(inbox)
