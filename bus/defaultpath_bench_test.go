@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
@@ -82,7 +83,7 @@ func BenchmarkDefaultPath(b *testing.B) {
 			for k, v := range h {
 				c[k] = v
 			}
-			id := codec.NewID()
+			id := nuid.Next()
 			c["ce-id"] = []string{id}
 			c[jetstream.MsgIDHeader] = []string{id}
 			return &nats.Msg{Subject: subject, Header: c, Data: data}
