@@ -33,8 +33,8 @@ import (
 // message, which is what lifecycle tracking cost a publish
 // (docs/performance.md). An operator's lookup reads the headers of the
 // window's messages and keeps the one with the ID (find); an agent's reads
-// the last message of its two filters first, and the window's headers
-// where that is another message (Bus.findOwn). Messages stored by an
+// the last message of its two filters first, and every message they match
+// where that is another one (Bus.findOwn). Messages stored by an
 // earlier version, which named each ID, are found by the ID's own token
 // second.
 
@@ -72,24 +72,24 @@ func (t *tracker) find(ctx context.Context, id string) ([]Status, error) {
 
 // findOwn returns the pending status of message id that the stream holds
 // under an indexed subject naming this agent, as the recipient or the
-// sender, as an agent may read it (Bus.Status): the last message of each
-// subject its filters of id match, one direct get each (stored), and where
-// those are other messages of the ID's window, the window's messages'
-// headers, with the agent's history consumers (storedUnder). It stops at the
-// first pair of filters that finds the ID.
+// sender, as an agent may read it (Bus.Status): the last message each of
+// its filters of id matches, one direct get each (stored), and where that
+// is another message (of the ID's window, or one whose subject names an ID
+// it does not carry), every message the pair matches, by their headers,
+// with the agent's history consumers (storedUnder). It stops at the first
+// pair of filters that finds the ID.
 func (b *Bus) findOwn(ctx context.Context, id string) ([]Status, error) {
 	filters, err := b.opts.scheme.MessageFiltersOfAgent(id, b.agent)
 	if err != nil {
 		return nil, err
 	}
-	windowed := subjects.Windowed(subjects.IndexToken(id))
 	for i := 0; i+1 < len(filters); i += 2 {
 		pair := filters[i : i+2]
 		found, others, err := b.status.stored(ctx, id, pair...)
 		if err != nil {
 			return nil, err
 		}
-		if len(found) == 0 && others && i == 0 && windowed {
+		if len(found) == 0 && others {
 			all, err := b.storedUnder(ctx, pair)
 			if err != nil {
 				return nil, err

@@ -23,9 +23,9 @@ import (
 // completed once handled, which nobody wrote: the lookup reads it off the
 // recipient's consumer. A subject that names an ID its event does not carry
 // finds nothing by that ID, and does not hide the message that has it from
-// an operator, who reads every subject that names the ID. (It does from an
-// agent's lookup, which its permissions limit to the last message of each
-// of two filters: docs/security.md.)
+// an operator, who reads every subject that names the ID, nor from its
+// recipient, whose lookup reads every message of its filter when the last
+// one is another (docs/security.md).
 func TestStatusByIndexedSubject(t *testing.T) {
 	s := newServer(t)
 	worker := newBus(t, s, "worker")
@@ -81,6 +81,10 @@ func TestStatusByIndexedSubject(t *testing.T) {
 	}
 	sts, err = admin.Status(ctx, "ix-1")
 	if msg := check("Admin.Status after a later subject naming ix-1", sts, err, bus.StatePending); msg != "" {
+		t.Error(msg)
+	}
+	sts, err = worker.Status(ctx, "ix-1")
+	if msg := check("the recipient's Status after a later subject naming ix-1", sts, err, bus.StatePending); msg != "" {
 		t.Error(msg)
 	}
 

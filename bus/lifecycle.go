@@ -207,8 +207,9 @@ type tracker struct {
 	scheme subjects.Scheme
 	stream string // the messages stream, whose consumers tell progress
 
-	// window reads the headers of the messages of filter, a window's
-	// filter that names recipient and sender, as the tracker's owner may:
+	// window reads the headers of the messages of filter, a filter of
+	// indexed subjects that names recipient and sender (a window's, say),
+	// as the tracker's owner may:
 	// an operator with a consumer of its own (storedIn), an agent with its
 	// history consumer for its side (Bus.storedBetween). Nil: not read.
 	window func(ctx context.Context, filter, recipient, sender string) ([]Status, error)
@@ -808,8 +809,7 @@ func (t *tracker) replied(ctx context.Context, s Status) (Status, bool) {
 // from sent to to, that Reply sent under the derived ID (replyIDOf), if it
 // is stored. It reads the reply off its indexed subject by a filter naming
 // both agents, which either may read: the last message of the subject, and
-// where that is another message of the reply's window, the window's
-// (window).
+// where that is another one, every message of the filter (window).
 func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, bool) {
 	rid := replyIDOf(id)
 	// The reply goes the other way: to the request's sender, from its
@@ -822,8 +822,9 @@ func (t *tracker) replyOf(ctx context.Context, id, from, to string) (Status, boo
 	if err != nil {
 		return Status{}, false
 	}
-	if len(found) == 0 && others && t.window != nil && subjects.Windowed(subjects.IndexToken(rid)) {
-		// Another message between the two came later in the window.
+	if len(found) == 0 && others && t.window != nil {
+		// Another message between the two came later in the window (or
+		// names the reply's ID without carrying it).
 		all, err := t.window(ctx, filter, from, to)
 		if err != nil {
 			return Status{}, false
