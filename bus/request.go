@@ -444,7 +444,9 @@ func (b *Bus) findsReply(addr subjects.Address, h nats.Header, m *Message) bool 
 // its own, as the request's does not.
 func replyIDOf(id string) string {
 	u := uuid.NewSHA1(replySpace, []byte(id))
-	if r, err := uuid.Parse(id); err == nil && r.Version() == 7 && len(id) == 36 {
+	// A UUID v7 as subjects.IndexToken takes one: canonical text, version
+	// 7, the RFC 4122 variant.
+	if r, err := uuid.Parse(id); err == nil && len(id) == 36 && r.Version() == 7 && r.Variant() == uuid.RFC4122 {
 		copy(u[:6], r[:6]) // the milliseconds
 		u[6] = u[6]&0x0f | 0x70
 	}

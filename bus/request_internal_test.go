@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -209,5 +210,23 @@ func TestTakenRecordsPutOff(t *testing.T) {
 	r.deferTaken(reply("late"), write)
 	if got, want := written(), []string{"waited", "flushed", "late"}; !slices.Equal(got, want) {
 		t.Errorf("records written %v, want %v (never the one whose copy came)", got, want)
+	}
+}
+
+// TestReplyIDOf: the derived reply ID is the same for the same request; a
+// UUID v7 request's is a v7 under the request's milliseconds, in its
+// window; any other request's, a v7 of another variant included, is the
+// UUIDv5 it always was.
+func TestReplyIDOf(t *testing.T) {
+	v7 := "019ab1c2-d3e4-7abc-8def-0123456789ab"
+	r := replyIDOf(v7)
+	u, err := uuid.Parse(r)
+	if err != nil || r != replyIDOf(v7) || r == v7 || u.Version() != 7 || u.Variant() != uuid.RFC4122 || r[:13] != v7[:13] {
+		t.Errorf("replyIDOf(%s) = %s (%v), want a v7 of the request's milliseconds, the same each time", v7, r, err)
+	}
+	for _, id := range []string{"norec-1", "019ab1c2-d3e4-4abc-8def-0123456789ab", "019ab1c2-d3e4-7abc-cdef-0123456789ab"} {
+		if got, want := replyIDOf(id), uuid.NewSHA1(replySpace, []byte(id)).String(); got != want {
+			t.Errorf("replyIDOf(%s) = %s, want the UUIDv5 %s", id, got, want)
+		}
 	}
 }
