@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
@@ -557,11 +558,12 @@ func (b *Bus) storedBetween(ctx context.Context, filter, recipient, sender strin
 // the server a minute after its last use should this process die first.
 // Its name is one of the agent's history consumers
 // (subjects.Scheme.HistoryConsumer and the like), of which the agent has
-// one each: the caller holds b.history.
+// one each: the caller holds b.history, and createHistory keeps other
+// processes of the agent out while this one reads.
 func (b *Bus) readHistory(ctx context.Context, cfg jetstream.ConsumerConfig, each func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error)) error {
 	cfg.AckPolicy, cfg.MemoryStorage, cfg.InactiveThreshold = jetstream.AckNonePolicy, true, time.Minute
 	stream := b.opts.scheme.Stream()
-	c, err := b.js.CreateConsumer(ctx, stream, cfg)
+	c, err := b.createHistory(ctx, stream, cfg)
 	if err != nil {
 		return err
 	}
@@ -572,6 +574,60 @@ func (b *Bus) readHistory(ctx context.Context, cfg jetstream.ConsumerConfig, eac
 	}()
 	return readPending(ctx, c, each)
 }
+
+// createHistory creates history consumer cfg for this read alone. Every
+// process of an agent names its history consumers alike, and the server
+// hands a create the consumer that exists when their configurations are
+// equal: two processes reading the same filter at once would each get part
+// of its messages through one consumer, and a lookup would miss the
+// message it looks for. The description, unique to the read, makes every
+// create differ, so the server refuses a second one (ErrConsumerExists)
+// while the first reads. The refused process waits for the first to delete
+// its consumer, as it does once read, a few milliseconds for a lookup.
+// After historyTakeover, or half the time ctx has left if less, it deletes
+// the consumer and creates its own: one whose process died before deleting
+// it would otherwise keep the agent from reading until the server removes
+// it, a minute after its last use. A read still under way then fails with
+// an error, never a short answer.
+func (b *Bus) createHistory(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	cfg.Description = "agentbus history read " + nuid.Next()
+	patience := historyTakeover
+	if d, ok := ctx.Deadline(); ok {
+		patience = min(patience, time.Until(d)/2)
+	}
+	start := time.Now()
+	wait := historyRetryFirst
+	for {
+		c, err := b.js.CreateConsumer(ctx, stream, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return c, err
+		}
+		if time.Since(start) >= patience {
+			if err := b.js.DeleteConsumer(ctx, stream, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("take over history consumer %s: %w", cfg.Name, err)
+			}
+			start = time.Now() // another process may take it first
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("history consumer %s held by another process of %s: %w", cfg.Name, b.agent, ctx.Err())
+		}
+		wait = min(2*wait, historyRetryMax)
+	}
+}
+
+// The waits of createHistory: the first retry, the longest, and how long
+// at most another process may hold a history consumer before it is taken
+// over.
+const (
+	historyRetryFirst = time.Millisecond
+	historyRetryMax   = 50 * time.Millisecond
+	historyTakeover   = 5 * time.Second
+)
 
 // Redeliver publishes message id again to agent to, as the operator may:
 // a restarted agent gets a past message of its conversations back, to

@@ -243,3 +243,83 @@ func TestRepliesInOneWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexWindowsTwoProcesses: two processes of one agent look up
+// messages of one window at the same time. Each reads the window with the
+// agent's history consumer, of which the agent has one name; neither may
+// read through the other's consumer (each would get part of the window)
+// or fail because the other holds it.
+func TestIndexWindowsTwoProcesses(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice := newBus(t, s, "alice")
+	bobs := []*bus.Bus{newBus(t, s, "bob"), newBus(t, s, "bob")}
+	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	const sent = 40
+	seqs := map[string]uint64{}
+	for n := range sent {
+		ack, err := alice.Publish(ctx, bus.Message{ID: id(n), To: "bob", Type: "T"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[id(n)] = ack.Sequence
+	}
+	const lookups = 30
+	errs := make(chan error, len(bobs)*lookups)
+	done := make(chan struct{})
+	for i, b := range bobs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range lookups {
+				want := id((k*7 + i) % (sent - 1)) // never the last: the window is read
+				sts, err := b.Status(ctx, want)
+				if err != nil || len(sts) != 1 || sts[0].ID != want || sts[0].Sequence != seqs[want] {
+					errs <- fmt.Errorf("process %d: Status(%s) = %+v, %v; want it at sequence %d", i, want, sts, err, seqs[want])
+				}
+			}
+		}()
+	}
+	for range bobs {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestHistoryConsumerLeftBehind: a process that died while it read left
+// the agent's history consumer behind; the server would remove it a minute
+// later. Another process of the agent takes it over and answers.
+func TestHistoryConsumerLeftBehind(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	var first *bus.PubAck
+	for n := range 3 {
+		ack, err := alice.Publish(ctx, bus.Message{ID: id(n), To: "bob", Type: "T"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			first = &ack
+		}
+	}
+	name, filter, err := subjects.Default().ReceivedHistoryConsumer("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, subjects.Default().Stream(), jetstream.ConsumerConfig{Name: name, FilterSubject: filter,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, InactiveThreshold: time.Minute, Description: "left by a process that died"}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := bob.Status(ctx, id(0)) // not the last of its window: the window is read
+	if err != nil || len(sts) != 1 || sts[0].Sequence != first.Sequence {
+		t.Fatalf("Status(%s) = %+v, %v; want it at sequence %d", id(0), sts, err, first.Sequence)
+	}
+}
