@@ -48,9 +48,12 @@ var (
 	// its context ended. The reply is not lost if it comes later: it
 	// reaches the agent's handler, marked Late.
 	ErrRequestTimeout = errors.New("bus: no reply before the request timed out")
-	// ErrNoStatus means the status bucket holds no record of the message:
-	// it was never published on this bus, it is older than the retention,
-	// or lifecycle tracking was off (WithoutLifecycle) when it moved.
+	// ErrNoStatus means neither the stream nor the status bucket holds the
+	// message for the caller: it was never published on this bus, it is
+	// older than the retention, or lifecycle tracking was off
+	// (WithoutLifecycle) when it moved. A lookup that could not read the
+	// stream (it timed out, the server refused a consumer for lack of
+	// room) and found no record returns that error instead.
 	ErrNoStatus = errors.New("bus: no status recorded")
 	// ErrPermissionDenied means the server refused the agent's credentials
 	// the subject a call needs, such as a publish as another sender

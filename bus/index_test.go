@@ -323,3 +323,42 @@ func TestHistoryConsumerLeftBehind(t *testing.T) {
 		t.Fatalf("Status(%s) = %+v, %v; want it at sequence %d", id(0), sts, err, first.Sequence)
 	}
 }
+
+// TestStatusStreamUnread: a lookup that cannot read the stream, here
+// because the stream has no room for the consumer that reads a window,
+// and finds no record either, says so: not ErrNoStatus, which would tell
+// its caller that no such message was sent.
+func TestStatusStreamUnread(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	const root = "full"
+	if _, err := adminOf(t, s).Provision(ctx, bus.StreamConfig{Root: root, MaxConsumers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := newBus(t, s, "alice", bus.WithRoot(root)), newBus(t, s, "bob", bus.WithRoot(root))
+	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	for n := range 3 {
+		if _, err := alice.Publish(ctx, bus.Message{ID: id(n), To: "bob", Type: "T"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sts, err := bob.Status(ctx, id(0)); err != nil || len(sts) != 1 {
+		t.Fatalf("Status(%s) with room for a consumer = %+v, %v", id(0), sts, err)
+	}
+	scheme, err := subjects.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, scheme.Stream(), jetstream.ConsumerConfig{Name: "taken", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := bob.Status(ctx, id(0)) // not the last of its window: the window is read
+	if err == nil || errors.Is(err, bus.ErrNoStatus) {
+		t.Fatalf("Status(%s) with no room for a consumer = %+v, %v; want the stream's error, not ErrNoStatus", id(0), sts, err)
+	}
+	t.Logf("Status: %v", err)
+}

@@ -892,7 +892,9 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 // message is found by its indexed subject (docs/subjects.md) and its
 // record read by key; a broadcast, or a message whose subject has no index,
 // by a look through the bucket's keys. It returns ErrNoStatus when there
-// are none.
+// are none, or the error that kept it from reading the stream
+// (ErrNoStatus says the message is not there; that error, that it is not
+// known).
 func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	if b.shards != nil {
 		return b.shards.status(ctx, id)
@@ -947,10 +949,12 @@ func (b *client) lookup(ctx context.Context, id string, records []string, find f
 	// index, or an agent's, which allow no batch and no consumer of every
 	// agent's subjects), a stream provisioned before the index (none
 	// answers) or one that does not answer leaves the lookup to the
-	// records.
+	// records. Where they name nothing either, the last is an error, not
+	// ErrNoStatus (streamUnread).
 	sctx, stopS := b.watchRefusals(ctx, "$JS.API.")
 	sctx, cancelS := context.WithTimeout(sctx, streamLookupTimeout)
 	found, serr := find(sctx)
+	serr = refusedCall(sctx, serr)
 	cancelS()
 	stopS()
 	if serr != nil && ctx.Err() != nil {
@@ -973,9 +977,22 @@ func (b *client) lookup(ctx context.Context, id string, records []string, find f
 		return nil, refusedCall(ctx, err)
 	}
 	if len(out) == 0 {
+		if streamUnread(serr) {
+			return nil, fmt.Errorf("status of %s: no record names it, and the stream could not be read: %w", id, serr)
+		}
 		return nil, fmt.Errorf("%w: %s", ErrNoStatus, id)
 	}
 	return out, nil
+}
+
+// streamUnread reports whether err, what a lookup's read of the stream
+// failed with, leaves the message's existence unknown: any failure but a
+// refusal of the reader's permissions, or a stream that cannot be read by
+// indexed subject (provisioned before the index: no direct get answers).
+// A lookup that found no record then returns err, not ErrNoStatus.
+func streamUnread(err error) bool {
+	return err != nil && !errors.Is(err, ErrPermissionDenied) && !errors.Is(err, nats.ErrNoResponders) &&
+		!errors.Is(err, ErrNotProvisioned)
 }
 
 // Conversation returns the lifecycle record of every message of the
