@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -24,6 +25,7 @@ type benchFlags struct {
 	json     bool
 	only     []string
 	rounds   int
+	tcp      bool
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -75,10 +77,14 @@ and inversions a ratio above 1 means the bus takes longer or inverts more.
 
 Without --server, bench starts an embedded server with file storage in a
 temporary directory and removes it afterwards ($NATS_URL is not used, so
-bench never loads a server by accident). With --server it uses that server
-and the global connection flags. Either way every scenario uses streams of
-its own, named agentbus-bench-<run>-<scenario>-bus and -raw (--root is not
-used), and deletes them when it ends.
+bench never loads a server by accident). Both sides reach it in process,
+as a program reaches the server it embeds (embedded.Server.Connect) and as
+go test -bench does; with --tcp, over loopback TCP, which adds the
+kernel's work on every hop to the process both sides share with the
+server. With --server it uses that server and the global connection flags.
+Either way every scenario uses streams of its own, named
+agentbus-bench-<run>-<scenario>-bus and -raw (--root is not used), and
+deletes them when it ends.
 
 With --rounds N each scenario runs N times, one round after another; the
 table gives each scenario's median round by its headline ratio (bus/raw+headers
@@ -99,6 +105,7 @@ reports each scenario on stderr as it starts.`,
 	fl.StringVar(&f.rate, "rate", strconv.FormatFloat(benchmark.DefaultRate, 'f', -1, 64)+"/s", "publish rate of the e2e scenario, N/s or N messages per second")
 	fl.BoolVar(&f.json, "json", false, "print one JSON document instead of the table")
 	fl.StringSliceVar(&f.only, "only", nil, "comma-separated scenarios to run ("+strings.Join(scenarioNames(), ",")+"); default all")
+	fl.BoolVar(&f.tcp, "tcp", false, "reach the embedded server over loopback TCP, not in process")
 	fl.IntVar(&f.rounds, "rounds", 1, fmt.Sprintf("times each scenario runs; the median round is reported, with the spread (at most %d)", benchmark.MaxRounds))
 	return cmd
 }
@@ -109,7 +116,10 @@ func (a *app) bench(cmd *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
-	stop, err := a.benchServer(cmd, &cfg)
+	if f.tcp && cmd.Flags().Changed("server") {
+		return usageError{errors.New("--tcp is for the embedded server; --server is reached as its URL says")}
+	}
+	stop, err := a.benchServer(cmd, &cfg, f.tcp)
 	if err != nil {
 		return err
 	}
@@ -168,8 +178,8 @@ func parseRate(s string) (float64, error) {
 
 // benchServer points cfg at the server bench measures: --server when it
 // was given on the command line, else an embedded server it starts, which
-// stop shuts down.
-func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config) (stop func(), err error) {
+// stop shuts down, reached in process or, with tcp, over loopback TCP.
+func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config, tcp bool) (stop func(), err error) {
 	opts := []nats.Option{
 		nats.Name("agentbus bench"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.warnf("connection: %v", err) }),
@@ -193,9 +203,13 @@ func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config) (stop func(
 	if err != nil {
 		return nil, err
 	}
-	url := s.ClientURL()
-	cfg.Dial = func() (*nats.Conn, error) { return nats.Connect(url, opts...) }
-	cfg.Server = "embedded, file storage"
+	cfg.Dial = func() (*nats.Conn, error) { return s.Connect(opts...) }
+	cfg.Server = "embedded, file storage, in process"
+	if tcp {
+		url := s.ClientURL()
+		cfg.Dial = func() (*nats.Conn, error) { return nats.Connect(url, opts...) }
+		cfg.Server = "embedded, file storage, loopback TCP"
+	}
 	// No memory figure: the server shares this process with both sides'
 	// clients, whose garbage and retained state the heap cannot tell
 	// apart (one run showed the bus's agents costing less than nothing).

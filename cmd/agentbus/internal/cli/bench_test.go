@@ -114,7 +114,7 @@ func TestBenchJSON(t *testing.T) {
 		t.Fatalf("--json output is not one JSON object of objects: %v\n%s", err, out)
 	}
 	settings := rep["settings"]
-	if settings["server"] != "embedded, file storage" || settings["messages"] != 200.0 || settings["agents"] != 3.0 ||
+	if settings["server"] != "embedded, file storage, in process" || settings["messages"] != 200.0 || settings["agents"] != 3.0 ||
 		settings["size_bytes"] != 1024.0 || settings["rate_msgs_per_s"] != 2000.0 {
 		t.Errorf("settings %v", settings)
 	}
@@ -198,6 +198,24 @@ func TestBenchServer(t *testing.T) {
 	}
 }
 
+// TestBenchTCP: with --tcp both sides reach the embedded server over
+// loopback TCP, and the settings say so.
+func TestBenchTCP(t *testing.T) {
+	out := mustRun(t, "bench", "--tcp", "--messages", "40", "--only", "sync", "--json")
+	var rep struct {
+		Settings struct {
+			Server string `json:"server"`
+		} `json:"settings"`
+		Sync json.RawMessage `json:"sync"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	if rep.Settings.Server != "embedded, file storage, loopback TCP" || len(rep.Sync) == 0 {
+		t.Errorf("settings.server %q, sync %s", rep.Settings.Server, rep.Sync)
+	}
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -213,6 +231,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{name: "no rounds", args: []string{"--rounds", "0"}, want: "--rounds 0"},
 		{name: "too many rounds", args: []string{"--rounds", "101"}, want: "rounds 101"},
 		{name: "argument", args: []string{"extra"}, want: "extra"},
+		{name: "tcp with a server", args: []string{"--tcp", "--server", "nats://127.0.0.1:4222"}, want: "--tcp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
