@@ -99,6 +99,7 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	// The worker answers questions, rejects poison for good and records
 	// the rest.
 	r := newRecorder()
+	longStarted := make(chan struct{}, 1)
 	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
 		switch d.Type {
 		case "poison":
@@ -107,6 +108,10 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 			_, err := d.Reply(ctx, bus.Message{Type: "answer", Data: []byte("42")})
 			return err
 		case "long":
+			select {
+			case longStarted <- struct{}{}:
+			default:
+			}
 			<-ctx.Done()
 			return context.Cause(ctx)
 		}
@@ -175,6 +180,15 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	}
 	long := publish(t, lead, bus.Message{To: worker.Agent(), Type: "long"})
 	waitState(t, lead, long.ID, bus.StateDelivered)
+	// Delivered is to the worker's process; the worker records the cancel
+	// only if its handler runs by then (a message canceled before its
+	// handler starts is dropped unhandled, its record left as the lead
+	// wrote it).
+	select {
+	case <-longStarted:
+	case <-ctx.Done():
+		t.Fatal("the worker's handler of the long task did not start")
+	}
 	if _, err := lead.Cancel(ctx, long.ID); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
