@@ -978,12 +978,16 @@ func (b *client) lookup(ctx context.Context, id string, records []string, find f
 	}
 	if len(out) == 0 {
 		if streamUnread(serr) {
-			return nil, fmt.Errorf("status of %s: no record names it, and the stream could not be read: %w", id, serr)
+			return nil, fmt.Errorf("status of %s: no record names it, and %w: %w", id, errStreamUnread, serr)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrNoStatus, id)
 	}
 	return out, nil
 }
+
+// errStreamUnread is wrapped by the error of a lookup that could not read
+// the stream and found no record (streamUnread): the message may be there.
+var errStreamUnread = errors.New("the stream could not be read")
 
 // streamUnread reports whether err, what a lookup's read of the stream
 // failed with, leaves the message's existence unknown: any failure but a

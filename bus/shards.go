@@ -397,9 +397,19 @@ func (s *Shards) publishAsyncComplete() <-chan struct{} {
 // status is Bus.Status on every shard at once: a message is on its
 // recipient's shard, a broadcast on all of them.
 func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
+	var (
+		mu     sync.Mutex
+		unread []error // of shards that could not read their stream and hold no record
+	)
 	found, err := onEvery(s, func(b *Bus) ([]Status, error) {
 		sts, err := b.statusHere(ctx, id)
-		if errors.Is(err, ErrNoStatus) {
+		switch {
+		case errors.Is(err, ErrNoStatus):
+			return nil, nil
+		case errors.Is(err, errStreamUnread):
+			mu.Lock()
+			unread = append(unread, fmt.Errorf("shard %s: %w", b.Subjects().Root(), err))
+			mu.Unlock()
 			return nil, nil
 		}
 		return sts, err
@@ -407,8 +417,13 @@ func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A message is on one shard: where it was found, a shard that could
+	// not tell does not matter; where it was not, it leaves it unknown.
 	if out := slices.Concat(found...); len(out) > 0 {
 		return out, nil
+	}
+	if len(unread) > 0 {
+		return nil, errors.Join(unread...)
 	}
 	return nil, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)
 }
@@ -566,10 +581,22 @@ func (s *Shards) cancel(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	for _, o := range found { // the shard that found it, else the first that failed
-		if !errors.Is(o.err, ErrNoStatus) {
+	// The shard that found it (canceled, or why not: ErrFinal, ...), else
+	// the first that could not read its stream, else none has it.
+	var unread *outcome
+	for i, o := range found {
+		switch {
+		case errors.Is(o.err, ErrNoStatus):
+		case errors.Is(o.err, errStreamUnread):
+			if unread == nil {
+				unread = &found[i]
+			}
+		default:
 			return o.st, o.err
 		}
+	}
+	if unread != nil {
+		return unread.st, unread.err
 	}
 	return Status{}, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)
 }

@@ -573,3 +573,58 @@ func TestShardsHistory(t *testing.T) {
 		t.Errorf("history %v, want %v", got, want)
 	}
 }
+
+// TestShardsStatusStreamUnread: a shard that cannot read its stream (here
+// it has no room for the consumer that reads a window) and holds no record
+// of a message does not hide the message another shard holds: Status and
+// Cancel answer from the shard that has it. Where no shard has it, the
+// shard that could not tell makes the answer an error, not ErrNoStatus.
+func TestShardsStatusStreamUnread(t *testing.T) {
+	const n = 2
+	s := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	admin := adminOf(t, s)
+	for k := range n {
+		root, err := subjects.ShardRoot("", k, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := bus.StreamConfig{Root: root}
+		if k == 0 {
+			cfg.MaxConsumers = 1 // filled below
+		}
+		if _, err := admin.Provision(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agents := onShards(t, "agent", n)
+	a0 := newShards(t, embeddedtest.Connect(t, s), agents[0], n)
+	a1 := newShards(t, embeddedtest.Connect(t, s), agents[1], n)
+	id := func(k int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", k) }
+	// The message looked up, to agents[1], on shard 1; in its window on
+	// shard 0, one from agents[1], which makes shard 0 read the window.
+	if _, err := a0.Bus().Publish(ctx, bus.Message{ID: id(0), To: agents[1], Type: "T"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a1.Bus().Publish(ctx, bus.Message{ID: id(1), To: agents[0], Type: "T"}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, streamOf(t, 0, n), jetstream.ConsumerConfig{Name: "taken", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
+	}
+
+	if sts, err := a1.Bus().Status(ctx, id(0)); err != nil || len(sts) != 1 || sts[0].ID != id(0) {
+		t.Errorf("Status(%s) = %+v, %v; want it from shard 1", id(0), sts, err)
+	}
+	if st, err := a1.Bus().Cancel(ctx, id(0)); err != nil || st.State != bus.StateCanceled {
+		t.Errorf("Cancel(%s) = %+v, %v; want it canceled on shard 1", id(0), st, err)
+	}
+	// An ID of the window that no shard holds: shard 0 cannot tell.
+	if sts, err := a1.Bus().Status(ctx, id(2)); err == nil || errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("Status(%s) = %+v, %v; want shard 0's error, not ErrNoStatus", id(2), sts, err)
+	}
+}
