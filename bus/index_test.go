@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -111,9 +113,7 @@ func TestIndexWindows(t *testing.T) {
 	ctx := testContext(t)
 	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
 	admin := adminOf(t, s)
-	// IDs of one window: the same milliseconds, as IDs made within 4 ms
-	// have.
-	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	id := windowID
 	if subjects.IndexToken(id(0)) != subjects.IndexToken(id(9)) || !subjects.Windowed(subjects.IndexToken(id(0))) {
 		t.Fatal("the test's IDs are not of one window")
 	}
@@ -218,7 +218,7 @@ func TestRepliesInOneWindow(t *testing.T) {
 	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
 	admin := adminOf(t, s)
 	replier(t, worker)
-	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-9def-%012x", n) }
+	id := windowID
 	replies := map[string]string{}
 	for n := range 4 {
 		reply, err := orch.Request(ctx, bus.Message{ID: id(n), To: "worker", Type: "REQUEST"})
@@ -254,7 +254,7 @@ func TestIndexWindowsTwoProcesses(t *testing.T) {
 	ctx := testContext(t)
 	alice := newBus(t, s, "alice")
 	bobs := []*bus.Bus{newBus(t, s, "bob"), newBus(t, s, "bob")}
-	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	id := windowID
 	const sent = 40
 	seqs := map[string]uint64{}
 	for n := range sent {
@@ -266,10 +266,9 @@ func TestIndexWindowsTwoProcesses(t *testing.T) {
 	}
 	const lookups = 30
 	errs := make(chan error, len(bobs)*lookups)
-	done := make(chan struct{})
+	var wg sync.WaitGroup
 	for i, b := range bobs {
-		go func() {
-			defer func() { done <- struct{}{} }()
+		wg.Go(func() {
 			for k := range lookups {
 				want := id((k*7 + i) % (sent - 1)) // never the last: the window is read
 				sts, err := b.Status(ctx, want)
@@ -277,11 +276,9 @@ func TestIndexWindowsTwoProcesses(t *testing.T) {
 					errs <- fmt.Errorf("process %d: Status(%s) = %+v, %v; want it at sequence %d", i, want, sts, err, seqs[want])
 				}
 			}
-		}()
+		})
 	}
-	for range bobs {
-		<-done
-	}
+	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -295,7 +292,7 @@ func TestHistoryConsumerLeftBehind(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
 	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
-	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	id := windowID
 	var first *bus.PubAck
 	for n := range 3 {
 		ack, err := alice.Publish(ctx, bus.Message{ID: id(n), To: "bob", Type: "T"})
@@ -336,7 +333,7 @@ func TestStatusStreamUnread(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice, bob := newBus(t, s, "alice", bus.WithRoot(root)), newBus(t, s, "bob", bus.WithRoot(root))
-	id := func(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+	id := windowID
 	for n := range 3 {
 		if _, err := alice.Publish(ctx, bus.Message{ID: id(n), To: "bob", Type: "T"}); err != nil {
 			t.Fatal(err)
@@ -349,16 +346,27 @@ func TestStatusStreamUnread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(embeddedtest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateConsumer(ctx, scheme.Stream(), jetstream.ConsumerConfig{Name: "taken", AckPolicy: jetstream.AckNonePolicy}); err != nil {
-		t.Fatal(err)
-	}
+	takeLastConsumer(t, s, scheme.Stream())
 	sts, err := bob.Status(ctx, id(0)) // not the last of its window: the window is read
 	if err == nil || errors.Is(err, bus.ErrNoStatus) {
 		t.Fatalf("Status(%s) with no room for a consumer = %+v, %v; want the stream's error, not ErrNoStatus", id(0), sts, err)
 	}
-	t.Logf("Status: %v", err)
+}
+
+// windowID returns the n-th of the test IDs of one 4 ms window: UUIDs
+// version 7 of the same milliseconds, as IDs the bus makes within 4 ms
+// have.
+func windowID(n int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", n) }
+
+// takeLastConsumer creates a consumer on stream, provisioned with room for
+// one, so that the server refuses any other.
+func takeLastConsumer(t *testing.T, s *embedded.Server, stream string) {
+	t.Helper()
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(testContext(t), stream, jetstream.ConsumerConfig{Name: "taken", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -444,9 +444,8 @@ func (b *Bus) findsReply(addr subjects.Address, h nats.Header, m *Message) bool 
 // its own, as the request's does not.
 func replyIDOf(id string) string {
 	u := uuid.NewSHA1(replySpace, []byte(id))
-	// A UUID v7 as subjects.IndexToken takes one: canonical text, version
-	// 7, the RFC 4122 variant.
-	if r, err := uuid.Parse(id); err == nil && len(id) == 36 && r.Version() == 7 && r.Variant() == uuid.RFC4122 {
+	// Windowed exactly where the index names the request by its window.
+	if r, err := uuid.Parse(id); err == nil && subjects.Windowed(subjects.IndexToken(id)) {
 		copy(u[:6], r[:6]) // the milliseconds
 		u[6] = u[6]&0x0f | 0x70
 	}

@@ -397,32 +397,37 @@ func (s *Shards) publishAsyncComplete() <-chan struct{} {
 // status is Bus.Status on every shard at once: a message is on its
 // recipient's shard, a broadcast on all of them.
 func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
-	var (
-		mu     sync.Mutex
-		unread []error // of shards that could not read their stream and hold no record
-	)
-	found, err := onEvery(s, func(b *Bus) ([]Status, error) {
+	type outcome struct {
+		sts    []Status
+		unread error // the shard could not read its stream and holds no record
+	}
+	found, err := onEvery(s, func(b *Bus) (outcome, error) {
 		sts, err := b.statusHere(ctx, id)
 		switch {
 		case errors.Is(err, ErrNoStatus):
-			return nil, nil
+			return outcome{}, nil
 		case errors.Is(err, errStreamUnread):
-			mu.Lock()
-			unread = append(unread, fmt.Errorf("shard %s: %w", b.Subjects().Root(), err))
-			mu.Unlock()
-			return nil, nil
+			return outcome{unread: fmt.Errorf("shard %s: %w", b.Subjects().Root(), err)}, nil
 		}
-		return sts, err
+		return outcome{sts: sts}, err
 	})
 	if err != nil {
 		return nil, err
 	}
 	// A message is on one shard: where it was found, a shard that could
 	// not tell does not matter; where it was not, it leaves it unknown.
-	if out := slices.Concat(found...); len(out) > 0 {
-		return out, nil
+	var out []Status
+	var unread []error
+	for _, o := range found {
+		out = append(out, o.sts...)
+		if o.unread != nil {
+			unread = append(unread, o.unread)
+		}
 	}
-	if len(unread) > 0 {
+	switch {
+	case len(out) > 0:
+		return out, nil
+	case len(unread) > 0:
 		return nil, errors.Join(unread...)
 	}
 	return nil, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)

@@ -600,7 +600,7 @@ func TestShardsStatusStreamUnread(t *testing.T) {
 	agents := onShards(t, "agent", n)
 	a0 := newShards(t, embeddedtest.Connect(t, s), agents[0], n)
 	a1 := newShards(t, embeddedtest.Connect(t, s), agents[1], n)
-	id := func(k int) string { return fmt.Sprintf("019ab1c2-d3e4-7abc-8def-%012x", k) }
+	id := windowID
 	// The message looked up, to agents[1], on shard 1; in its window on
 	// shard 0, one from agents[1], which makes shard 0 read the window.
 	if _, err := a0.Bus().Publish(ctx, bus.Message{ID: id(0), To: agents[1], Type: "T"}); err != nil {
@@ -609,13 +609,7 @@ func TestShardsStatusStreamUnread(t *testing.T) {
 	if _, err := a1.Bus().Publish(ctx, bus.Message{ID: id(1), To: agents[0], Type: "T"}); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(embeddedtest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateConsumer(ctx, streamOf(t, 0, n), jetstream.ConsumerConfig{Name: "taken", AckPolicy: jetstream.AckNonePolicy}); err != nil {
-		t.Fatal(err)
-	}
+	takeLastConsumer(t, s, streamOf(t, 0, n))
 
 	if sts, err := a1.Bus().Status(ctx, id(0)); err != nil || len(sts) != 1 || sts[0].ID != id(0) {
 		t.Errorf("Status(%s) = %+v, %v; want it from shard 1", id(0), sts, err)

@@ -152,9 +152,11 @@ func (s Scheme) IndexedDirect(to, from, typ string, priority int, id, correlatio
 		return "", err
 	}
 	ms, windowed := uuidV7Millis(id)
+	var idTok string // for an ID not named by its window
 	idLen := windowTokenMaxLen
 	if !windowed {
-		idLen = len(IDToken(id))
+		idTok = IDToken(id)
+		idLen = len(idTok)
 	}
 	root := s.Root()
 	var b strings.Builder
@@ -165,7 +167,7 @@ func (s Scheme) IndexedDirect(to, from, typ string, priority int, id, correlatio
 	if windowed {
 		writeWindow(&b, ms)
 	} else {
-		b.WriteString(IDToken(id))
+		b.WriteString(idTok)
 	}
 	b.WriteByte('.')
 	if ms, ok := uuidV7Millis(correlationID); ok {

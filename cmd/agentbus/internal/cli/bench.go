@@ -203,12 +203,13 @@ func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config, tcp bool) (
 	if err != nil {
 		return nil, err
 	}
-	cfg.Dial = func() (*nats.Conn, error) { return s.Connect(opts...) }
-	cfg.Server = "embedded, file storage, in process"
 	if tcp {
 		url := s.ClientURL()
 		cfg.Dial = func() (*nats.Conn, error) { return nats.Connect(url, opts...) }
 		cfg.Server = "embedded, file storage, loopback TCP"
+	} else {
+		cfg.Dial = func() (*nats.Conn, error) { return s.Connect(opts...) }
+		cfg.Server = "embedded, file storage, in process"
 	}
 	// No memory figure: the server shares this process with both sides'
 	// clients, whose garbage and retained state the heap cannot tell
