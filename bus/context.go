@@ -114,7 +114,7 @@ type handling struct {
 // cancel context, no registration with the parent and no release: two
 // allocations and a locked map insert and delete, for every message (a few
 // tenths of a µs of the client's CPU in a running subscription,
-// docs/performance.md).
+// docs/performance-journal.md).
 type handlerContext struct {
 	context.Context // the parent
 	h               *handling

@@ -47,7 +47,7 @@ import (
 //	        window's last message is another one, and a conversation's
 //	        read reads those of every conversation begun in its window
 //	batched shared, plus an index written in batches, the alternative
-//	        docs/performance.md weighs against unique: as acks come back,
+//	        docs/performance-journal.md weighs against unique: as acks come back,
 //	        the messages' IDs and stream sequences (24 bytes each), at
 //	        most batchedIndexSize to a record, one record per tenth of a
 //	        second of the IDs' time (UUID v7) under ix.index.<tenth>.<n>.

@@ -292,7 +292,7 @@ func (c *client) indexed() bool {
 // lifecycle (indexed). A sender without lifecycle tracking sends plain
 // direct subjects: each indexed message costs the server a subject-index
 // entry of its own, in memory for as long as the stream keeps the message,
-// and a fifth to a third of its publish rate (docs/performance.md), which
+// and a fifth to a third of its publish rate (docs/performance-journal.md), which
 // nobody who looks its messages up pays for.
 func (c *client) subjectOf(m *Message) (string, error) {
 	var (
@@ -316,7 +316,7 @@ func (c *client) subjectOf(m *Message) (string, error) {
 // directSubjects remembers the plain direct subjects a client built, so
 // that a sender without lifecycle tracking, which sends on them, checks and
 // builds the subject of each recipient, type and priority once, not for
-// every message: about 0.1 µs of its publish path (docs/performance.md).
+// every message: about 0.1 µs of its publish path (docs/performance-journal.md).
 // It forgets them all when it holds maxDirectSubjects.
 type directSubjects struct {
 	m  sync.Map // directKey -> string; read without mu

@@ -16,7 +16,7 @@ import (
 // The bus puts a message's ID in its subject, and the server indexes every
 // stored subject in memory. IDs that share their leading characters cost
 // that index less than random ones (version 4): about 280 B of server heap
-// per stored message instead of 325 B, measured in docs/performance.md.
+// per stored message instead of 325 B, measured in docs/performance-journal.md.
 func NewID() string { return ids.next(time.Now()) }
 
 // ids makes the IDs of NewID and SetDefaults.
@@ -25,7 +25,7 @@ var ids idSource
 // idSource makes version 7 UUIDs as uuid.NewV7 does, at a bit over half
 // its cost: the random bits come from a buffer filled from crypto/rand a few
 // kilobytes at a time, where uuid.NewV7 reads the system's source for every
-// ID (about 0.2 µs of the bus's publish path, docs/performance.md), and
+// ID (about 0.2 µs of the bus's publish path, docs/performance-journal.md), and
 // SetDefaults passes the clock reading it has.
 // uuid.EnableRandPool would do the same for every user of the uuid package
 // in the process, which a library must not choose for its importers.

@@ -23,7 +23,7 @@ const (
 	// a conversation key is hex alone.
 	windowPrefix = "=T"
 	// windowShift is log2 of a window's width in milliseconds: 4 ms,
-	// chosen by measurement (docs/performance.md, the window's width).
+	// chosen by measurement (docs/performance-journal.md, the window's width).
 	// Readers and writers must agree on it.
 	windowShift = 2
 	// windowTokenMaxLen is the longest window token.
