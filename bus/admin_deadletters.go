@@ -56,15 +56,17 @@ func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLett
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	cfg := jetstream.ConsumerConfig{FilterSubject: filter}
 	if !f.Since.IsZero() {
 		since := f.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := b.js.OrderedConsumer(ctx, b.opts.scheme.DeadLetterStream(), cfg)
+	stream := b.opts.scheme.DeadLetterStream()
+	cons, err := newReader(ctx, b.js, stream, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", b.notProvisioned(err))
 	}
+	defer deleteReader(ctx, b.js, stream, cons, b.opts.onError)
 	var out []DeadLetter
 	err = readPending(ctx, cons, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
@@ -190,7 +192,7 @@ func (b *Admin) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint6
 	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(filter)}
 	if !f.Since.IsZero() {
 		// Purge up to the first dead letter at or after Since.
-		raw, err := firstSince(ctx, b.js, s.CachedInfo().Config.Name, filter, f.Since)
+		raw, err := b.firstSince(ctx, s.CachedInfo().Config.Name, filter, f.Since)
 		if err != nil {
 			return 0, err
 		}
@@ -210,18 +212,18 @@ func (b *Admin) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint6
 
 // firstSince returns the sequence of the first message on filter stored at
 // or after t, or 0 if there is none.
-func firstSince(ctx context.Context, js jetstream.JetStream, stream, filter string, t time.Time) (uint64, error) {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &t,
+func (c *client) firstSince(ctx context.Context, stream, filter string, t time.Time) (uint64, error) {
+	cons, err := newReader(ctx, c.js, stream, jetstream.ConsumerConfig{
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime:  &t,
 	})
 	if err != nil {
 		return 0, err
 	}
-	info, err := cons.Info(ctx)
-	if err != nil || info.NumPending == 0 {
-		return 0, err
+	defer deleteReader(ctx, c.js, stream, cons, c.opts.onError)
+	if cons.CachedInfo().NumPending == 0 {
+		return 0, nil
 	}
 	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 	if err != nil {

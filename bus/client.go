@@ -2,12 +2,14 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/bus/internal/asyncpub"
 	"github.com/agentbus/agentbus/subjects"
@@ -157,14 +159,53 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 	return c.refusals.watchPrefix(ctx, prefix)
 }
 
-// readPending reads what consumer c has pending when it was created (an
-// ordered consumer that looks something up), in batches, calling each
-// with every message and its metadata until each says stop or nothing is
-// left. A batch waits at most 5 s, and never past ctx's deadline. One
-// that brings nothing ends the read with what it got: messages counted as
-// pending when the consumer was created can be gone since (a presence
-// record that expired, a record deleted), and none is coming.
+// newReader creates a consumer of stream for one read of what cfg selects
+// (its FilterSubject, DeliverPolicy and start, HeadersOnly): no acks, in
+// memory, one replica, under a random name. Read it with readPending and
+// delete it with deleteReader; should this process die first, the server
+// removes it a minute after its last use.
+//
+// Not nats.go's ordered consumer, which these reads used before: its every
+// Fetch replaces the consumer with a new one, a create and a delete more
+// for each read (and a read that deleted the consumer it was given left
+// the replacement for five minutes); and when the replacement cannot be
+// created, as when the server has gone, the Fetch retries for ever,
+// whatever its caller's context says.
+func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	cfg.Name = nuid.Next()
+	cfg.AckPolicy = jetstream.AckNonePolicy
+	cfg.MemoryStorage, cfg.Replicas = true, 1
+	cfg.InactiveThreshold = time.Minute
+	return js.CreateConsumer(ctx, stream, cfg)
+}
+
+// deleteReader deletes c, a consumer of stream made by newReader, once its
+// read is done, even if ctx has ended, and reports a failure to onError.
+// At once, not left to expire: a stream holds at most 1,000 consumers by
+// default, which a tool polling a status would otherwise reach within
+// minutes.
+func deleteReader(ctx context.Context, js jetstream.JetStream, stream string, c jetstream.Consumer, onError func(error)) {
+	name := c.CachedInfo().Name
+	if err := js.DeleteConsumer(context.WithoutCancel(ctx), stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		onError(fmt.Errorf("delete reader %s of %s: %w", name, stream, err))
+	}
+}
+
+// errReadGap is wrapped by readPending's error when the consumer delivered
+// a message that never arrived: the read would otherwise miss it.
+var errReadGap = errors.New("a message of the read did not arrive")
+
+// readPending reads what consumer c, which acks nothing, has pending when it
+// was created, in batches, calling each with every message and its
+// metadata until each says stop or nothing is left. A batch waits at most
+// 5 s, and never past ctx's deadline. One that brings nothing ends the read
+// with what it got: messages counted as pending when the consumer was
+// created can be gone since (a presence record that expired, a record
+// deleted), and none is coming. A message the consumer delivered that did
+// not arrive (a batch that ended before its last messages came, say) ends
+// the read with an error wrapping errReadGap, never a short answer.
 func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	var delivered uint64 // the consumer's sequence of the last message read
 	for pending := c.CachedInfo().NumPending; pending > 0; {
 		wait := batchWait
 		if d, ok := ctx.Deadline(); ok {
@@ -184,6 +225,10 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 			if err != nil {
 				return err
 			}
+			if md.Sequence.Consumer != delivered+1 {
+				return fmt.Errorf("%w: delivery %d came after %d", errReadGap, md.Sequence.Consumer, delivered)
+			}
+			delivered = md.Sequence.Consumer
 			pending = md.NumPending
 			if stop, err := each(m, md); err != nil || stop {
 				return err

@@ -135,14 +135,14 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 	defer cancel()
 	ctx, stop := c.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.registry.prefix + filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	cons, err := newReader(ctx, c.js, c.registry.stream, jetstream.ConsumerConfig{
+		FilterSubject: c.registry.prefix + filter,
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		return nil, refusedCall(ctx, fmt.Errorf("read groups: %w", c.registryMissing(err)))
 	}
-	defer c.js.DeleteConsumer(context.WithoutCancel(ctx), c.registry.stream, cons.CachedInfo().Name) //nolint:errcheck // it expires anyway
+	defer deleteReader(ctx, c.js, c.registry.stream, cons, c.opts.onError)
 	out := map[string][]string{}
 	err = readPending(ctx, cons, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
 		ch, ok := groupChangeOf(c.registry.prefix, m)

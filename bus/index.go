@@ -284,15 +284,14 @@ func (t *tracker) pendingOf(subject string, h nats.Header, data []byte) (Status,
 }
 
 // storedIn returns the pending status of every message of the stream whose
-// indexed subject matches filter, in stream order, read with a short-lived
-// ordered consumer of their headers: any number of them, where storedAll
-// answers up to maxBatch. The consumer's name is random, which an
-// operator may create and an agent may not (see Bus.History for an
-// agent's read).
+// indexed subject matches filter, in stream order, read with a reader of
+// their headers (newReader): any number of them, where storedAll answers
+// up to maxBatch. The reader's name is random, which an operator may
+// create and an agent may not (see Bus.History for an agent's read).
 func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error) {
-	c, err := t.js.OrderedConsumer(ctx, t.stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		HeadersOnly:    true,
+	c, err := newReader(ctx, t.js, t.stream, jetstream.ConsumerConfig{
+		FilterSubject: filter,
+		HeadersOnly:   true,
 	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -307,7 +306,7 @@ func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error)
 		}
 		return false, nil
 	})
-	t.deleteLookupConsumer(ctx, t.stream, c)
+	deleteReader(ctx, t.js, t.stream, c, t.onError)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}

@@ -645,8 +645,8 @@ func (t *tracker) read(ctx context.Context, filters ...string) ([]Status, error)
 }
 
 // records returns the last record of every key matching one of filters,
-// each read with its own ordered consumer (a single filter, so that server
-// permissions can pin it).
+// each read with a reader of its own (newReader: a single filter, so that
+// server permissions can pin it).
 func (t *tracker) records(ctx context.Context, filters ...string) ([]Status, error) {
 	var out []Status
 	seen := make(map[string]bool) // an agent's two filters meet on a message to itself
@@ -675,12 +675,13 @@ func (t *tracker) settle(ctx context.Context, out []Status) {
 
 // scan passes to add every record of a key matching filter that policy
 // selects (the last of each key, or every state kept) with its key's
-// subject, read with one ordered consumer of a single filter, so that
+// subject, read with one reader (newReader) of a single filter, so that
 // server permissions can pin it.
 func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.DeliverPolicy, add func(subject string, s Status)) error {
-	c, err := t.js.OrderedConsumer(ctx, "KV_"+t.bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{t.prefix + filter},
-		DeliverPolicy:  policy,
+	stream := "KV_" + t.bucket
+	c, err := newReader(ctx, t.js, stream, jetstream.ConsumerConfig{
+		FilterSubject: t.prefix + filter,
+		DeliverPolicy: policy,
 	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -689,23 +690,11 @@ func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.Deli
 		return fmt.Errorf("read status %s: %w", filter, err)
 	}
 	err = readAll(ctx, c, add)
-	t.deleteLookupConsumer(ctx, "KV_"+t.bucket, c)
+	deleteReader(ctx, t.js, stream, c, t.onError)
 	if err != nil {
 		return fmt.Errorf("read status %s: %w", filter, err)
 	}
 	return nil
-}
-
-// deleteLookupConsumer deletes the ordered consumer c of stream that a
-// lookup read with, at once rather than left to expire: a stream holds at
-// most 1,000 consumers by default, which a tool polling a status would
-// otherwise reach within minutes.
-func (t *tracker) deleteLookupConsumer(ctx context.Context, stream string, c jetstream.Consumer) {
-	if info := c.CachedInfo(); info != nil {
-		if err := t.js.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			t.onError(fmt.Errorf("delete lookup consumer %s of %s: %w", info.Name, stream, err))
-		}
-	}
 }
 
 // derive brings the records in out that are not final up to date from what
@@ -865,7 +854,7 @@ func (t *tracker) consumerOf(ctx context.Context, floors map[string]*jetstream.C
 	return info
 }
 
-// readAll fetches what an ordered consumer has pending now and passes each
+// readAll fetches what reader c (newReader) has pending and passes each
 // record to add with its subject.
 func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string, s Status)) error {
 	return readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {

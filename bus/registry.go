@@ -736,14 +736,14 @@ func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]Ag
 	ctx, stop := c.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	filter := c.registry.prefix + tokenFilter
-	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	cons, err := newReader(ctx, c.js, c.registry.stream, jetstream.ConsumerConfig{
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", c.registryMissing(err)))
 	}
-	defer c.js.DeleteConsumer(context.WithoutCancel(ctx), c.registry.stream, cons.CachedInfo().Name) //nolint:errcheck // it expires anyway
+	defer deleteReader(ctx, c.js, c.registry.stream, cons, c.opts.onError)
 	byName := map[string]*AgentInfo{}
 	get := func(name string) *AgentInfo {
 		a := byName[name]
