@@ -161,9 +161,10 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 
 // newReader creates a consumer of stream for one read of what cfg selects
 // (its FilterSubject, DeliverPolicy and start, HeadersOnly): no acks, in
-// memory, one replica, under a random name. Read it with readPending and
-// delete it with deleteReader; should this process die first, the server
-// removes it a minute after its last use.
+// memory, one replica, under a random name and described as "agentbus
+// read" for an operator who lists the stream's consumers. Read it with
+// readPending and delete it with deleteReader; should this process die
+// first, the server removes it a minute after its last use.
 //
 // Not nats.go's ordered consumer, which these reads used before: its every
 // Fetch replaces the consumer with a new one, a create and a delete more
@@ -172,7 +173,7 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 // created, as when the server has gone, the Fetch retries for ever,
 // whatever its caller's context says.
 func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	cfg.Name = nuid.Next()
+	cfg.Name, cfg.Description = nuid.Next(), "agentbus read"
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage, cfg.Replicas = true, 1
 	cfg.InactiveThreshold = time.Minute
