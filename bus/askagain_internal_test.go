@@ -50,11 +50,21 @@ func TestAskAgain(t *testing.T) {
 }
 
 // lossyJS is a real JetStream context whose next lose consumer lookups get
-// no answer, as a request whose answer a cluster lost: each waits until
+// no answer, and whose next loseCreates consumer creates are made but get
+// no answer, as requests whose answers a cluster lost: each waits until
 // its context ends.
 type lossyJS struct {
 	jetstream.JetStream
-	lose atomic.Int32
+	lose, loseCreates atomic.Int32
+}
+
+func (j *lossyJS) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := j.JetStream.CreateConsumer(ctx, stream, cfg)
+	if j.loseCreates.Add(-1) >= 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return c, err
 }
 
 func (j *lossyJS) Consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
@@ -92,5 +102,33 @@ func TestEnsureSpecsAsksAgain(t *testing.T) {
 	lossy.lose.Store(apiAttempts)
 	if err := b.ensureSpecs(ctx, specs, consumers.Settings{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("after %d lost answers: %v, want context.DeadlineExceeded", apiAttempts, err)
+	}
+}
+
+// TestNewReaderAsksAgain: a read whose consumer create lost its answer
+// asks again, gets the consumer the first create made, reads it and
+// deletes it: no second consumer, none left.
+func TestNewReaderAsksAgain(t *testing.T) {
+	defer func(d time.Duration) { apiAttemptTimeout = d }(apiAttemptTimeout)
+	apiAttemptTimeout = 100 * time.Millisecond
+	b := benchBus(t, provisionedServer(t), "reader")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := b.Register(ctx, AgentCard{Description: "reads"}); err != nil {
+		t.Fatal(err)
+	}
+	lossy := &lossyJS{JetStream: b.js}
+	b.js = lossy
+	lossy.loseCreates.Store(apiAttempts - 1)
+	agents, err := b.Agents(ctx)
+	if err != nil || len(agents) != 1 || agents[0].Card.Description != "reads" {
+		t.Fatalf("Agents after %d lost answers = %+v, %v", apiAttempts-1, agents, err)
+	}
+	s, err := lossy.JetStream.Stream(ctx, b.registry.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx); err != nil || info.State.Consumers != 0 {
+		t.Errorf("after the read: %d consumers, %v; want none", info.State.Consumers, err)
 	}
 }

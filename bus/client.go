@@ -164,7 +164,9 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 // memory, one replica, under a random name and described as "agentbus
 // read" for an operator who lists the stream's consumers. Read it with
 // readPending and delete it with deleteReader; should this process die
-// first, the server removes it a minute after its last use.
+// first, the server removes it a minute after its last use. A create whose
+// answer does not come is made again (askAgain): with the same name and
+// configuration, the server hands back the consumer if the first made it.
 //
 // Not nats.go's ordered consumer, which these reads used before: its every
 // Fetch replaces the consumer with a new one, a create and a delete more
@@ -177,7 +179,9 @@ func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg j
 	cfg.AckPolicy = jetstream.AckNonePolicy
 	cfg.MemoryStorage, cfg.Replicas = true, 1
 	cfg.InactiveThreshold = time.Minute
-	return js.CreateConsumer(ctx, stream, cfg)
+	return askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateConsumer(ctx, stream, cfg)
+	})
 }
 
 // deleteReader deletes c, a consumer of stream made by newReader, once its
