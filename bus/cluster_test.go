@@ -105,12 +105,20 @@ func waitReplicasCurrent(t *testing.T, nc *nats.Conn) {
 		}
 		return true, ""
 	}
+	// Each list is read to its end before it is judged: nats.go's lister
+	// sends on an unbuffered channel without watching its context, and
+	// one left half read would wait for ever (goleak caught it).
 	waitFor(t, "every stream's and consumer's replicas current", func() (bool, string) {
 		ctx := testContext(t)
 		streams := js.ListStreams(ctx)
-		n := 0
+		var sis []*jetstream.StreamInfo
 		for si := range streams.Info() {
-			n++
+			sis = append(sis, si)
+		}
+		if err := streams.Err(); err != nil || len(sis) == 0 {
+			return false, fmt.Sprintf("%d streams, %v", len(sis), err)
+		}
+		for _, si := range sis {
 			if ok, why := current(si.Config.Name, si.Cluster, si.Config.Replicas); !ok {
 				return false, why
 			}
@@ -119,17 +127,21 @@ func waitReplicasCurrent(t *testing.T, nc *nats.Conn) {
 				return false, err.Error()
 			}
 			consumers := s.ListConsumers(ctx)
+			var cis []*jetstream.ConsumerInfo
 			for ci := range consumers.Info() {
+				cis = append(cis, ci)
+			}
+			if err := consumers.Err(); err != nil {
+				return false, err.Error()
+			}
+			for _, ci := range cis {
 				replicas := cmp.Or(ci.Config.Replicas, si.Config.Replicas)
 				if ok, why := current(si.Config.Name+"/"+ci.Name, ci.Cluster, replicas); !ok {
 					return false, why
 				}
 			}
-			if err := consumers.Err(); err != nil {
-				return false, err.Error()
-			}
 		}
-		return n > 0 && streams.Err() == nil, fmt.Sprint(streams.Err())
+		return true, ""
 	})
 }
 
