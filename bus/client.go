@@ -186,9 +186,9 @@ func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg j
 
 // deleteReader deletes c, a consumer of stream made by newReader, once its
 // read is done, even if ctx has ended, and reports a failure to onError.
-// At once, not left to expire: a stream holds at most 1,000 consumers by
-// default, which a tool polling a status would otherwise reach within
-// minutes.
+// At once, not left to expire: every consumer costs the server memory and
+// goroutines while it lasts, and a tool polling a status once a second
+// would otherwise keep sixty of them.
 func deleteReader(ctx context.Context, js jetstream.JetStream, stream string, c jetstream.Consumer, onError func(error)) {
 	name := c.CachedInfo().Name
 	if err := js.DeleteConsumer(context.WithoutCancel(ctx), stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
