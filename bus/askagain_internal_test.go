@@ -50,17 +50,18 @@ func TestAskAgain(t *testing.T) {
 }
 
 // lossyJS is a real JetStream context whose next lose consumer lookups get
-// no answer, and whose next loseCreates consumer creates are made but get
-// no answer, as requests whose answers a cluster lost: each waits until
-// its context ends.
+// no answer, and whose next loseCreates consumer creates (of the consumer
+// named loseCreatesOf, if set) are made but get no answer, as requests
+// whose answers a cluster lost: each waits until its context ends.
 type lossyJS struct {
 	jetstream.JetStream
 	lose, loseCreates atomic.Int32
+	loseCreatesOf     string
 }
 
 func (j *lossyJS) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := j.JetStream.CreateConsumer(ctx, stream, cfg)
-	if j.loseCreates.Add(-1) >= 0 {
+	if (j.loseCreatesOf == "" || cfg.Name == j.loseCreatesOf) && j.loseCreates.Add(-1) >= 0 {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
@@ -130,5 +131,41 @@ func TestNewReaderAsksAgain(t *testing.T) {
 	}
 	if info, err := s.Info(ctx); err != nil || info.State.Consumers != 0 {
 		t.Errorf("after the read: %d consumers, %v; want none", info.State.Consumers, err)
+	}
+}
+
+// TestHistoryReadAsksAgain: an agent's lookup whose history consumer's
+// create lost its answer asks again and finds the message.
+func TestHistoryReadAsksAgain(t *testing.T) {
+	defer func(d time.Duration) { apiAttemptTimeout = d }(apiAttemptTimeout)
+	apiAttemptTimeout = 100 * time.Millisecond
+	b := benchBus(t, provisionedServer(t), "reader")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	// Two messages of one window, the looked-up one first: the window's
+	// last message is the other, so the lookup reads the window.
+	var ack PubAck
+	for _, id := range []string{"019ab1c2-d3e4-7abc-8def-000000000001", "019ab1c2-d3e4-7abc-8def-000000000002"} {
+		a, err := b.Publish(ctx, Message{ID: id, To: "other", Type: "T"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.ID == "" {
+			ack = a
+		}
+	}
+	sent, _, err := b.opts.scheme.SentHistoryConsumer(b.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy := &lossyJS{JetStream: b.js, loseCreatesOf: sent}
+	b.js = lossy
+	lossy.loseCreates.Store(apiAttempts - 1)
+	st, err := b.Status(ctx, ack.ID)
+	if err != nil || len(st) == 0 || st[0].State != StatePending {
+		t.Fatalf("Status after %d lost answers = %+v, %v; want pending", apiAttempts-1, st, err)
+	}
+	if n := lossy.loseCreates.Load(); n >= 0 {
+		t.Errorf("%d lost answers left: the read did not use %s", n+1, sent)
 	}
 }

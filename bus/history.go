@@ -588,7 +588,9 @@ func (b *Bus) readHistory(ctx context.Context, cfg jetstream.ConsumerConfig, eac
 // the consumer and creates its own: one whose process died before deleting
 // it would otherwise keep the agent from reading until the server removes
 // it, a minute after its last use. A read still under way then fails with
-// an error, never a short answer.
+// an error, never a short answer. A create whose answer does not come is
+// made again (askAgain): its configuration, description included, is the
+// same, so the server hands back the consumer if the first made it.
 func (b *Bus) createHistory(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	cfg.Description = "agentbus history read " + nuid.Next()
 	patience := historyTakeover
@@ -598,7 +600,9 @@ func (b *Bus) createHistory(ctx context.Context, stream string, cfg jetstream.Co
 	start := time.Now()
 	wait := historyRetryFirst
 	for {
-		c, err := b.js.CreateConsumer(ctx, stream, cfg)
+		c, err := askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+			return b.js.CreateConsumer(ctx, stream, cfg)
+		})
 		if !errors.Is(err, jetstream.ErrConsumerExists) {
 			return c, err
 		}
