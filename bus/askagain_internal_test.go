@@ -110,16 +110,10 @@ func TestEnsureSpecsAsksAgain(t *testing.T) {
 // asks again, gets the consumer the first create made, reads it and
 // deletes it: no second consumer, none left.
 func TestNewReaderAsksAgain(t *testing.T) {
-	defer func(d time.Duration) { apiAttemptTimeout = d }(apiAttemptTimeout)
-	apiAttemptTimeout = 100 * time.Millisecond
-	b := benchBus(t, provisionedServer(t), "reader")
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
+	b, lossy, ctx := lossyBus(t, "reader")
 	if err := b.Register(ctx, AgentCard{Description: "reads"}); err != nil {
 		t.Fatal(err)
 	}
-	lossy := &lossyJS{JetStream: b.js}
-	b.js = lossy
 	lossy.loseCreates.Store(apiAttempts - 1)
 	agents, err := b.Agents(ctx)
 	if err != nil || len(agents) != 1 || agents[0].Card.Description != "reads" {
@@ -137,11 +131,7 @@ func TestNewReaderAsksAgain(t *testing.T) {
 // TestHistoryReadAsksAgain: an agent's lookup whose history consumer's
 // create lost its answer asks again and finds the message.
 func TestHistoryReadAsksAgain(t *testing.T) {
-	defer func(d time.Duration) { apiAttemptTimeout = d }(apiAttemptTimeout)
-	apiAttemptTimeout = 100 * time.Millisecond
-	b := benchBus(t, provisionedServer(t), "reader")
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
+	b, lossy, ctx := lossyBus(t, "reader")
 	// Two messages of one window, the looked-up one first: the window's
 	// last message is the other, so the lookup reads the window.
 	var ack PubAck
@@ -158,8 +148,7 @@ func TestHistoryReadAsksAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lossy := &lossyJS{JetStream: b.js, loseCreatesOf: sent}
-	b.js = lossy
+	lossy.loseCreatesOf = sent
 	lossy.loseCreates.Store(apiAttempts - 1)
 	st, err := b.Status(ctx, ack.ID)
 	if err != nil || len(st) == 0 || st[0].State != StatePending {
@@ -168,4 +157,20 @@ func TestHistoryReadAsksAgain(t *testing.T) {
 	if n := lossy.loseCreates.Load(); n >= 0 {
 		t.Errorf("%d lost answers left: the read did not use %s", n+1, sent)
 	}
+}
+
+// lossyBus returns a bus of agent on a server of its own whose JetStream
+// context is a lossyJS, with API attempts of 100 ms for the test, and a
+// context for its calls.
+func lossyBus(t *testing.T, agent string) (*Bus, *lossyJS, context.Context) {
+	t.Helper()
+	was := apiAttemptTimeout
+	apiAttemptTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { apiAttemptTimeout = was })
+	b := benchBus(t, provisionedServer(t), agent)
+	lossy := &lossyJS{JetStream: b.js}
+	b.js = lossy
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	return b, lossy, ctx
 }
