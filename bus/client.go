@@ -159,14 +159,23 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 	return c.refusals.watchPrefix(ctx, prefix)
 }
 
+// asReader returns cfg, what a read selects (its filter, deliver policy and
+// start, HeadersOnly), as a consumer for that one read: no acks, in memory,
+// one replica, removed by the server a minute after its last use should
+// its reader's process die before deleting it (deleteReader).
+func asReader(cfg jetstream.ConsumerConfig) jetstream.ConsumerConfig {
+	cfg.AckPolicy = jetstream.AckNonePolicy
+	cfg.MemoryStorage, cfg.Replicas = true, 1
+	cfg.InactiveThreshold = time.Minute
+	return cfg
+}
+
 // newReader creates a consumer of stream for one read of what cfg selects
-// (its FilterSubject, DeliverPolicy and start, HeadersOnly): no acks, in
-// memory, one replica, under a random name and described as "agentbus
-// read" for an operator who lists the stream's consumers. Read it with
-// readPending and delete it with deleteReader; should this process die
-// first, the server removes it a minute after its last use. A create whose
-// answer does not come is made again (askAgain): with the same name and
-// configuration, the server hands back the consumer if the first made it.
+// (asReader), under a random name and described as "agentbus read" for an
+// operator who lists the stream's consumers. Read it with readPending and
+// delete it with deleteReader. A create whose answer does not come is made
+// again (askAgain): with the same name and configuration, the server hands
+// back the consumer if the first made it.
 //
 // Not nats.go's ordered consumer, which these reads used before: its every
 // Fetch replaces the consumer with a new one, a create and a delete more
@@ -175,16 +184,14 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 // created, as when the server has gone, the Fetch retries for ever,
 // whatever its caller's context says.
 func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	cfg = asReader(cfg)
 	cfg.Name, cfg.Description = nuid.Next(), "agentbus read"
-	cfg.AckPolicy = jetstream.AckNonePolicy
-	cfg.MemoryStorage, cfg.Replicas = true, 1
-	cfg.InactiveThreshold = time.Minute
 	return askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateConsumer(ctx, stream, cfg)
 	})
 }
 
-// deleteReader deletes c, a consumer of stream made by newReader, once its
+// deleteReader deletes c, a reader of stream (asReader), once its
 // read is done, even if ctx has ended, and reports a failure to onError.
 // At once, not left to expire: every consumer costs the server memory and
 // goroutines while it lasts, and a tool polling a status once a second

@@ -552,26 +552,20 @@ func (b *Bus) storedBetween(ctx context.Context, filter, recipient, sender strin
 	return nil, nil
 }
 
-// readHistory reads what the short-lived consumer cfg describes has
-// pending, passing each message to each as readPending does, and deletes
-// the consumer. The consumer has no acks, lives in memory and is removed by
-// the server a minute after its last use should this process die first.
-// Its name is one of the agent's history consumers
+// readHistory reads what the consumer cfg describes, made a reader
+// (asReader), has pending, passing each message to each as readPending
+// does, and deletes the consumer (deleteReader). Its name is one of the
+// agent's history consumers
 // (subjects.Scheme.HistoryConsumer and the like), of which the agent has
 // one each: the caller holds b.history, and createHistory keeps other
 // processes of the agent out while this one reads.
 func (b *Bus) readHistory(ctx context.Context, cfg jetstream.ConsumerConfig, each func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error)) error {
-	cfg.AckPolicy, cfg.MemoryStorage, cfg.InactiveThreshold = jetstream.AckNonePolicy, true, time.Minute
 	stream := b.opts.scheme.Stream()
-	c, err := b.createHistory(ctx, stream, cfg)
+	c, err := b.createHistory(ctx, stream, asReader(cfg))
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := b.js.DeleteConsumer(context.WithoutCancel(ctx), stream, cfg.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			b.opts.onError(fmt.Errorf("delete history consumer %s: %w", cfg.Name, err))
-		}
-	}()
+	defer deleteReader(ctx, b.js, stream, c, b.opts.onError)
 	return readPending(ctx, c, each)
 }
 
