@@ -87,8 +87,8 @@ func InboxPrefix(agent string) (string, error) {
 //   - $JS.API.DIRECT.GET.KV_B.$KV.B.P: read one of them by key;
 //   - $JS.API.CONSUMER.CREATE.KV_B.*.$KV.B.P, then
 //     $JS.API.CONSUMER.MSG.NEXT.KV_B.* and $JS.API.CONSUMER.DELETE.KV_B.*:
-//     the short-lived ordered consumers that look records up by message ID
-//     (nats.go deletes each one it replaces; their names are random);
+//     the short-lived consumers that look records up by message ID
+//     (described "agentbus read", random names, each deleted once read);
 //   - with A the registry bucket ([Scheme.RegistryBucket]): $KV.A.card.k
 //     and $KV.A.presence.k, k the agent's key token: its own card and
 //     presence, and no other agent's; $KV.A.group.*.k: its own membership
