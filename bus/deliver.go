@@ -194,7 +194,18 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	if skip || scheduled && b.settledBeforeFiring(ctx, m, fired) {
 		return nil
 	}
-	hs := &f.hs
+	return b.run(ctx, h, f, cm, m, addr, exchange, scheduled, maxDeliver)
+}
+
+// run runs h on the delivery f holds, checked by handle: with the
+// handler's context, the message's do-by deadline and its registration
+// for Cancel, recovering a panic. It records the states the handling ends
+// in that nobody can derive (completionRecorded). It is apart from handle
+// so that its defers are open-coded: in a function with as many returns
+// as handle's checks have, each defer costs a record on the stack and the
+// runtime's walk to run it (see -gcflags=-d=defer).
+func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg, m *Message, addr subjects.Address, exchange, scheduled bool, maxDeliver int) (err error) {
+	d, hs, md := &f.d, &f.hs, cm.Metadata
 	hs.d, hs.ctx = d, &f.ctx
 	if exchange {
 		hs.replyFound = b.findsReply(addr, cm.Header, m)
