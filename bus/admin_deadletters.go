@@ -61,19 +61,14 @@ func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLett
 		since := f.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	stream := b.opts.scheme.DeadLetterStream()
-	cons, err := newReader(ctx, b.js, stream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", b.notProvisioned(err))
-	}
-	defer deleteReader(ctx, b.js, stream, cons, b.opts.onError)
 	var out []DeadLetter
-	err = readPending(ctx, cons, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+	stream := b.opts.scheme.DeadLetterStream()
+	err = readStream(ctx, b.js, stream, cfg, b.opts.onError, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
 		return f.Limit > 0 && len(out) >= f.Limit, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
+		return nil, fmt.Errorf("list dead letters: %w", b.streamMissing(stream, err))
 	}
 	return out, nil
 }

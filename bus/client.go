@@ -203,6 +203,20 @@ func deleteReader(ctx context.Context, js jetstream.JetStream, stream string, c 
 	}
 }
 
+// readStream reads what cfg selects of stream once, with a consumer of its
+// own (newReader) that it deletes once read (deleteReader), passing each
+// message to each as readPending does. Its error is the create's or the
+// read's.
+func readStream(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, onError func(error),
+	each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	c, err := newReader(ctx, js, stream, cfg)
+	if err != nil {
+		return err
+	}
+	defer deleteReader(ctx, js, stream, c, onError)
+	return readPending(ctx, c, each)
+}
+
 // errReadGap is wrapped by readPending's error when the consumer delivered
 // a message that never arrived: the read would otherwise miss it.
 var errReadGap = errors.New("a message of the read did not arrive")

@@ -135,16 +135,9 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 	defer cancel()
 	ctx, stop := c.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	cons, err := newReader(ctx, c.js, c.registry.stream, jetstream.ConsumerConfig{
-		FilterSubject: c.registry.prefix + filter,
-		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-	})
-	if err != nil {
-		return nil, refusedCall(ctx, fmt.Errorf("read groups: %w", c.registryMissing(err)))
-	}
-	defer deleteReader(ctx, c.js, c.registry.stream, cons, c.opts.onError)
+	cfg := jetstream.ConsumerConfig{FilterSubject: c.registry.prefix + filter, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
 	out := map[string][]string{}
-	err = readPending(ctx, cons, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+	err := readStream(ctx, c.js, c.registry.stream, cfg, c.opts.onError, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
 		ch, ok := groupChangeOf(c.registry.prefix, m)
 		if ok && ch.Joined {
 			out[ch.Group] = append(out[ch.Group], ch.Agent)
@@ -152,7 +145,7 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 		return false, nil
 	})
 	if err != nil {
-		return nil, refusedCall(ctx, fmt.Errorf("read groups: %w", err))
+		return nil, refusedCall(ctx, fmt.Errorf("read groups: %w", c.registryMissing(err)))
 	}
 	for _, members := range out {
 		slices.Sort(members)

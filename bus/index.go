@@ -289,25 +289,18 @@ func (t *tracker) pendingOf(subject string, h nats.Header, data []byte) (Status,
 // up to maxBatch. The reader's name is random, which an operator may
 // create and an agent may not (see Bus.History for an agent's read).
 func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error) {
-	c, err := newReader(ctx, t.js, t.stream, jetstream.ConsumerConfig{
-		FilterSubject: filter,
-		HeadersOnly:   true,
-	})
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w: stream %s", ErrNotProvisioned, t.stream)
-		}
-		return nil, fmt.Errorf("read %s: %w", filter, err)
-	}
 	var out []Status
-	err = readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+	cfg := jetstream.ConsumerConfig{FilterSubject: filter, HeadersOnly: true}
+	err := readStream(ctx, t.js, t.stream, cfg, t.onError, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		if st, ok := t.statusOfStored(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp); ok {
 			out = append(out, st)
 		}
 		return false, nil
 	})
-	deleteReader(ctx, t.js, t.stream, c, t.onError)
-	if err != nil {
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("%w: stream %s", ErrNotProvisioned, t.stream)
+	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}
 	return out, nil

@@ -678,20 +678,12 @@ func (t *tracker) settle(ctx context.Context, out []Status) {
 // subject, read with one reader (newReader) of a single filter, so that
 // server permissions can pin it.
 func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.DeliverPolicy, add func(subject string, s Status)) error {
-	stream := "KV_" + t.bucket
-	c, err := newReader(ctx, t.js, stream, jetstream.ConsumerConfig{
-		FilterSubject: t.prefix + filter,
-		DeliverPolicy: policy,
-	})
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
-		}
-		return fmt.Errorf("read status %s: %w", filter, err)
-	}
-	err = readAll(ctx, c, add)
-	deleteReader(ctx, t.js, stream, c, t.onError)
-	if err != nil {
+	cfg := jetstream.ConsumerConfig{FilterSubject: t.prefix + filter, DeliverPolicy: policy}
+	err := readStream(ctx, t.js, "KV_"+t.bucket, cfg, t.onError, recordsTo(add))
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
+	case err != nil:
 		return fmt.Errorf("read status %s: %w", filter, err)
 	}
 	return nil
@@ -854,10 +846,10 @@ func (t *tracker) consumerOf(ctx context.Context, floors map[string]*jetstream.C
 	return info
 }
 
-// readAll fetches what reader c (newReader) has pending and passes each
-// record to add with its subject.
-func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string, s Status)) error {
-	return readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+// recordsTo returns a reader's callback (readStream) that passes each
+// record of the status bucket to add with its subject.
+func recordsTo(add func(subject string, s Status)) func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error) {
+	return func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		if op := m.Headers().Get("KV-Operation"); op != "" {
 			return false, nil // a delete or purge marker
 		}
@@ -868,7 +860,7 @@ func readAll(ctx context.Context, c jetstream.Consumer, add func(subject string,
 		s.revision = md.Sequence.Stream
 		add(m.Subject(), s)
 		return false, nil
-	})
+	}
 }
 
 // Status returns the lifecycle records of message id that name this bus's

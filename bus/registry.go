@@ -736,14 +736,7 @@ func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]Ag
 	ctx, stop := c.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	filter := c.registry.prefix + tokenFilter
-	cons, err := newReader(ctx, c.js, c.registry.stream, jetstream.ConsumerConfig{
-		FilterSubject: filter,
-		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-	})
-	if err != nil {
-		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", c.registryMissing(err)))
-	}
-	defer deleteReader(ctx, c.js, c.registry.stream, cons, c.opts.onError)
+	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
 	byName := map[string]*AgentInfo{}
 	get := func(name string) *AgentInfo {
 		a := byName[name]
@@ -754,7 +747,7 @@ func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]Ag
 		return a
 	}
 	silentAt := map[string]time.Time{}
-	err = readPending(ctx, cons, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+	err := readStream(ctx, c.js, c.registry.stream, cfg, c.opts.onError, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
 		kind, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
 		if err != nil {
 			return false, nil // not a key the bus writes
@@ -776,7 +769,7 @@ func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]Ag
 		return false, nil
 	})
 	if err != nil {
-		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", err))
+		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", c.registryMissing(err)))
 	}
 	// A silent agent was last seen three of its intervals before the
 	// server removed its presence, at most one interval after the last
