@@ -285,7 +285,7 @@ func (t *tracker) pendingOf(subject string, h nats.Header, data []byte) (Status,
 
 // storedIn returns the pending status of every message of the stream whose
 // indexed subject matches filter, in stream order, read with a reader of
-// their headers (newReader): any number of them, where storedAll answers
+// their headers (readStream): any number of them, where storedAll answers
 // up to maxBatch. The reader's name is random, which an operator may
 // create and an agent may not (see Bus.History for an agent's read).
 func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error) {

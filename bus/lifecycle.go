@@ -675,8 +675,8 @@ func (t *tracker) settle(ctx context.Context, out []Status) {
 
 // scan passes to add every record of a key matching filter that policy
 // selects (the last of each key, or every state kept) with its key's
-// subject, read with one reader (newReader) of a single filter, so that
-// server permissions can pin it.
+// subject, read once with a reader of its own (readStream) of a single
+// filter, so that server permissions can pin it.
 func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.DeliverPolicy, add func(subject string, s Status)) error {
 	cfg := jetstream.ConsumerConfig{FilterSubject: t.prefix + filter, DeliverPolicy: policy}
 	err := readStream(ctx, t.js, "KV_"+t.bucket, cfg, t.onError, recordsTo(add))
