@@ -44,6 +44,12 @@ func TestErrorsSayTheFix(t *testing.T) {
 		if !errors.Is(err, bus.ErrUnsupportedServer) || !strings.Contains(err.Error(), "JetStream is not enabled") || !strings.Contains(err.Error(), "-js") {
 			t.Errorf("Publish without JetStream: %v, want ErrUnsupportedServer saying JetStream is off and how to turn it on", err)
 		}
+		// The registry is read through a consumer of its bucket: the fix
+		// is the same, not to provision a bucket.
+		_, err = b.Agents(ctx)
+		if !errors.Is(err, bus.ErrUnsupportedServer) || errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "-js") {
+			t.Errorf("Agents without JetStream: %v, want ErrUnsupportedServer saying how to turn JetStream on", err)
+		}
 	})
 	t.Run("not provisioned", func(t *testing.T) {
 		s := newServer(t)
@@ -55,6 +61,10 @@ func TestErrorsSayTheFix(t *testing.T) {
 		msg := err.Error()
 		if !strings.Contains(msg, "stream FRESH does not exist") || !strings.Contains(msg, "agentbus provision") || len(msg) > 200 {
 			t.Errorf("Subscribe error %q (%d bytes), want one short line naming FRESH and agentbus provision", msg, len(msg))
+		}
+		_, err = b.Agents(testContext(t))
+		if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "FRESH_AGENTS") || !strings.Contains(err.Error(), "agentbus provision") {
+			t.Errorf("Agents: %v, want ErrNotProvisioned naming the bucket FRESH_AGENTS and agentbus provision", err)
 		}
 	})
 }

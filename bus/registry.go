@@ -611,11 +611,16 @@ func (b *Bus) writePresence(ctx context.Context, d presenceData, ttl time.Durati
 	return err
 }
 
-// registryMissing says what to do when no stream answers on the registry.
+// registryMissing says what to do when no stream answers on the registry:
+// provision its bucket if the server says the bucket's stream does not
+// exist, and otherwise what streamMissing finds (JetStream off, the stream
+// unavailable).
 func (c *client) registryMissing(err error) error {
-	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) {
+	err = c.streamMissing(c.registry.stream, err)
+	var missing *notProvisionedError
+	if errors.As(err, &missing) {
 		return fmt.Errorf("%w: the agent registry bucket %s does not exist; run 'agentbus provision' (or Admin.Provision) with this version: %w",
-			ErrNotProvisioned, c.opts.scheme.RegistryBucket(), err)
+			ErrNotProvisioned, c.opts.scheme.RegistryBucket(), missing.cause)
 	}
 	return err
 }
