@@ -1,9 +1,11 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -37,14 +39,26 @@ import (
 // dispatcher, which creates the consumer before the lane's first pull and
 // starts no message of a lower priority meanwhile, and drops the watch.
 // Subscribe starts the watches before it looks at the stream, and looks
-// again a few seconds later (lateLook) and after every reconnect, so that
-// a message stored while the subscriber was starting, or while it was
-// disconnected, is not left for its next start.
+// again a few seconds later (lateLook), after every reconnect, and every
+// half minute or so while a priority is watched (lookEvery), so that a
+// message stored while the subscriber was starting or disconnected, or
+// whose firing notice it never heard, is not left for its next start.
 
 // lateLook is when a subscriber looks at the stream a second time for the
 // priorities it watches: a message whose publication the server took just
 // before the watch began may be stored after the first look.
 const lateLook = 2 * time.Second
+
+// lookEvery is how often, give or take a quarter, a subscriber looks at
+// the stream after lateLook while it still watches a priority. A firing
+// notice is a core NATS message that only the schedule stream's leader
+// sends, once, as it stores the fired message: one stored while the
+// leader changes, or dropped on a slow connection, is never heard, and
+// nothing else would tell a running subscriber that the message is due.
+// The looks bound that wait. Each costs one direct get per watched
+// priority (docs/performance.md gives the figure at 10,000 agents); the
+// jitter keeps agents started together from looking together.
+const lookEvery = 30 * time.Second
 
 // storedAt reports, for each of the direct consumers specs, whether the
 // stream holds a message it reads: the last message of its filter, with
@@ -147,6 +161,9 @@ type laneWatch struct {
 	firing    *nats.Subscription
 	fired     atomic.Uint32
 	firedNews chan struct{}
+	// firstLook and every are lateLook and lookEvery, unless a test set
+	// them (WithLooks, export_test.go).
+	firstLook, every time.Duration
 	// ctx ends when the subscription stops (stop); done is closed when
 	// the goroutine has ended and the dispatcher is done.
 	ctx    context.Context
@@ -169,6 +186,8 @@ func (b *Bus) watchPriorities(o subscribeOptions) (*laneWatch, error) {
 		missing:   make([]bool, subjects.LowestPriority),
 		watches:   make([]*nats.Subscription, subjects.LowestPriority),
 		firedNews: make(chan struct{}, 1),
+		firstLook: cmp.Or(o.firstLook, lateLook),
+		every:     cmp.Or(o.lookEvery, lookEvery),
 		done:      make(chan struct{}),
 	}
 	for i, spec := range w.specs {
@@ -259,7 +278,7 @@ func (w *laneWatch) stop() { w.cancel() }
 // run adds lanes as their priorities come due, until d stops or the watch
 // is stopped.
 func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
-	look := time.NewTimer(lateLook)
+	look := time.NewTimer(w.firstLook)
 	defer look.Stop()
 	for {
 		due := make([]bool, len(w.specs))
@@ -279,6 +298,7 @@ func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 			}
 		case <-look.C:
 			due = w.stored()
+			look.Reset(w.every*3/4 + rand.N(w.every/2))
 		case <-reconnected:
 			due = w.stored()
 		}

@@ -305,6 +305,9 @@ type subscribeOptions struct {
 	settings      consumers.Settings
 	backoff       func(delivery int) time.Duration
 	ownBroadcasts bool
+	// firstLook and lookEvery replace lateLook and lookEvery (lanes.go)
+	// when set, which only tests do (export_test.go).
+	firstLook, lookEvery time.Duration
 }
 
 // WithConcurrency sets how many handlers run at once (default 1).

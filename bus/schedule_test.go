@@ -76,6 +76,54 @@ func TestScheduleAt(t *testing.T) {
 	})
 }
 
+// TestScheduleReachesRunningSubscriber: a message scheduled to a running
+// subscriber, at a priority it has no consumer for, reaches it when it
+// fires: by the schedule stream's firing notice, with no look at the
+// stream meanwhile; and, when the notice is lost, by the subscriber's next
+// look. Here the schedule stream sends no notices at all; in a cluster one
+// is lost when it is stored while the stream's leader changes, or dropped
+// on a slow connection.
+func TestScheduleReachesRunningSubscriber(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		notices bool
+		looks   bus.SubscribeOption
+	}{
+		{"notice", true, bus.WithLooks(time.Hour, time.Hour)},
+		// The first look is over long before the message fires.
+		{"notice lost", false, bus.WithLooks(50*time.Millisecond, 300*time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t)
+			ctx := testContext(t)
+			if !tc.notices {
+				js, err := jetstream.New(embeddedtest.Connect(t, s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stream, err := js.Stream(ctx, subjects.Default().ScheduleStream())
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg := stream.CachedInfo().Config
+				cfg.RePublish = nil
+				if _, err := js.UpdateStream(ctx, cfg); err != nil {
+					t.Fatalf("take the notices away: %v", err)
+				}
+			}
+			rec := newRecorder()
+			subscribe(t, newBus(t, s, "bob"), rec.handle, tc.looks)
+			ack, err := newBus(t, s, "alice").Schedule(ctx, bus.Message{To: "bob", Type: "reminder", Priority: 2}, bus.In(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := rec.waitCount(t, 1)[0]; d.ID != ack.ID {
+				t.Errorf("delivered %s, want %s", d.ID, ack.ID)
+			}
+		})
+	}
+}
+
 // TestScheduleCancel: a schedule its sender cancels never fires, and its
 // record reads canceled; a message scheduled after it, for the same time
 // or later, comes first (had the canceled one fired, it would have come

@@ -1,0 +1,14 @@
+package bus
+
+import "time"
+
+// WithLooks makes a subscriber look at the stream for the priorities it
+// watches first after first and then about every every, in place of
+// lateLook and lookEvery, so that a test of the looks need not wait them
+// out.
+func WithLooks(first, every time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) error {
+		o.firstLook, o.lookEvery = first, every
+		return nil
+	}
+}
