@@ -62,28 +62,42 @@ const lookEvery = 30 * time.Second
 
 // storedAt reports, for each of the direct consumers specs, whether the
 // stream holds a message it reads: the last message of its filter, with
-// one direct get each, all at once. A priority the stream cannot be asked
-// about (an old provisioning without direct gets, no answer in time)
-// counts as holding one, so that its consumer is created as it was
-// before. The server's refusal of the direct gets ends it at once with
-// an error wrapping ErrPermissionDenied, where each would wait out ctx.
-func (b *client) storedAt(ctx context.Context, specs []consumers.Spec) ([]bool, error) {
+// one direct get each, all at once. A priority the stream gives no answer
+// about (an old provisioning without direct gets, no answer in time, an
+// error status) counts as holding one when unanswered is set, so that its
+// consumer is created as it was before direct gets were asked, and as
+// holding none otherwise; noAnswer is then the reason for one of them.
+// The server's refusal of the direct gets ends it at once with an error
+// wrapping ErrPermissionDenied, where each would wait out ctx.
+func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswered bool) (stored []bool, noAnswer, err error) {
 	prefix := b.opts.scheme.StreamDirectGetPrefix()
 	ctx, stop := b.watchRefusals(ctx, strings.TrimSuffix(prefix, "."))
 	defer stop()
-	out := make([]bool, len(specs))
+	stored = make([]bool, len(specs))
+	reasons := make([]error, len(specs))
 	var wg sync.WaitGroup
 	for i, spec := range specs {
 		wg.Go(func() {
 			resp, err := b.nc.RequestWithContext(ctx, prefix+spec.FilterSubject, nil)
-			out[i] = err != nil || resp.Header.Get("Status") != "404"
+			if err == nil {
+				switch status := resp.Header.Get("Status"); status {
+				case "": // the message itself
+					stored[i] = true
+					return
+				case "404":
+					return
+				default:
+					err = fmt.Errorf("status %s %s", status, resp.Header.Get("Description"))
+				}
+			}
+			stored[i], reasons[i] = unanswered, fmt.Errorf("direct get %s: %w", spec.FilterSubject, err)
 		})
 	}
 	wg.Wait()
 	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
-		return nil, cause
+		return nil, nil, cause
 	}
-	return out, nil
+	return stored, errors.Join(reasons...), nil
 }
 
 // ensureConsumers makes sure the consumers of agent that are due exist with
@@ -104,7 +118,7 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 		for i := range due {
 			due[i] = true
 		}
-	} else if due, err = b.storedAt(ctx, direct); err != nil {
+	} else if due, _, err = b.storedAt(ctx, direct, true); err != nil {
 		return nil, err
 	}
 	var dueSpecs []consumers.Spec
@@ -278,7 +292,7 @@ func (w *laneWatch) stop() { w.cancel() }
 // run adds lanes as their priorities come due, until d stops or the watch
 // is stopped.
 func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
-	look := time.NewTimer(w.firstLook)
+	look, late := time.NewTimer(w.firstLook), true
 	defer look.Stop()
 	for {
 		due := make([]bool, len(w.specs))
@@ -297,10 +311,16 @@ func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 				due[i] = fired&(1<<i) != 0
 			}
 		case <-look.C:
-			due = w.stored()
+			// The looks after lateLook count a priority nobody answered
+			// for as holding nothing: it is asked about again at the next
+			// look, where counting it as holding a message, as the looks
+			// at the start do, would create every consumer of an agent
+			// after any passing outage.
+			due = w.stored(late)
+			late = false
 			look.Reset(w.every*3/4 + rand.N(w.every/2))
 		case <-reconnected:
-			due = w.stored()
+			due = w.stored(true)
 		}
 		if !w.add(d, due) || !slices.Contains(w.missing, true) {
 			return
@@ -308,8 +328,10 @@ func (w *laneWatch) run(d *consumers.Dispatcher, reconnected chan nats.Status) {
 	}
 }
 
-// stored reports which watched priorities have a message stored.
-func (w *laneWatch) stored() []bool {
+// stored reports which watched priorities have a message stored, one
+// the stream gives no answer about counting as holding one when
+// unanswered is set (storedAt). A look without an answer is reported.
+func (w *laneWatch) stored(unanswered bool) []bool {
 	var idx []int
 	var specs []consumers.Spec
 	for i, missing := range w.missing {
@@ -320,8 +342,11 @@ func (w *laneWatch) stored() []bool {
 	ctx, cancel := context.WithTimeout(w.ctx, defaultTimeout)
 	defer cancel()
 	due := make([]bool, len(w.specs))
-	stored, err := w.b.storedAt(ctx, specs)
-	if err != nil {
+	stored, noAnswer, err := w.b.storedAt(ctx, specs, unanswered)
+	if err == nil {
+		err = noAnswer
+	}
+	if err != nil && w.ctx.Err() == nil {
 		w.b.opts.onError(fmt.Errorf("look for messages to %s: %w", w.b.agent, err))
 	}
 	for j, has := range stored {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -761,5 +762,72 @@ func TestConsumerDueWhileDisconnected(t *testing.T) {
 	}
 	if _, err := consumerInfo(t, agent, "agent_p2"); err != nil {
 		t.Errorf("p2 consumer after its first message: %v", err)
+	}
+}
+
+// TestLookWithoutAnswerCreatesNoConsumer: a running subscriber's periodic
+// look at the stream that gets no answer (here the stream stops serving
+// direct gets) is reported and creates no consumer; the priorities are
+// asked about again at the next look. Counting them as holding a message,
+// as the looks at the start do, would give the agent every consumer after
+// any passing outage.
+func TestLookWithoutAnswerCreatesNoConsumer(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	nc := embeddedtest.Connect(t, s)
+	var asked atomic.Int32
+	spy, err := nc.Subscribe(subjects.Default().StreamDirectGetPrefix()+"agentbus.agent.bob.>", func(*nats.Msg) { asked.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	looks := make(chan error, 100)
+	bob := newBus(t, s, "bob", bus.WithErrorHandler(func(err error) {
+		if strings.Contains(err.Error(), "look for messages to bob") {
+			select {
+			case looks <- err:
+			default:
+			}
+		}
+	}))
+	subscribe(t, bob, func(context.Context, *bus.Delivery) error { return nil }, bus.WithLooks(10*time.Millisecond, 100*time.Millisecond))
+	// The look at the start and the late one, which would count a
+	// priority without an answer as holding a message, are over.
+	waitFor(t, "the first two looks", func() (bool, string) {
+		return asked.Load() >= 10, fmt.Sprint(asked.Load(), " direct gets")
+	})
+	if err := spy.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, bob.Subjects().Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("stop direct gets: %v", err)
+	}
+	// A second look comes only if the first added no lane.
+	for i := range 2 {
+		select {
+		case err := <-looks:
+			if !errors.Is(err, nats.ErrNoResponders) {
+				t.Errorf("look reported %v, want no responders", err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d looks reported their missing answer, want 2: a look that takes the priorities for due adds their lanes and looks no more", i)
+		}
+	}
+	for p := subjects.HighestPriority; p <= subjects.LowestPriority; p++ {
+		if _, err := consumerInfo(t, bob, fmt.Sprintf("bob_p%d", p)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("bob_p%d after looks without an answer: %v, want none", p, err)
+		}
 	}
 }
