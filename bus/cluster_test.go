@@ -152,6 +152,17 @@ func waitReplicasCurrent(t *testing.T, nc *nats.Conn) {
 func TestClusterSchedule(t *testing.T) {
 	nodes := replicatedCluster(t, subjects.Default().ScheduleStream()).Servers()
 	ctx := testContext(t)
+	js, err := jetstream.New(embeddedtest.Connect(t, nodes[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The message stream's leader sets its source up a few hundred
+	// milliseconds after it is elected. Should that fail, nats-server
+	// tries again only about 10 s later, then 20 s, up to 2 minutes
+	// (retryBackOff in its stream.go), and the fired message waits.
+	waitFor(t, "the message stream to source the schedule stream", func() (bool, string) {
+		return sourcing(ctx, js)
+	})
 	ack, err := newBus(t, nodes[1], "planner").Schedule(ctx, bus.Message{To: "builder", Type: "nightly"}, bus.In(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -161,9 +172,29 @@ func TestClusterSchedule(t *testing.T) {
 	// as in a cluster just formed, is never sent: the subscriber's looks
 	// at the stream, made every second here, find the message then.
 	subscribe(t, newBus(t, nodes[2], "builder"), r.handle, bus.WithLooks(2*time.Second, time.Second))
-	if d := r.waitCount(t, 1)[0]; d.ID != ack.ID {
+	waitFor(t, "the scheduled message", func() (bool, string) {
+		_, source := sourcing(ctx, js)
+		return len(r.deliveries()) == 1, fmt.Sprintf("%d deliveries; %s", len(r.deliveries()), source)
+	})
+	if d := r.deliveries()[0]; d.ID != ack.ID {
 		t.Errorf("delivered %s, want %s", d.ID, ack.ID)
 	}
+}
+
+// sourcing reports whether the message stream's source of the schedule
+// stream is active, and its state.
+func sourcing(ctx context.Context, js jetstream.JetStream) (bool, string) {
+	s, err := js.Stream(ctx, subjects.Default().Stream())
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, src := range s.CachedInfo().Sources {
+		if src.Name == subjects.Default().ScheduleStream() {
+			return src.Active >= 0 && src.Error == nil,
+				fmt.Sprintf("source %s: last active %v ago, lag %d, error %v", src.Name, src.Active, src.Lag, src.Error)
+		}
+	}
+	return false, "the message stream has no source of the schedule stream"
 }
 
 // TestClusterQuorumLossIsUnavailable: a replicated stream that lost its
