@@ -43,6 +43,26 @@ func newServer(t *testing.T, opts ...func(*embedded.Options)) *embedded.Server {
 	return s
 }
 
+// editStream changes the configuration of stream on s behind the bus's
+// back, as an operator's "nats stream edit" would: edit changes the
+// current configuration, which is then sent back.
+func editStream(t *testing.T, s *embedded.Server, stream string, edit func(*jetstream.StreamConfig)) {
+	t.Helper()
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(testContext(t), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	edit(&cfg)
+	if _, err := js.UpdateStream(testContext(t), cfg); err != nil {
+		t.Fatalf("edit stream %s: %v", stream, err)
+	}
+}
+
 // startAgain starts a server with the options of one shut down, on its
 // store, stopped when the test ends.
 func startAgain(t *testing.T, opts embedded.Options) *embedded.Server {

@@ -236,18 +236,11 @@ func TestMalformedSubjectsAreDeadLettered(t *testing.T) {
 	if err := victim.EnsureConsumers(testContext(t)); err != nil { // its broadcasts start now
 		t.Fatal(err)
 	}
-	raw := embeddedtest.Connect(t, s)
-	js, err := jetstream.New(raw)
+	editStream(t, s, "AGENTBUS", func(cfg *jetstream.StreamConfig) {
+		cfg.Subjects = []string{"agentbus.agent.>", "agentbus.all.>"} // the earlier layout
+	})
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
 	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(testContext(t), "AGENTBUS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := stream.CachedInfo().Config
-	cfg.Subjects = []string{"agentbus.agent.>", "agentbus.all.>"} // the earlier layout
-	if _, err := js.UpdateStream(testContext(t), cfg); err != nil {
 		t.Fatal(err)
 	}
 	h, data := rawEvent(t, codec.Message{From: "mallory", To: "victim", Type: "T"})

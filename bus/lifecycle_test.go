@@ -318,19 +318,7 @@ func TestLifecycleAsyncPublishFailed(t *testing.T) {
 func TestPublishAsyncAckLost(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
-	js, err := jetstream.New(embeddedtest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, subjects.Default().Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.NoAck = true
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	editStream(t, s, subjects.Default().Stream(), func(cfg *jetstream.StreamConfig) { cfg.NoAck = true })
 	const timeout = 300 * time.Millisecond
 	var errs errorTally
 	orch := newBus(t, s, "orchestrator", bus.WithPublishAsyncTimeout(timeout), bus.WithErrorHandler(errs.add))

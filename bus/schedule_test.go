@@ -97,19 +97,7 @@ func TestScheduleReachesRunningSubscriber(t *testing.T) {
 			s := newServer(t)
 			ctx := testContext(t)
 			if !tc.notices {
-				js, err := jetstream.New(embeddedtest.Connect(t, s))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stream, err := js.Stream(ctx, subjects.Default().ScheduleStream())
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg := stream.CachedInfo().Config
-				cfg.RePublish = nil
-				if _, err := js.UpdateStream(ctx, cfg); err != nil {
-					t.Fatalf("take the notices away: %v", err)
-				}
+				editStream(t, s, subjects.Default().ScheduleStream(), func(cfg *jetstream.StreamConfig) { cfg.RePublish = nil })
 			}
 			rec := newRecorder()
 			subscribe(t, newBus(t, s, "bob"), rec.handle, tc.looks)

@@ -801,19 +801,7 @@ func TestLookWithoutAnswerCreatesNoConsumer(t *testing.T) {
 	if err := spy.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, bob.Subjects().Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := stream.CachedInfo().Config
-	cfg.AllowDirect = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("stop direct gets: %v", err)
-	}
+	editStream(t, s, bob.Subjects().Stream(), func(cfg *jetstream.StreamConfig) { cfg.AllowDirect = false })
 	// A second look comes only if the first added no lane.
 	for i := range 2 {
 		select {
