@@ -66,7 +66,7 @@ const lookEvery = 30 * time.Second
 // about (an old provisioning without direct gets, no answer in time, an
 // error status) counts as holding one when unanswered is set, so that its
 // consumer is created as it was before direct gets were asked, and as
-// holding none otherwise; noAnswer is then the reason for one of them.
+// holding none otherwise; noAnswer joins the reasons of those.
 // The server's refusal of the direct gets ends it at once with an error
 // wrapping ErrPermissionDenied, where each would wait out ctx.
 func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswered bool) (stored []bool, noAnswer, err error) {
