@@ -52,9 +52,9 @@ const lateLook = 2 * time.Second
 // lookEvery is how often, give or take a quarter, a subscriber looks at
 // the stream after lateLook while it still watches a priority. A firing
 // notice is a core NATS message that only the schedule stream's leader
-// sends, once, as it stores the fired message: one stored while the
-// leader changes, or dropped on a slow connection, is never heard, and
-// nothing else would tell a running subscriber that the message is due.
+// sends, once, as it stores the fired message: one can go unsent while
+// the leader changes, or be dropped on a slow connection, and nothing
+// else would tell a running subscriber that the message is due.
 // The looks bound that wait. Each costs one direct get per watched
 // priority (docs/performance.md gives the figure at 10,000 agents); the
 // jitter keeps agents started together from looking together.

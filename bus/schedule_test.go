@@ -81,8 +81,8 @@ func TestScheduleAt(t *testing.T) {
 // fires: by the schedule stream's firing notice, with no look at the
 // stream meanwhile; and, when the notice is lost, by the subscriber's next
 // look. Here the schedule stream sends no notices at all; in a cluster one
-// is lost when it is stored while the stream's leader changes, or dropped
-// on a slow connection.
+// can go unsent while the stream's leader changes, or be dropped on a slow
+// connection.
 func TestScheduleReachesRunningSubscriber(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
