@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,9 +42,15 @@ func TestTransient(t *testing.T) {
 }
 
 // TestRecentSet: it keeps the last recentSetSize values and forgets older
-// ones.
+// ones, and takes a few words of its bus until the first add.
 func TestRecentSet(t *testing.T) {
 	var s recentSet
+	if size := unsafe.Sizeof(s); size > 64 {
+		t.Errorf("an empty recentSet takes %d bytes of every bus, want a few words", size)
+	}
+	if s.has("0") {
+		t.Error("an empty recentSet has a value")
+	}
 	for i := range recentSetSize + 10 {
 		s.add(fmt.Sprint(i))
 	}
