@@ -803,6 +803,9 @@ func TestLookWithoutAnswerCreatesNoConsumer(t *testing.T) {
 	if err := spy.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the spy answers no request after this
+		t.Fatal(err)
+	}
 	editStream(t, s, bob.Subjects().Stream(), func(cfg *jetstream.StreamConfig) { cfg.AllowDirect = false })
 	// A second look comes only if the first added no lane.
 	for i := range 2 {
