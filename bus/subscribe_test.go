@@ -803,7 +803,7 @@ func TestLookWithoutAnswerCreatesNoConsumer(t *testing.T) {
 	if err := spy.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil { // the spy answers no request after this
+	if err := nc.Flush(); err != nil { // the server has dropped the spy's interest
 		t.Fatal(err)
 	}
 	editStream(t, s, bob.Subjects().Stream(), func(cfg *jetstream.StreamConfig) { cfg.AllowDirect = false })
