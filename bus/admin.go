@@ -68,8 +68,10 @@ func newAdmin(nc *nats.Conn, o options, r *refusals) (*Admin, error) {
 	return &Admin{client: c}, nil
 }
 
-// Close closes the connection if ConnectAdmin opened it. It is
-// idempotent; other methods return ErrClosed after it.
+// Close waits up to 5 seconds for the lifecycle records still being
+// written to be stored, as Bus.Close does (a lookup writes back the final
+// states it derives), then closes the connection if ConnectAdmin opened
+// it. It is idempotent; other methods return ErrClosed after it.
 func (a *Admin) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -78,7 +80,7 @@ func (a *Admin) Close() error {
 	}
 	a.closed = true
 	a.mu.Unlock()
-	a.closeConn()
+	a.closeFlushed()
 	return nil
 }
 

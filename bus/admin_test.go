@@ -2,11 +2,14 @@ package bus_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -47,5 +50,73 @@ func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
 	}
 	if _, err := admin.Provision(ctx, bus.StreamConfig{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("dedup window over max age: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestAdminCloseWaitsForWrites: Admin.Close lets the records still in
+// flight be stored first, as Bus.Close does. A lookup that derives a final
+// state writes it back asynchronously; an admin closed right after it used
+// to fail that write and report it ("record status …: nats: connection
+// closed"), which 'agentbus status', closing its admin as soon as it has
+// printed, showed as a warning.
+func TestAdminCloseWaitsForWrites(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	orch := newBus(t, s, "orchestrator")
+	worker := newBus(t, s, "worker")
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	const n = 10
+	acks := make([]bus.PubAck, n)
+	for i := range acks {
+		acks[i] = publish(t, orch, bus.Message{To: "worker", Type: "WORK"})
+	}
+	r.waitCount(t, n)
+	// The recipient writes no record of a completion: a lookup derives it
+	// from its consumer's ack floor, and writes it back.
+	name := ""
+	cs, err := worker.Subjects().Consumers("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Priority == subjects.DefaultPriority && !c.Broadcast {
+			name = c.Name
+		}
+	}
+	waitFor(t, "every message acknowledged", func() (bool, string) {
+		info, err := consumerInfo(t, worker, name)
+		return err == nil && info.AckFloor.Stream >= acks[n-1].Sequence, fmt.Sprintf("%+v, %v", info, err)
+	})
+	kv, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := kv.KeyValue(ctx, worker.Subjects().StatusBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ack := range acks {
+		var errs errorTally
+		admin, err := bus.ConnectAdmin(s.ClientURL(), bus.WithErrorHandler(errs.add))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sts, err := admin.Status(ctx, ack.ID)
+		if err != nil || len(sts) != 1 || sts[0].State != bus.StateCompleted {
+			t.Fatalf("Status(%s) = %+v, %v; want one completed record", ack.ID, sts, err)
+		}
+		admin.Close()
+		if errs.total() != 0 {
+			t.Errorf("message %s: errors reported as the admin closed: %v", ack.ID, errs.example)
+		}
+		key, err := subjects.StatusKey(ack.ID, ack.ID, "orchestrator", "worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := bucket.Get(ctx, key)
+		if err != nil || !strings.Contains(string(e.Value()), `"`+string(bus.StateCompleted)+`"`) {
+			t.Errorf("message %s: record after Close: %v, want the completed state written back", ack.ID, err)
+		}
 	}
 }

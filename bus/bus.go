@@ -187,25 +187,12 @@ func (b *Bus) Close() error {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}
 	b.goOffline()
-	// The lifecycle records and asynchronous publishes still in flight are
-	// given a moment to be stored: a process that publishes and exits
-	// leaves the record that 'agentbus status' then reads.
-	if !b.nc.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
-		if err := b.flushHere(ctx); err != nil {
-			b.opts.onError(fmt.Errorf("close: writes still in flight: %w", err))
-		}
-		cancel()
-	}
-	b.closeConn()
+	b.closeFlushed()
 	if b.shards != nil {
 		return b.shards.Close() // the agent's buses of the other shards
 	}
 	return nil
 }
-
-// closeFlushTimeout bounds how long Close waits for writes in flight.
-const closeFlushTimeout = 5 * time.Second
 
 // minServer is the oldest nats-server with per-message TTL (Nats-TTL).
 var minServer = [3]int{2, 11, 0}

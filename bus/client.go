@@ -137,6 +137,24 @@ func (c *client) isClosed() bool {
 // closeConn stops the asynchronous publishers, the bus's and the lifecycle
 // tracker's, failing what they still have in flight, and closes the
 // connection if the handle dialled it.
+// closeFlushed gives the asynchronous publishes and lifecycle records
+// still in flight up to closeFlushTimeout to be stored, then closes: a
+// process that publishes and exits leaves the record that 'agentbus status'
+// then reads, and a lookup's write-back of a state it derived is kept.
+func (c *client) closeFlushed() {
+	if !c.nc.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+		if err := c.flushHere(ctx); err != nil {
+			c.opts.onError(fmt.Errorf("close: writes still in flight: %w", err))
+		}
+		cancel()
+	}
+	c.closeConn()
+}
+
+// closeFlushTimeout bounds how long Close waits for writes in flight.
+const closeFlushTimeout = 5 * time.Second
+
 func (c *client) closeConn() {
 	c.pub.Close()
 	c.status.close()

@@ -194,14 +194,14 @@ func (b *Bus) Flush(ctx context.Context) error {
 	return b.flushHere(ctx)
 }
 
-// flushHere is Flush on this bus's own root.
-func (b *Bus) flushHere(ctx context.Context) error {
+// flushHere is Flush on this handle's own root.
+func (c *client) flushHere(ctx context.Context) error {
 	select {
-	case <-b.pub.Complete():
+	case <-c.pub.Complete():
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return b.status.flush(ctx)
+	return c.status.flush(ctx)
 }
 
 // prepare fills m's defaults, starts its send span, which puts the trace
