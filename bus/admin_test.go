@@ -102,6 +102,7 @@ func TestAdminCloseWaitsForWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { admin.Close() })
 		sts, err := admin.Status(ctx, ack.ID)
 		if err != nil || len(sts) != 1 || sts[0].State != bus.StateCompleted {
 			t.Fatalf("Status(%s) = %+v, %v; want one completed record", ack.ID, sts, err)

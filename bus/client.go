@@ -134,9 +134,6 @@ func (c *client) isClosed() bool {
 	return c.closed
 }
 
-// closeConn stops the asynchronous publishers, the bus's and the lifecycle
-// tracker's, failing what they still have in flight, and closes the
-// connection if the handle dialled it.
 // closeFlushed gives the asynchronous publishes and lifecycle records
 // still in flight up to closeFlushTimeout to be stored, then closes: a
 // process that publishes and exits leaves the record that 'agentbus status'
@@ -155,6 +152,9 @@ func (c *client) closeFlushed() {
 // closeFlushTimeout bounds how long Close waits for writes in flight.
 const closeFlushTimeout = 5 * time.Second
 
+// closeConn stops the asynchronous publishers, the bus's and the lifecycle
+// tracker's, failing what they still have in flight, and closes the
+// connection if the handle dialled it.
 func (c *client) closeConn() {
 	c.pub.Close()
 	c.status.close()
