@@ -193,6 +193,11 @@ func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []na
 
 	select {
 	case <-ctx.Done():
+		// The watcher and the admin stop first, while the server still
+		// stores the records they are writing (a dead letter's).
+		stopWatch()
+		watching.Wait()
+		admin.Close()
 		s.Shutdown()
 		fmt.Fprintln(a.stderr, "agentbus server stopped")
 		return nil
