@@ -613,10 +613,22 @@ func TestIdleSubscriberDoesNotPoll(t *testing.T) {
 	}
 	subscribe(t, agent, func(context.Context, *bus.Delivery) error { return nil })
 	// Observe a fixed window: an idle subscription sends one no-wait and one
-	// waiting request per consumer (ten), then nothing until the 30s expiry.
+	// waiting request per consumer it has, then nothing until the 30s
+	// expiry. A new agent has one, its broadcasts' (consumers are created
+	// when due).
 	time.Sleep(2 * time.Second)
-	if n := requests.Load(); n > 20 {
-		t.Errorf("%d pull requests in 2s while idle, want at most 20 (2 per consumer)", n)
+	cs, err := agent.Subjects().Consumers("idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := 0
+	for _, c := range cs {
+		if _, err := consumerInfo(t, agent, c.Name); err == nil {
+			have++
+		}
+	}
+	if n := requests.Load(); have != 1 || n > 2*int32(have) {
+		t.Errorf("%d pull requests in 2s while idle, for %d consumers; want one consumer and at most 2 requests", n, have)
 	}
 }
 
