@@ -94,14 +94,14 @@ func TestEnsureSpecsAsksAgain(t *testing.T) {
 	defer cancel()
 
 	lossy.lose.Store(apiAttempts - 1)
-	if err := b.ensureSpecs(ctx, specs, consumers.Settings{}); err != nil {
+	if _, err := b.ensureSpecs(ctx, specs, consumers.Settings{}); err != nil {
 		t.Fatalf("after %d lost answers: %v", apiAttempts-1, err)
 	}
 	if _, err := lossy.JetStream.Consumer(ctx, b.opts.scheme.Stream(), cs[0].Name); err != nil {
 		t.Errorf("the consumer was not made: %v", err)
 	}
 	lossy.lose.Store(apiAttempts)
-	if err := b.ensureSpecs(ctx, specs, consumers.Settings{}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.ensureSpecs(ctx, specs, consumers.Settings{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("after %d lost answers: %v, want context.DeadlineExceeded", apiAttempts, err)
 	}
 }

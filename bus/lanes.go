@@ -130,25 +130,36 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	}
 	dueSpecs = append(dueSpecs, specs[subjects.LowestPriority])
 	dueLanes = append(dueLanes, lanes[subjects.LowestPriority])
-	if err := b.ensureSpecs(ctx, dueSpecs, o.settings); err != nil {
+	cs, err := b.ensureSpecs(ctx, dueSpecs, o.settings)
+	if err != nil {
 		return nil, err
+	}
+	for i, c := range cs[:len(cs)-1] {
+		// The look found a message for a consumer that has delivered
+		// none, so it holds one for the agent: Strict waits for it even if
+		// the consumer says at first that it has none, as one just made on
+		// a cluster does when it is led from a replica that has not stored
+		// the message yet. A consumer that has delivered before may have
+		// been acknowledged what the look found.
+		dueLanes[i].Stored = c.CachedInfo().Delivered.Consumer == 0
 	}
 	return dueLanes, nil
 }
 
-// ensureSpecs makes the consumers specs describe exist with settings s.
-func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s consumers.Settings) error {
+// ensureSpecs makes the consumers specs describe exist with settings s,
+// and returns them, in the order of specs.
+func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s consumers.Settings) ([]jetstream.Consumer, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.CONSUMER.")
 	defer stop()
 	// The lookups, creates and updates are idempotent: askAgain makes them
 	// again when an answer does not come.
-	_, err := askAgain(ctx, func(ctx context.Context) ([]jetstream.Consumer, error) {
+	cs, err := askAgain(ctx, func(ctx context.Context) ([]jetstream.Consumer, error) {
 		return consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, s)
 	})
 	if err != nil {
-		return refusedCall(ctx, b.notProvisioned(err))
+		return nil, refusedCall(ctx, b.notProvisioned(err))
 	}
-	return nil
+	return cs, nil
 }
 
 // laneWatch watches the priorities of a subscription that have no
@@ -370,7 +381,8 @@ func (w *laneWatch) add(d *consumers.Dispatcher, due []bool) bool {
 		lane.Create = func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, defaultTimeout)
 			defer cancel()
-			return w.b.ensureSpecs(ctx, w.specs[i:i+1], w.settings)
+			_, err := w.b.ensureSpecs(ctx, w.specs[i:i+1], w.settings)
+			return err
 		}
 		if err := d.AddLane(lane); err != nil {
 			if !errors.Is(err, consumers.ErrStopped) {

@@ -122,7 +122,25 @@ type Lane struct {
 	// failed attempt and the next, when the lane counts as empty. Its
 	// context ends when the dispatcher stops.
 	Create func(ctx context.Context) error
+	// Stored says the caller found a message on the consumer's subjects
+	// when it made the lane, as the bus does before it creates an agent's
+	// consumer of a priority. Strict then waits for the lane until it
+	// delivers its first message, for up to StoredWait after the lane
+	// starts, even if the consumer answers at first that it holds none: on
+	// a cluster, a consumer just created can be led from a replica that
+	// has not stored the message yet, and a lower level would start first.
+	Stored bool
 }
+
+// StoredWait is how long Strict waits for the first message of a lane
+// whose Lane.Stored is set, when its consumer says it holds none: long
+// enough for the replicas of a cluster to store what was acknowledged,
+// short enough that a message another process took meanwhile holds the
+// lower levels back only briefly.
+const StoredWait = 2 * time.Second
+
+// storedWait is StoredWait, unless a test changed it (export_test.go).
+var storedWait = StoredWait
 
 // AnyLevel is the Level of a lane whose messages belong to several levels.
 const AnyLevel = -1
@@ -305,6 +323,9 @@ func Start(nc *nats.Conn, stream string, levels int, lanes []Lane, h Handler, op
 		if err != nil {
 			for _, l := range d.lanes {
 				l.sub.Unsubscribe()
+				if l.expectTimer != nil {
+					l.expectTimer.Stop()
+				}
 			}
 			return nil, fmt.Errorf("subscribe for consumer %s: %w", spec.Consumer, err)
 		}
@@ -596,7 +617,7 @@ func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 	for _, q := range qs {
 		switch {
 		case len(q.buf) == 0:
-			unknown = unknown || (!q.lane.drained && q.lane.buffered < prefetch)
+			unknown = unknown || ((!q.lane.drained || q.lane.expecting) && q.lane.buffered < prefetch)
 		case head == nil || q.buf[0].m.Metadata.StreamSeq < head.buf[0].m.Metadata.StreamSeq:
 			head = q
 		}

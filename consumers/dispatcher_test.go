@@ -838,3 +838,41 @@ func startReporting(t *testing.T, nc *nats.Conn, levels int, lanes []consumers.L
 	})
 	return errs
 }
+
+// TestStoredLaneHoldsStrict: a lane made because a message was found for
+// it (Lane.Stored) holds the levels below it even when its consumer says
+// at first that it has nothing, as one led from a replica that has not
+// stored the message yet does: the message that comes a moment later
+// still starts before the level below.
+func TestStoredLaneHoldsStrict(t *testing.T) {
+	defer consumers.SetStoredWait(testTimeout)()
+	nc, js := setup(t, "high", "low")
+	low := publishTo(t, js, "low", "low")
+	r := &record{}
+	errs := startReporting(t, nc, 2, []consumers.Lane{{Consumer: "high", Level: 0, Stored: true}, {Consumer: "low", Level: 1}}, r)
+	embeddedtest.WaitFor(t, testTimeout, "the high lane told it has nothing, a request waiting at the server", func() (bool, string) {
+		n := consumerInfo(t, js, "high").NumWaiting
+		return n == 1, fmt.Sprintf("waiting %d", n)
+	})
+	if got := r.handled(); len(got) > 0 {
+		t.Fatalf("handled %v while the stored lane's message had not come", got)
+	}
+	want := append(publish(t, js, "high"), low...)
+	wantHandled(t, r, want, "the stored lane's message before the level below")
+	select {
+	case err := <-errs:
+		t.Errorf("reported %v", err)
+	default:
+	}
+}
+
+// TestStoredLaneWaitIsBounded: a stored lane whose message never comes
+// (another process took it) holds Strict only for StoredWait.
+func TestStoredLaneWaitIsBounded(t *testing.T) {
+	defer consumers.SetStoredWait(100 * time.Millisecond)()
+	nc, js := setup(t, "high", "low")
+	low := publishTo(t, js, "low", "low")
+	r := &record{}
+	startReporting(t, nc, 2, []consumers.Lane{{Consumer: "high", Level: 0, Stored: true}, {Consumer: "low", Level: 1}}, r)
+	wantHandled(t, r, low, "the level below, once the stored lane's wait passed")
+}

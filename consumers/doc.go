@@ -46,7 +46,9 @@
 // highest level that has one, and waits rather than start a lower level, or
 // a later message of the same level, while a lane of that level or a higher
 // one has not yet told whether it is empty (an AnyLevel lane only while it
-// has room to fetch more): with backlogs at every level,
+// has room to fetch more), or a lane made for a message found stored
+// ([Lane.Stored]) has not delivered it yet, for up to [StoredWait]: with
+// backlogs at every level,
 // messages start in priority order, in publish order within a level, and a
 // priority-1 message that arrives while lower work runs is the next to
 // start. The [Weighted] policy shares starts between the levels that have

@@ -31,6 +31,11 @@ type lane struct {
 	closed  chan struct{} // closed when sub is gone
 
 	buffered int // mu; messages in its queues
+	// expecting means Lane.Stored was set and no message has arrived yet:
+	// Strict waits for the lane even while it is drained, until
+	// expectTimer (StoredWait) or a lasting failure ends it. mu.
+	expecting   bool
+	expectTimer *time.Timer
 	// drained means a pull request is waiting at the server with room to
 	// spare, so the server holds no message for this lane that it has not
 	// sent us. mu.
@@ -99,6 +104,10 @@ func (d *Dispatcher) newLane(spec Lane) (*lane, error) {
 	if err != nil {
 		return nil, err
 	}
+	if spec.Stored {
+		l.expecting = true
+		l.expectTimer = time.AfterFunc(storedWait, func() { d.stopExpecting(l) })
+	}
 	sub.SetClosedHandler(func(string) { close(l.closed) })
 	l.sub = sub
 	return l, nil
@@ -164,6 +173,7 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 		touched: d.lastTick(),
 	})
 	l.buffered++
+	l.expecting = false
 	l.reqGot++
 	filled := l.reqGot == l.reqBatch
 	if filled {
@@ -235,6 +245,9 @@ func (d *Dispatcher) pull(l *lane) {
 		// new durable consumer would start at the stream's first message
 		// and deliver again what the old one had acknowledged.
 		d.setDrained(l, lasts)
+		if lasts {
+			d.stopExpecting(l)
+		}
 		if !d.backOff(&retry, first) {
 			return
 		}
@@ -271,6 +284,7 @@ func (d *Dispatcher) create(l *lane) bool {
 		}
 		d.opts.OnError(fmt.Errorf("create consumer %s: %w", l.name, err))
 		d.setDrained(l, true)
+		d.stopExpecting(l)
 		if !d.backOff(&retry, 100*time.Millisecond) {
 			return false
 		}
@@ -362,6 +376,17 @@ func (l *lane) shouldPullLocked(prefetch int) bool {
 	return room >= max(1, prefetch/2) || (l.drained && room > 0)
 }
 
+// stopExpecting ends l's wait for its first message (lane.expecting).
+func (d *Dispatcher) stopExpecting(l *lane) {
+	d.mu.Lock()
+	changed := l.expecting
+	l.expecting = false
+	d.mu.Unlock()
+	if changed {
+		d.ready.Broadcast()
+	}
+}
+
 func (d *Dispatcher) setDrained(l *lane, drained bool) {
 	d.mu.Lock()
 	changed := l.drained != drained
@@ -382,6 +407,9 @@ func (d *Dispatcher) closeLanes() {
 	connected := d.nc.IsConnected()
 	lanes := d.lanesNow() // no lane is added while stopping
 	for _, l := range lanes {
+		if l.expectTimer != nil {
+			l.expectTimer.Stop()
+		}
 		if !connected || l.sub.Drain() != nil {
 			l.sub.Unsubscribe()
 		}
