@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -41,19 +42,48 @@ func replicatedCluster(t *testing.T, streams ...string) *embedded.Cluster {
 
 // TestClusterReplicatedStream: on a 3-node cluster, a stream with three
 // replicas carries messages between agents connected to different nodes,
-// in priority order.
+// in priority order: the order of what every replica has stored when the
+// agent starts (docs/architecture.md: a look that a replica behind the
+// others answers can miss a message acknowledged a moment before).
 func TestClusterReplicatedStream(t *testing.T) {
 	nodes := replicatedCluster(t).Servers()
 	sender := newBus(t, nodes[1], "planner")
+	var last bus.PubAck
 	for i, p := range []int{4, 1, 3} {
-		publish(t, sender, bus.Message{To: "builder", Type: fmt.Sprintf("p%d-%d", p, i), Priority: p})
+		last = publish(t, sender, bus.Message{To: "builder", Type: fmt.Sprintf("p%d-%d", p, i), Priority: p})
 	}
+	storedEverywhere(t, nodes, last)
 	r := newRecorder()
 	subscribe(t, newBus(t, nodes[2], "builder"), r.handle)
 	r.waitCount(t, 3)
 	if got, want := r.types(), []string{"p1-1", "p3-2", "p4-0"}; !slices.Equal(got, want) {
 		t.Errorf("handled %v, want %v", got, want)
 	}
+}
+
+// storedEverywhere waits until every node's replica of the stream ack
+// names has stored it.
+func storedEverywhere(t *testing.T, nodes []*embedded.Server, ack bus.PubAck) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s sequence %d on every replica", ack.Stream, ack.Sequence), func() (bool, string) {
+		var seqs []uint64
+		for _, n := range nodes {
+			js, err := n.NATS().Jsz(&server.JSzOptions{Accounts: true, Streams: true})
+			if err != nil {
+				return false, err.Error()
+			}
+			var seq uint64
+			for _, a := range js.AccountDetails {
+				for _, st := range a.Streams {
+					if st.Name == ack.Stream {
+						seq = st.State.LastSeq
+					}
+				}
+			}
+			seqs = append(seqs, seq)
+		}
+		return slices.Min(seqs) >= ack.Sequence, fmt.Sprintf("last sequences %v", seqs)
+	})
 }
 
 // TestClusterRequestReply: on a 3-node cluster with three replicas, a
