@@ -104,7 +104,9 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswere
 // the settings o gives (creating the missing ones and updating those whose
 // settings differ): its broadcast consumer, and each direct consumer whose
 // priority has a message stored, or all of them with all. It returns the
-// dispatcher lanes that read them.
+// dispatcher lanes that read them; without all, the lane of a direct
+// consumer made for a message the look found, and that has delivered
+// none, is consumers.Lane.Stored.
 func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, all bool) ([]consumers.Lane, error) {
 	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
 	if err != nil {
@@ -134,14 +136,16 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	if err != nil {
 		return nil, err
 	}
-	for i, c := range cs[:len(cs)-1] {
-		// The look found a message for a consumer that has delivered
-		// none, so it holds one for the agent: Strict waits for it even if
-		// the consumer says at first that it has none, as one just made on
-		// a cluster does when it is led from a replica that has not stored
-		// the message yet. A consumer that has delivered before may have
-		// been acknowledged what the look found.
-		dueLanes[i].Stored = c.CachedInfo().Delivered.Consumer == 0
+	if !all { // a look found the messages
+		for i, c := range cs[:len(cs)-1] { // the last is the broadcasts'
+			// The look found a message for a consumer that has delivered
+			// none, so it holds one for the agent: Strict waits for it even
+			// if the consumer says at first that it has none, as one just
+			// made on a cluster does when it is led from a replica that has
+			// not stored the message yet. A consumer that has delivered
+			// before may have been acknowledged what the look found.
+			dueLanes[i].Stored = c.CachedInfo().Delivered.Consumer == 0
+		}
 	}
 	return dueLanes, nil
 }
