@@ -18,6 +18,12 @@ import (
 // handler panics, is given back for redelivery at once (and the panic is
 // reported to Options.OnError as an error wrapping [ErrHandlerPanic]).
 // ctx is cancelled when the dispatcher stops.
+//
+// msg is the handler's until it returns: settle it before then, and do not
+// keep it. The dispatcher reads its state once the handler returns, so a
+// settlement from another goroutine afterwards races with it. What the
+// message carries (Subject, Header, Data, Metadata) is never changed by
+// the dispatcher and may be kept.
 type Handler func(ctx context.Context, msg *Msg)
 
 // Policy decides which level's message starts next. Within a level the
