@@ -21,7 +21,8 @@ func (a *app) agentsCommand() *cobra.Command {
 		Short: "List the registered agents and their presence",
 		Long: `Agents lists the agents of the registry: each one's status (online, offline
 or unknown), when it was last seen, the messages waiting for it at each
-priority, its skills and its description, one row each, by name. --json prints a JSON array of the agents' cards and presence.
+priority, its skills and its description, one row each, by name. --json
+prints a JSON array of the agents' cards and presence instead.
 
 An agent registers with 'agentbus subscribe --card FILE' or Bus.Register,
 and reports its presence while it runs; one that stops without closing is
