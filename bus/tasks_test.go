@@ -143,7 +143,13 @@ func TestProgressTenThousandUpdates(t *testing.T) {
 		return err
 	})
 	next := 1
-	d, err := orch.Request(testContext(t), bus.Message{To: "worker", Type: "LONG"}, bus.OnProgress(func(u *bus.Delivery) {
+	// 10,000 stored publishes take about 2 s, and 15 s or more under -race:
+	// testTimeout, which bounds a wait, would make the request's reply-by
+	// deadline pass on a loaded machine (it did, with two test runs and a
+	// fuzzer beside it). The test is about order and loss, not speed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*testTimeout)
+	defer cancel()
+	d, err := orch.Request(ctx, bus.Message{To: "worker", Type: "LONG"}, bus.OnProgress(func(u *bus.Delivery) {
 		if _, n, ok := u.ProgressUpdate(); !ok || n != next {
 			t.Fatalf("update %d arrived as number %d (%v)", next, n, ok)
 		}
