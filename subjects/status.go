@@ -159,28 +159,45 @@ type StatusKeyParts struct {
 	From, To string
 }
 
-// ParseStatusKey splits a status key made by StatusKey. The error wraps
-// [ErrInvalidToken] or [ErrInvalidAgentID].
+// ParseStatusKey splits a status key made by StatusKey. It accepts only
+// the key StatusKey writes for the parts it returns: each token in its
+// canonical form ('=' escapes, never '%'), the conversation in lower-case
+// hex, and a hashed ID as "=H" and 64 lower-case hex digits. The error
+// wraps [ErrInvalidToken] or [ErrInvalidAgentID].
 func ParseStatusKey(key string) (StatusKeyParts, error) {
 	parts := strings.Split(key, ".")
-	if len(parts) != 4 || len(parts[0]) != 32 {
+	if len(parts) != 4 || len(parts[0]) != 2*conversationKeyBytes || !isLowerHex(parts[0]) {
 		return StatusKeyParts{}, fmt.Errorf("%w: %q is not a status key <conversation>.<id>.<from>.<to>", ErrInvalidToken, key)
 	}
-	var p StatusKeyParts
-	p.Conversation = parts[0]
+	p := StatusKeyParts{Conversation: parts[0]}
 	var err error
-	if strings.HasPrefix(parts[1], hashedIDPrefix) {
+	if h, ok := strings.CutPrefix(parts[1], hashedIDPrefix); ok {
+		if len(h) != 2*sha256.Size || !isLowerHex(h) {
+			return StatusKeyParts{}, fmt.Errorf("%w: hashed message ID token %q", ErrInvalidToken, parts[1])
+		}
 		p.IDHash = parts[1]
 	} else if p.ID, err = DecodeToken(fromKeyToken(parts[1])); err != nil {
 		return StatusKeyParts{}, err
+	} else if IDToken(p.ID) != parts[1] {
+		return StatusKeyParts{}, notCanonical("message ID", parts[1])
 	}
 	if p.From, err = decodeID("sender", fromKeyToken(parts[2])); err != nil {
 		return StatusKeyParts{}, err
+	} else if keyToken(p.From) != parts[2] {
+		return StatusKeyParts{}, notCanonical("sender", parts[2])
 	}
 	if p.To, err = decodeRecipient(fromKeyToken(parts[3])); err != nil {
 		return StatusKeyParts{}, err
+	} else if keyToken(p.To) != parts[3] {
+		return StatusKeyParts{}, notCanonical("recipient", parts[3])
 	}
 	return p, nil
+}
+
+// notCanonical reports a key token that decodes, but is not the token
+// keyToken or IDToken writes for what it decodes to.
+func notCanonical(role, tok string) error {
+	return fmt.Errorf("%w: %s token %q is not in the form status keys write", ErrInvalidToken, role, tok)
 }
 
 // keyToken is EncodeToken(s) with the escape '%' written '='.

@@ -103,6 +103,10 @@ func TestParseStatusKeyRejects(t *testing.T) {
 	for _, key := range []string{
 		"", "a.b.c", c + ".m.a", c + ".m.a.b.c", "short.m.a.b",
 		c + ".m%.a.b", c + ".m.=2a.b", c + ".m.a.=4A", c + ".=zz.a.b",
+		// Decodable, but not what StatusKey writes: a '%' escape, an
+		// upper-case conversation, a short hash, a long ID not hashed.
+		c + ".%0A.a.b", c + ".m.a%20b.c", c + ".m.a.b%20c", strings.ToUpper(c) + ".m.a.b",
+		c + ".=Habc.a.b", c + "." + strings.Repeat("m", 201) + ".a.b",
 	} {
 		if _, err := ParseStatusKey(key); err == nil {
 			t.Errorf("ParseStatusKey(%q) = nil error", key)
