@@ -104,9 +104,15 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswere
 // the settings o gives (creating the missing ones and updating those whose
 // settings differ): its broadcast consumer, and each direct consumer whose
 // priority has a message stored, or all of them with all. It returns the
-// dispatcher lanes that read them; without all, the lane of a direct
-// consumer made for a message the look found, and that has delivered
-// none, is consumers.Lane.Stored.
+// dispatcher lanes that read them, the broadcast consumer's last; without
+// all, the lane of a direct consumer made for a message the look found,
+// and that has delivered none, is consumers.Lane.Stored.
+//
+// The broadcast consumer is due whatever the look finds, so it is made
+// while the look asks, and the direct consumers the look finds due while it
+// is still being made: a new agent's Subscribe waits for the slower of the
+// two, not for both in turn. A look the server refuses can so leave the
+// broadcast consumer made, as a later Subscribe would make it.
 func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, all bool) ([]consumers.Lane, error) {
 	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
 	if err != nil {
@@ -114,40 +120,49 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	direct := specs[:subjects.LowestPriority]
-	due := make([]bool, len(direct))
 	if all {
-		for i := range due {
-			due[i] = true
+		if _, err := b.ensureSpecs(ctx, specs, o.settings); err != nil {
+			return nil, err
 		}
-	} else if due, _, err = b.storedAt(ctx, direct, true); err != nil {
-		return nil, err
+		return lanes, nil
 	}
-	var dueSpecs []consumers.Spec
-	var dueLanes []consumers.Lane
-	for i := range direct {
-		if due[i] {
-			dueSpecs, dueLanes = append(dueSpecs, specs[i]), append(dueLanes, lanes[i])
+	direct, broadcast := specs[:subjects.LowestPriority], specs[subjects.LowestPriority:]
+	var (
+		made      sync.WaitGroup
+		broadErr  error
+		dueLanes  []consumers.Lane
+		dueSpecs  []consumers.Spec
+		dueDirect []jetstream.Consumer
+	)
+	made.Go(func() { _, broadErr = b.ensureSpecs(ctx, broadcast, o.settings) })
+	due, _, err := b.storedAt(ctx, direct, true)
+	if err == nil {
+		for i := range direct {
+			if due[i] {
+				dueSpecs, dueLanes = append(dueSpecs, direct[i]), append(dueLanes, lanes[i])
+			}
+		}
+		if len(dueSpecs) > 0 {
+			dueDirect, err = b.ensureSpecs(ctx, dueSpecs, o.settings)
 		}
 	}
-	dueSpecs = append(dueSpecs, specs[subjects.LowestPriority])
-	dueLanes = append(dueLanes, lanes[subjects.LowestPriority])
-	cs, err := b.ensureSpecs(ctx, dueSpecs, o.settings)
+	made.Wait()
+	if err == nil {
+		err = broadErr
+	}
 	if err != nil {
 		return nil, err
 	}
-	if !all { // a look found the messages
-		for i, c := range cs[:len(cs)-1] { // the last is the broadcasts'
-			// The look found a message for a consumer that has delivered
-			// none, so it holds one for the agent: Strict waits for it even
-			// if the consumer says at first that it has none, as one just
-			// made on a cluster does when it is led from a replica that has
-			// not stored the message yet. A consumer that has delivered
-			// before may have been acknowledged what the look found.
-			dueLanes[i].Stored = c.CachedInfo().Delivered.Consumer == 0
-		}
+	for i, c := range dueDirect {
+		// The look found a message for a consumer that has delivered none,
+		// so it holds one for the agent: Strict waits for it even if the
+		// consumer says at first that it has none, as one just made on a
+		// cluster does when it is led from a replica that has not stored
+		// the message yet. A consumer that has delivered before may have
+		// been acknowledged what the look found.
+		dueLanes[i].Stored = c.CachedInfo().Delivered.Consumer == 0
 	}
-	return dueLanes, nil
+	return append(dueLanes, lanes[subjects.LowestPriority]), nil
 }
 
 // ensureSpecs makes the consumers specs describe exist with settings s,
