@@ -5,6 +5,8 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+
+	"github.com/agentbus/agentbus/bus/internal/asyncpub"
 )
 
 // conversationOf returns the conversation a message belongs to: its
@@ -97,10 +99,32 @@ type handling struct {
 	ctx      *handlerContext
 	canceled atomic.Bool
 	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
-	slot     int          // its index in cancels.running while it runs
+	// progressRecord is the write of the last update's record (working,
+	// with the count), which the reply and the settlement wait for.
+	progressRecord atomic.Pointer[asyncpub.Future]
+	slot           int // its index in cancels.running while it runs
 	// replyFound says a lookup of d finds its reply by the derived ID, so
 	// that Reply writes no record (findsReply).
 	replyFound bool
+}
+
+// awaitProgressRecord waits until the record of the last progress update
+// sent on h is stored, or its write failed, or ctx ends. The reply and the
+// settlement of the request come after it: a lookup that finds the reply,
+// or the consumer's ack floor past the request, derives the final state
+// from the record and writes it back, and must read the record with every
+// update counted. Written after the final state, the update's record
+// would read working again until the next lookup. Nothing to wait for
+// unless the handler sent progress.
+func (h *handling) awaitProgressRecord(ctx context.Context) {
+	f := h.progressRecord.Load()
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.Done(): // a failure went to the error handler
+	case <-ctx.Done():
+	}
 }
 
 // handlerContext is the context a handler runs under: its parent (the

@@ -224,6 +224,7 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 	}
 	defer b.cancels.done(hs)
 	defer func() {
+		hs.awaitProgressRecord(ctx) // before the records below and the settlement
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
 			b.opts.onError(fmt.Errorf("message %s: %w", cm.Subject, err))

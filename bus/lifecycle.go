@@ -506,12 +506,13 @@ func (t *tracker) update(s Status, rev uint64) {
 
 // record writes s. With create it is written only if the record does not
 // exist yet, so a sender's pending never overwrites a recipient's state.
-func (t *tracker) record(s Status, create bool) {
+// It returns the write's future, nil if nothing was written.
+func (t *tracker) record(s Status, create bool) *asyncpub.Future {
 	expect := ""
 	if create {
 		expect = "0"
 	}
-	t.write(s, expect)
+	return t.write(s, expect)
 }
 
 // updateStored writes s only if the record is still at revision rev and
@@ -704,64 +705,85 @@ func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.Deli
 // failed record moves on the same way once a later delivery succeeded. A
 // consumer that cannot be read (it does not exist yet, or the reader may not
 // see it) leaves the record as it is.
+//
+// The record is read before what the server knows, so an update written in
+// between, such as the record of a handler's last progress update, would
+// be missing from the final state derived; the record is read again before
+// a final state is written back, and the state derived anew from it if it
+// has moved. The write-back is conditional on the revision it derives
+// from, so a stale state is never stored, and the answer is not stale
+// either.
 func (t *tracker) derive(ctx context.Context, out []Status) {
 	now := time.Now()
 	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
-	for i, s := range out {
-		if r, ok := t.replied(ctx, s); ok {
-			t.update(r, s.revision)
-			out[i] = r
-			continue
-		}
-		switch s.State {
-		case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired:
-		case StateScheduled:
-			if s.FiresAt.IsZero() || now.Before(s.FiresAt) {
-				continue
-			}
-			// Fired: the server stored it for the recipient, whose
-			// handling writes its record (completionRecorded).
-			s.State = StatePending
-		default:
-			continue
-		}
-		if s.To != Broadcast && s.Sequence > 0 && s.Stream == t.stream {
-			if info := t.consumerOf(ctx, floors, s.To, s.Priority); info != nil {
-				switch {
-				case s.Sequence <= info.AckFloor.Stream && s.ExpiresAt.IsZero():
-					s.State, s.Reason = StateCompleted, ""
-				case s.Sequence <= info.AckFloor.Stream && now.After(s.ExpiresAt):
-					s.State, s.Reason = StateExpired, "removed at its expiry before it was handled"
-				case s.Sequence <= info.Delivered.Stream && s.State == StatePending:
-					s.State = StateDelivered
-				}
-				if s.State != out[i].State {
-					// The consumer does not count deliveries per message; a
-					// recipient records a completion after a redelivery
-					// itself, so this was at least the first.
-					s.Updated, s.By, s.Deliveries = now.UTC(), s.To, max(s.Deliveries, 1)
-				}
+	for i, read := range out {
+		s, write := t.deriveOne(ctx, floors, now, read)
+		if write {
+			m := &Message{ID: read.ID, From: read.From, CorrelationID: read.CorrelationID}
+			if cur, err := t.get(ctx, m, read.To); err == nil && cur.revision != read.revision {
+				read = cur
+				s, write = t.deriveOne(ctx, floors, now, read)
 			}
 		}
-		if (s.State == StatePending && s.To != Broadcast || s.State == StateFailed) && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
-			s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "TTL passed before it was handled"
-		}
-		if s.State == StateDelivered && !s.ReplyBy.IsZero() && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
-			// A request stays in the stream past its expiry
-			// (expiresAtRecipient), where the server used to remove it:
-			// delivered and not answered by then, it expired for its
-			// requester. Not written: a handler still running may reply
-			// late (replied), and a process of the recipient that gets it
-			// again drops it and records expired itself.
-			s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "delivered, and not answered by its expiry"
-			out[i] = s
-			continue
-		}
-		if s.State.Final() && s.State != out[i].State {
-			t.update(s, out[i].revision)
+		if write {
+			t.update(s, read.revision)
 		}
 		out[i] = s
 	}
+}
+
+// deriveOne is derive of one record, read: the status it has now, and
+// whether that is a final state the record does not say yet, to be written
+// back. floors caches the recipients' consumers, by name.
+func (t *tracker) deriveOne(ctx context.Context, floors map[string]*jetstream.ConsumerInfo, now time.Time, read Status) (Status, bool) {
+	if r, ok := t.replied(ctx, read); ok {
+		return r, true
+	}
+	s := read
+	switch s.State {
+	case StatePending, StateDelivered, StateFailed, StateWorking, StateInputRequired:
+	case StateScheduled:
+		if s.FiresAt.IsZero() || now.Before(s.FiresAt) {
+			return s, false
+		}
+		// Fired: the server stored it for the recipient, whose handling
+		// writes its record (completionRecorded).
+		s.State = StatePending
+	default:
+		return s, false
+	}
+	if s.To != Broadcast && s.Sequence > 0 && s.Stream == t.stream {
+		if info := t.consumerOf(ctx, floors, s.To, s.Priority); info != nil {
+			switch {
+			case s.Sequence <= info.AckFloor.Stream && s.ExpiresAt.IsZero():
+				s.State, s.Reason = StateCompleted, ""
+			case s.Sequence <= info.AckFloor.Stream && now.After(s.ExpiresAt):
+				s.State, s.Reason = StateExpired, "removed at its expiry before it was handled"
+			case s.Sequence <= info.Delivered.Stream && s.State == StatePending:
+				s.State = StateDelivered
+			}
+			if s.State != read.State {
+				// The consumer does not count deliveries per message; a
+				// recipient records a completion after a redelivery
+				// itself, so this was at least the first.
+				s.Updated, s.By, s.Deliveries = now.UTC(), s.To, max(s.Deliveries, 1)
+			}
+		}
+	}
+	if (s.State == StatePending && s.To != Broadcast || s.State == StateFailed) && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
+		s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "TTL passed before it was handled"
+	}
+	if s.State == StateDelivered && !s.ReplyBy.IsZero() && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
+		// A request stays in the stream past its expiry
+		// (expiresAtRecipient), where the server used to remove it:
+		// delivered and not answered by then, it expired for its
+		// requester. Not written: a handler still running may reply late
+		// (replied), and a process of the recipient that gets it again
+		// drops it and records expired itself.
+		s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "delivered, and not answered by its expiry"
+		return s, false
+	}
+	return s, s.State.Final() && s.State != read.State
 }
 
 // replied returns s, the status of a request, replied, when the reply that

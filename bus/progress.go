@@ -75,7 +75,9 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	h.lastAt.Store(now.UnixNano())
 	s := statusOf(&d.Message, b.agent, StateWorking, b.agent).withDelivery(d)
 	s.Progress, s.LastProgress = int(n), now
-	b.status.record(s, false)
+	if f := b.status.record(s, false); f != nil {
+		h.progressRecord.Store(f)
+	}
 	return nil
 }
 

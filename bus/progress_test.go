@@ -222,3 +222,51 @@ func TestProgressInProtocol(t *testing.T) {
 		})
 	}
 }
+
+// TestProgressCountedInFinalState: the final state a lookup reads right
+// after the reply, or after a handler that sent progress and returned,
+// counts every update. The updates' records are written asynchronously,
+// to another stream than the reply and the acknowledgement; a lookup that
+// found the reply (or the consumer past the request) before the last
+// update's record was stored derived replied (completed) with one update
+// too few, and the late record then read working again.
+func TestProgressCountedInFinalState(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	subscribe(t, newBus(t, s, "worker"), func(ctx context.Context, d *bus.Delivery) error {
+		if err := d.Progress(ctx, bus.Progress{Message: "one"}); err != nil {
+			return err
+		}
+		if d.Type == "ASK" {
+			_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+			return err
+		}
+		return nil
+	})
+	const rounds = 100
+	for i := range rounds {
+		typ := "ASK"
+		if i%2 == 1 {
+			typ = "DO" // answered by no reply: completed
+		}
+		id := fmt.Sprintf("%s-%d", typ, i)
+		if typ == "ASK" {
+			if _, err := orch.Request(testContext(t), bus.Message{ID: id, To: "worker", Type: typ}, bus.OnProgress(func(*bus.Delivery) {})); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			publish(t, orch, bus.Message{ID: id, To: "worker", Type: typ})
+		}
+		waitFor(t, "final state of "+id, func() (bool, string) {
+			sts, err := orch.Status(testContext(t), id)
+			if err != nil || len(sts) != 1 {
+				return false, fmt.Sprintf("%+v %v", sts, err)
+			}
+			st := sts[0]
+			if st.State.Final() && st.Progress != 1 {
+				t.Fatalf("round %d: %s reads %s after %d updates, want 1", i, id, st.State, st.Progress)
+			}
+			return st.State.Final(), string(st.State)
+		})
+	}
+}

@@ -402,6 +402,9 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	if derivedID {
 		m.ID = replyIDOf(request.ID)
 	}
+	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
+		h.awaitProgressRecord(ctx)
+	}
 	ack, err := b.Publish(ctx, m)
 	if err != nil {
 		return PubAck{}, err
