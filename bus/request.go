@@ -402,7 +402,11 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	if derivedID {
 		m.ID = replyIDOf(request.ID)
 	}
-	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
+	h := handlingOf(ctx) // the request's handling, when Reply is called from its handler
+	if h != nil && h.d.ID != request.ID {
+		h = nil
+	}
+	if h != nil {
 		h.awaitProgressRecord(ctx)
 	}
 	ack, err := b.Publish(ctx, m)
@@ -411,7 +415,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	}
 	s := statusOf(request, b.agent, StateReplied, b.agent)
 	s.ReplyID = ack.ID
-	if h := handlingOf(ctx); h != nil && h.d.ID == request.ID {
+	if h != nil {
 		h.replied.Store(true)
 		if n := h.progress.Load(); n > 0 {
 			s.Progress, s.LastProgress = int(n), time.Unix(0, h.lastAt.Load()).UTC()
