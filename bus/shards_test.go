@@ -438,6 +438,65 @@ func TestShardsRouteEveryMessage(t *testing.T) {
 	}
 }
 
+// TestShardsPublishAsyncBroadcast: a broadcast sent with PublishAsync on
+// an installation of three shards is one message on every shard: each
+// other agent gets it once, under the ID and time the sender gave it; the
+// future is the sender's own shard's, and PublishAsyncComplete waits for
+// the copies of the other shards too.
+func TestShardsPublishAsyncBroadcast(t *testing.T) {
+	const n = 3
+	inst := newSharded(t, n)
+	ctx := testContext(t)
+	agents := inst.agents
+	recorders := make([]*recorder, n)
+	var from *bus.Bus
+	for k, id := range agents {
+		b := inst.shards(id).Bus()
+		if k == 0 {
+			from = b
+		}
+		recorders[k] = newRecorder()
+		subscribe(t, b, recorders[k].handle)
+	}
+	f, err := from.PublishAsync(ctx, bus.Message{To: bus.Broadcast, Type: "STOP"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-from.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("PublishAsyncComplete never closed")
+	}
+	ack, err := f.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Stream != streamOf(t, 0, n) {
+		t.Errorf("the future's ack is from %s, want the sender's shard's %s", ack.Stream, streamOf(t, 0, n))
+	}
+	for k := 1; k < n; k++ {
+		d := recorders[k].waitCount(t, 1)[0]
+		if d.ID != ack.ID || d.Type != "STOP" || d.Stream != streamOf(t, k, n) {
+			t.Errorf("%s got %s %s on %s, want %s STOP on %s", agents[k], d.ID, d.Type, d.Stream, ack.ID, streamOf(t, k, n))
+		}
+		if first := recorders[1].deliveries()[0]; !d.Time.Equal(first.Time) {
+			t.Errorf("%s's copy was made at %v, %s's at %v: not one message", agents[k], d.Time, agents[1], first.Time)
+		}
+	}
+	// A sentinel sent after the broadcast comes after any second copy.
+	for k := 1; k < n; k++ {
+		if _, err := from.Publish(ctx, bus.Message{To: agents[k], Type: "SENTINEL", Priority: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if got := recorders[k].waitCount(t, 2); got[1].Type != "SENTINEL" {
+			t.Errorf("%s got %v, want the broadcast and the SENTINEL", agents[k], recorders[k].types())
+		}
+	}
+	if len(recorders[0].deliveries()) != 0 {
+		t.Errorf("the sender got %v", recorders[0].types())
+	}
+}
+
 // TestShardsRegistry: an agent finds the agents and group members of
 // every shard, each registered or joined on its own, and closing its Bus
 // closes the buses of the other shards it sent on.
