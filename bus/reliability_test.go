@@ -414,6 +414,29 @@ func TestReliabilityServerRestart(t *testing.T) {
 	if stored != uint64(total) {
 		t.Errorf("stream holds %d messages, want %d: each ID stored once", stored, total)
 	}
+	waitCompleted(t, sender, ids)
+}
+
+// waitCompleted waits until the lifecycle of every message of ids, sent by
+// b, reads completed: neither a restart nor a retry leaves one pending,
+// delivered or failed.
+func waitCompleted(t *testing.T, b *bus.Bus, ids []string) {
+	t.Helper()
+	left := slices.Clone(ids)
+	waitFor(t, "every message completed", func() (bool, string) {
+		var states []string
+		left = slices.DeleteFunc(left, func(id string) bool {
+			sts, err := b.Status(testContext(t), id)
+			if err == nil && len(sts) == 1 && sts[0].State == bus.StateCompleted {
+				return true
+			}
+			if len(states) < 10 {
+				states = append(states, fmt.Sprintf("%s: %+v %v", id, sts, err))
+			}
+			return false
+		})
+		return len(left) == 0, fmt.Sprintf("%d not completed, e.g. %v", len(left), states)
+	})
 }
 
 // TestReliabilityClusterLeaderFailover: on a 3-node cluster with a
@@ -518,6 +541,7 @@ func TestReliabilityClusterLeaderFailover(t *testing.T) {
 	if stored != uint64(len(ids)) {
 		t.Errorf("stream holds %d messages, want %d: each ID stored once", stored, len(ids))
 	}
+	waitCompleted(t, sender, ids)
 }
 
 // TestReliabilityOfflineAgentCatchesUp: an agent that subscribed once and
