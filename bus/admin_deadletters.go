@@ -284,7 +284,13 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 		return fmt.Errorf("watch dead letters: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := b.nc.Flush(); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, defaultTimeout)
+	err = b.nc.FlushWithContext(fctx) // the server has the subscription
+	cancel()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("watch dead letters: %w", err)
 	}
 	for {

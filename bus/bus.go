@@ -58,7 +58,9 @@ type Bus struct {
 // ownership of nc: Close leaves it open. agent is the identity the bus
 // publishes as and consumes for; it is checked against the rules in
 // docs/subjects.md (ErrInvalidAgentID). New returns ErrUnsupportedServer if
-// the server is older than nats-server 2.11 (per-message TTL). With
+// the server is older than nats-server 2.11 (per-message TTL), and an error
+// wrapping nats.ErrConnectionReconnecting or nats.ErrConnectionClosed if nc
+// is not connected, so that the server's version is not known. With
 // WithProvision it also provisions the stream and returns Admin.Provision's
 // errors.
 func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
@@ -198,11 +200,11 @@ func (b *Bus) Close() error {
 var minServer = [3]int{2, 11, 0}
 
 // checkServer reports ErrUnsupportedServer if the connected server is
-// older than minServer.
+// older than minServer, and notConnected's error if nc is not connected.
 func checkServer(nc *nats.Conn) error {
 	v := nc.ConnectedServerVersion()
 	if v == "" {
-		return fmt.Errorf("%w: not connected, server version unknown", ErrUnsupportedServer)
+		return fmt.Errorf("server version unknown: %w", notConnected(nc))
 	}
 	got, ok := parseVersion(v)
 	if !ok {
@@ -212,6 +214,18 @@ func checkServer(nc *nats.Conn) error {
 		return fmt.Errorf("%w: found nats-server %s, need %d.%d.%d or later for per-message TTL", ErrUnsupportedServer, v, minServer[0], minServer[1], minServer[2])
 	}
 	return nil
+}
+
+// notConnected says why nc, which is not connected, is not: it is closed,
+// or still trying to reach a server.
+func notConnected(nc *nats.Conn) error {
+	switch {
+	case nc.IsClosed():
+		return nats.ErrConnectionClosed
+	case nc.IsDraining():
+		return nats.ErrConnectionDraining
+	}
+	return nats.ErrConnectionReconnecting
 }
 
 // atLeast reports whether version v is least or later.

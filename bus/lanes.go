@@ -215,8 +215,9 @@ type laneWatch struct {
 	done   chan struct{}
 }
 
-// watchPriorities starts watching every direct subject of the agent.
-func (b *Bus) watchPriorities(o subscribeOptions) (*laneWatch, error) {
+// watchPriorities starts watching every direct subject of the agent; ctx
+// bounds the wait for the server to have the watches.
+func (b *Bus) watchPriorities(ctx context.Context, o subscribeOptions) (*laneWatch, error) {
 	specs, lanes, err := consumerSpecs(b.opts.scheme, b.agent)
 	if err != nil {
 		return nil, err
@@ -268,7 +269,7 @@ func (b *Bus) watchPriorities(o subscribeOptions) (*laneWatch, error) {
 		return nil, fmt.Errorf("watch %s: %w", firing, err)
 	}
 	// The server has the watches before the stream is looked at.
-	if err := b.nc.Flush(); err != nil {
+	if err := b.nc.FlushWithContext(ctx); err != nil {
 		w.unwatch()
 		return nil, fmt.Errorf("watch the agent's subjects: %w", err)
 	}

@@ -139,7 +139,7 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 	if err := w.Validate(); err != nil {
 		return PubAck{}, err
 	}
-	if err := b.schedulesSupported(w); err != nil {
+	if err := b.schedulesSupported(ctx, w); err != nil {
 		return PubAck{}, err
 	}
 	if !w.Once() && m.TTL > 0 {
@@ -217,15 +217,29 @@ func (b *Bus) scheduledTTL() time.Duration {
 }
 
 // schedulesSupported reports whether the server can keep schedules like w.
-func (b *Bus) schedulesSupported(w When) error {
+// While the connection is down, the version of the server the schedule
+// will reach is not known: it waits until the connection is back, or ctx
+// ends (Publish would wait as long for its ack).
+func (b *Bus) schedulesSupported(ctx context.Context, w When) error {
 	need := minScheduleServer
 	if !w.Once() {
 		need = minRecurringServer
 	}
-	v, ok := parseVersion(b.nc.ConnectedServerVersion())
+	version := b.nc.ConnectedServerVersion()
+	if version == "" {
+		ctx, cancel := withDefaultTimeout(ctx)
+		defer cancel()
+		if err := b.nc.FlushWithContext(ctx); err != nil { // answered once connected
+			return fmt.Errorf("schedule: server version unknown, %w: %w", notConnected(b.nc), err)
+		}
+		if version = b.nc.ConnectedServerVersion(); version == "" {
+			return fmt.Errorf("schedule: server version unknown: %w", notConnected(b.nc))
+		}
+	}
+	v, ok := parseVersion(version)
 	if !ok || !atLeast(v, need) {
 		return fmt.Errorf("%w: nats-server %s keeps no %q schedules; they need %d.%d or later",
-			ErrUnsupportedServer, b.nc.ConnectedServerVersion(), w.String(), need[0], need[1])
+			ErrUnsupportedServer, version, w.String(), need[0], need[1])
 	}
 	return nil
 }

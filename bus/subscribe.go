@@ -155,6 +155,9 @@ func unsubscribe(subs []*nats.Subscription) {
 // consumers and so split the work. Messages that expired before delivery,
 // that cannot be decoded, and the agent's own broadcasts never reach h.
 //
+// ctx bounds the setting up (10 s if it has no deadline), not the
+// subscription, which runs until Subscription.Stop or Bus.Close.
+//
 // Errors: ErrInvalidOption, ErrNotProvisioned, ErrClosed, or the server's.
 func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption) (*Subscription, error) {
 	if h == nil {
@@ -169,7 +172,9 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
-	w, err := b.watchPriorities(o)
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	w, err := b.watchPriorities(ctx, o)
 	if err != nil {
 		return nil, err
 	}
