@@ -13,15 +13,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// TestNotProvisioned: on a server where nothing was provisioned, every
+// call of a Bus and an Admin that needs a stream or a bucket fails with
+// ErrNotProvisioned, saying what to run.
 func TestNotProvisioned(t *testing.T) {
 	s := embeddedtest.RunServer(t)
 	b := newBus(t, s, "agent")
-	if _, err := b.Publish(testContext(t), bus.Message{To: "x", Type: "T"}); !errors.Is(err, bus.ErrNotProvisioned) {
-		t.Errorf("Publish error = %v, want ErrNotProvisioned", err)
+	a := newAdmin(t, embeddedtest.Connect(t, s))
+	check := func(t *testing.T, err error) {
+		if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "run 'agentbus provision'") {
+			t.Errorf("not provisioned: %v, want ErrNotProvisioned saying to provision", err)
+		}
 	}
-	if _, err := b.Subscribe(testContext(t), newRecorder().handle); !errors.Is(err, bus.ErrNotProvisioned) {
-		t.Errorf("Subscribe error = %v, want ErrNotProvisioned", err)
-	}
+	const id = "01a21b4e-b56a-72b3-b663-a13c8446949c"
+	eachCall(t, busCalls(b, id), testTimeout, check)
+	eachCall(t, adminCalls(a, id), testTimeout, check)
 }
 
 func TestProvisionIsIdempotentAndUpdates(t *testing.T) {

@@ -288,16 +288,22 @@ func (b *client) streamMissing(stream string, err error) error {
 	return err
 }
 
-// notProvisionedError says which stream is missing and what to run; it
-// wraps ErrNotProvisioned and the server's answer, which it does not print
-// (for a subscription that is one answer per consumer).
+// notProvisionedError says which stream (or, with bucket, which status
+// bucket) is missing and what to run; it wraps ErrNotProvisioned and the
+// server's answer, which it does not print (for a subscription that is one
+// answer per consumer).
 type notProvisionedError struct {
 	stream string
+	bucket bool
 	cause  error
 }
 
 func (e *notProvisionedError) Error() string {
-	return fmt.Sprintf("%v: stream %s does not exist on this server; run 'agentbus provision' (or bus.Admin.Provision) with the same root first", ErrNotProvisioned, e.stream)
+	what := "stream"
+	if e.bucket {
+		what = "status bucket"
+	}
+	return fmt.Sprintf("%v: %s %s does not exist on this server; run 'agentbus provision' (or bus.Admin.Provision) with the same root first", ErrNotProvisioned, what, e.stream)
 }
 
 func (e *notProvisionedError) Unwrap() []error { return []error{ErrNotProvisioned, e.cause} }

@@ -9,11 +9,20 @@ import (
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
+// TestClosedBus: Close stops the subscriptions and may be called again;
+// every call after it fails with ErrClosed, on a Bus and on an Admin, the
+// lookups included though the connection, which New does not own, is
+// still open.
 func TestClosedBus(t *testing.T) {
 	s := newServer(t)
 	b := newBus(t, s, "agent")
 	sub := subscribe(t, b, newRecorder().handle)
+	sent := publish(t, b, bus.Message{To: "other", Type: "TASK"})
+	a := newAdmin(t, embeddedtest.Connect(t, s))
 	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -27,8 +36,18 @@ func TestClosedBus(t *testing.T) {
 	if _, err := b.Publish(testContext(t), bus.Message{To: "x", Type: "T"}); !errors.Is(err, bus.ErrClosed) {
 		t.Errorf("Publish after Close = %v, want ErrClosed", err)
 	}
-	if _, err := b.Subscribe(testContext(t), newRecorder().handle); !errors.Is(err, bus.ErrClosed) {
-		t.Errorf("Subscribe after Close = %v, want ErrClosed", err)
+	closed := func(t *testing.T, err error) {
+		if !errors.Is(err, bus.ErrClosed) {
+			t.Errorf("after Close: %v, want ErrClosed", err)
+		}
+	}
+	eachCall(t, busCalls(b, sent.ID), testTimeout, closed)
+	eachCall(t, adminCalls(a, sent.ID), testTimeout, closed)
+	if err := a.WatchDeadLetters(testContext(t)); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("Admin.WatchDeadLetters after Close: %v, want ErrClosed", err)
+	}
+	if _, err := a.Provision(testContext(t), bus.StreamConfig{}); !errors.Is(err, bus.ErrClosed) {
+		t.Errorf("Admin.Provision after Close: %v, want ErrClosed", err)
 	}
 }
 

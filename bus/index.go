@@ -299,7 +299,7 @@ func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error)
 	})
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("%w: stream %s", ErrNotProvisioned, t.stream)
+		return nil, &notProvisionedError{stream: t.stream, cause: err}
 	case err != nil:
 		return nil, fmt.Errorf("read %s: %w", filter, err)
 	}

@@ -254,7 +254,7 @@ func (t *tracker) failed(subject string, err error) {
 		if t.missing.Swap(true) {
 			return
 		}
-		err = fmt.Errorf("%w: status bucket %s: %w (run Provision, or use WithoutLifecycle)", ErrNotProvisioned, t.bucket, err)
+		err = fmt.Errorf("%w: status bucket %s: %w (run 'agentbus provision', or Admin.Provision, or use WithoutLifecycle)", ErrNotProvisioned, t.bucket, err)
 	}
 	t.onError(fmt.Errorf("record status %s: %w", subject, err))
 }
@@ -589,7 +589,7 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 	t.written(ctx, m.ID)
 	resp, err := t.nc.RequestWithContext(ctx, t.directGet+key, nil)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return Status{}, fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
+		return Status{}, &notProvisionedError{stream: t.bucket, bucket: true, cause: err}
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", key, err)
@@ -683,7 +683,7 @@ func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.Deli
 	err := readStream(ctx, t.js, "KV_"+t.bucket, cfg, t.onError, recordsTo(add))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("%w: status bucket %s", ErrNotProvisioned, t.bucket)
+		return &notProvisionedError{stream: t.bucket, bucket: true, cause: err}
 	case err != nil:
 		return fmt.Errorf("read status %s: %w", filter, err)
 	}
@@ -945,6 +945,9 @@ func (b *client) lookup(ctx context.Context, id string, records []string, find f
 	if b.status == nil {
 		return nil, fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
 	}
+	if b.isClosed() {
+		return nil, ErrClosed
+	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	// The stream is asked on its own time: a refusal of its direct gets
@@ -1010,6 +1013,9 @@ func streamUnread(err error) bool {
 func (b *Admin) Conversation(ctx context.Context, correlationID string) ([]Status, error) {
 	if b.status == nil {
 		return nil, fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
+	}
+	if b.isClosed() {
+		return nil, ErrClosed
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()

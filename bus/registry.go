@@ -899,6 +899,9 @@ func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPrio
 	if err != nil {
 		return out, err
 	}
+	if a.isClosed() {
+		return out, ErrClosed
+	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	stream := a.opts.scheme.Stream()

@@ -749,14 +749,14 @@ func TestReliabilitySlowConsumer(t *testing.T) {
 }
 
 // TestReliabilityEveryCallWhileServerDown: with the server down, every call
-// of a Bus that needs the server fails by the time its context ends, with
-// an error wrapping context.DeadlineExceeded (or saying the connection is
-// reconnecting): none waits past its context, and none blames the server or
-// the installation for what it cannot know (ErrUnsupportedServer,
-// ErrNotProvisioned). A Bus made on the connection meanwhile fails with
-// nats.ErrConnectionReconnecting. Once the server is back, Schedule (which
-// waits for the connection to know the server's version) and Subscribe
-// work on the same Bus.
+// of a Bus or an Admin that needs the server fails by the time its context
+// ends, with an error wrapping context.DeadlineExceeded (or saying the
+// connection is reconnecting): none waits past its context, and none
+// blames the server or the installation for what it cannot know
+// (ErrUnsupportedServer, ErrNotProvisioned). A Bus made on the connection
+// meanwhile fails with nats.ErrConnectionReconnecting. Once the server is
+// back, Schedule (which waits for the connection to know the server's
+// version) and Subscribe work on the same Bus.
 func TestReliabilityEveryCallWhileServerDown(t *testing.T) {
 	dir := t.TempDir()
 	s := newServer(t, func(o *embedded.Options) { o.StoreDir = dir })
@@ -767,66 +767,32 @@ func TestReliabilityEveryCallWhileServerDown(t *testing.T) {
 	if err := b.JoinGroup(testContext(t), "crew"); err != nil {
 		t.Fatal(err)
 	}
+	a := newAdmin(t, b.Conn())
 	opts := s.Options()
 	s.Shutdown()
 	waitFor(t, "the caller to notice the server is gone", func() (bool, string) {
 		return !b.Conn().IsConnected(), b.Conn().Status().String()
 	})
 
-	msg := bus.Message{To: "other", Type: "TASK"}
-	handler := func(context.Context, *bus.Delivery) error { return nil }
-	calls := []struct {
-		name string
-		call func(context.Context) error
-	}{
-		{"Publish", func(ctx context.Context) error { _, err := b.Publish(ctx, msg); return err }},
-		{"PublishAsync", func(ctx context.Context) error {
-			f, err := b.PublishAsync(ctx, msg)
-			if err == nil {
-				_, err = f.Wait(ctx)
-			}
-			return err
-		}},
-		{"Request", func(ctx context.Context) error { _, err := b.Request(ctx, msg); return err }},
-		{"Schedule", func(ctx context.Context) error { _, err := b.Schedule(ctx, msg, bus.In(time.Hour)); return err }},
-		{"Subscribe", func(ctx context.Context) error { _, err := b.Subscribe(ctx, handler); return err }},
-		{"EnsureConsumers", func(ctx context.Context) error { return b.EnsureConsumers(ctx) }},
-		{"Status", func(ctx context.Context) error { _, err := b.Status(ctx, sent.ID); return err }},
-		{"Cancel", func(ctx context.Context) error { _, err := b.Cancel(ctx, sent.ID); return err }},
-		{"Received", func(ctx context.Context) error { _, err := b.Received(ctx, sent.ID); return err }},
-		{"History", func(ctx context.Context) error { _, err := b.History(ctx, sent.ID, bus.HistoryQuery{}); return err }},
-		{"Register", func(ctx context.Context) error { return b.Register(ctx, bus.AgentCard{}) }},
-		{"Agents", func(ctx context.Context) error { _, err := b.Agents(ctx); return err }},
-		{"LookupAgent", func(ctx context.Context) error { _, err := b.LookupAgent(ctx, "other"); return err }},
-		{"JoinGroup", func(ctx context.Context) error { return b.JoinGroup(ctx, "crew") }},
-		{"LeaveGroup", func(ctx context.Context) error { return b.LeaveGroup(ctx, "crew") }},
-		{"Groups", func(ctx context.Context) error { _, err := b.Groups(ctx); return err }},
-		{"GroupMembers", func(ctx context.Context) error { _, err := b.GroupMembers(ctx, "crew"); return err }},
-		{"PublishGroup", func(ctx context.Context) error { _, err := b.PublishGroup(ctx, "crew", msg); return err }},
-		{"Gather", func(ctx context.Context) error { _, err := b.Gather(ctx, msg, []string{"other"}); return err }},
-		{"Flush", func(ctx context.Context) error { return b.Flush(ctx) }},
-	}
-	for _, c := range calls {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.call(ctx)
-		cancel()
+	down := func(t *testing.T, err error) {
 		switch {
 		case errors.Is(err, bus.ErrUnsupportedServer), errors.Is(err, bus.ErrNotProvisioned):
-			t.Errorf("%s with the server down: %v; it blames what it cannot know", c.name, err)
+			t.Errorf("with the server down: %v; it blames what it cannot know", err)
 		case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrConnectionReconnecting):
-			t.Errorf("%s with the server down: %v; want an error wrapping context.DeadlineExceeded", c.name, err)
+			t.Errorf("with the server down: %v; want an error wrapping context.DeadlineExceeded", err)
 		}
 	}
+	eachCall(t, busCalls(b, sent.ID), 200*time.Millisecond, down)
+	eachCall(t, adminCalls(a, sent.ID), 200*time.Millisecond, down)
 	if _, err := bus.New(b.Conn(), "latecomer"); !errors.Is(err, nats.ErrConnectionReconnecting) {
 		t.Errorf("New on a reconnecting connection: %v, want nats.ErrConnectionReconnecting", err)
 	}
 
 	startAgain(t, opts)
-	ctx := testContext(t)
-	if _, err := b.Schedule(ctx, msg, bus.In(time.Hour)); err != nil {
+	if _, err := b.Schedule(testContext(t), bus.Message{To: "other", Type: "LATER"}, bus.In(time.Hour)); err != nil {
 		t.Errorf("Schedule once the server is back: %v", err)
 	}
-	subscribe(t, b, handler)
+	subscribe(t, b, func(context.Context, *bus.Delivery) error { return nil })
 }
 
 // TestReliabilityPublishWhileServerDown: with the server down, Publish
