@@ -271,7 +271,7 @@ func (b *Bus) publishCopies(ctx context.Context, m Message, members []string) ([
 		f, err := b.PublishAsync(ctx, c)
 		if err != nil {
 			acks[i].Err = err
-			errs = append(errs, fmt.Errorf("%s: %w", member, err))
+			errs = append(errs, fmt.Errorf("member %q: %w", member, err))
 			continue
 		}
 		futures[i] = f
@@ -283,7 +283,7 @@ func (b *Bus) publishCopies(ctx context.Context, m Message, members []string) ([
 		ack, err := f.Wait(ctx)
 		acks[i].PubAck, acks[i].Err = ack, err
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", acks[i].Member, err))
+			errs = append(errs, fmt.Errorf("member %q: %w", acks[i].Member, err))
 		}
 	}
 	return acks, errors.Join(errs...)

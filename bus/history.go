@@ -165,6 +165,9 @@ func (b *Admin) History(ctx context.Context, correlationID string, q HistoryQuer
 	if err := b.historyCall(q); err != nil {
 		return HistoryPage{}, err
 	}
+	if err := codec.ValidateID("CorrelationID", correlationID); err != nil {
+		return HistoryPage{}, err
+	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
@@ -206,6 +209,9 @@ func (b *Admin) History(ctx context.Context, correlationID string, q HistoryQuer
 // authorization from before History, or the server's.
 func (b *Bus) History(ctx context.Context, correlationID string, q HistoryQuery) (HistoryPage, error) {
 	if err := b.historyCall(q); err != nil {
+		return HistoryPage{}, err
+	}
+	if err := codec.ValidateID("CorrelationID", correlationID); err != nil {
 		return HistoryPage{}, err
 	}
 	filters, err := subjects.StatusKeysOfAgentInConversation(correlationID, b.agent)
@@ -639,8 +645,8 @@ func (b *Admin) Redeliver(ctx context.Context, id, to string) (PubAck, error) {
 	if err := b.historyCall(HistoryQuery{}); err != nil {
 		return PubAck{}, err
 	}
-	if id == "" {
-		return PubAck{}, fmt.Errorf("%w: empty message ID", ErrInvalidMessage)
+	if err := codec.ValidateID("ID", id); err != nil {
+		return PubAck{}, err
 	}
 	if err := subjects.ValidateID(to); err != nil {
 		return PubAck{}, err

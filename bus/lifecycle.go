@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus/internal/asyncpub"
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -897,7 +898,8 @@ func recordsTo(add func(subject string, s Status)) func(jetstream.Msg, *jetstrea
 // by a look through the bucket's keys. It returns ErrNoStatus when there
 // are none, or the error that kept it from reading the stream
 // (ErrNoStatus says the message is not there; that error, that it is not
-// known).
+// known). An id no message can have (codec.ValidateID) fails with
+// ErrInvalidMessage.
 func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 	if b.shards != nil {
 		return b.shards.status(ctx, id)
@@ -907,6 +909,9 @@ func (b *Bus) Status(ctx context.Context, id string) ([]Status, error) {
 
 // statusHere is Status on this bus's own root.
 func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
+	if err := codec.ValidateID("ID", id); err != nil {
+		return nil, err
+	}
 	filters, err := subjects.StatusKeysOfAgent(id, b.agent)
 	if err != nil {
 		return nil, err
@@ -927,8 +932,12 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 // Status returns every lifecycle record of message id, whoever sent or
 // received it, or ErrNoStatus. A direct message is found by its indexed
 // subject; any other by reading the whole status bucket's keys for the
-// ID, which an operator may and an agent may not.
+// ID, which an operator may and an agent may not. An id no message can
+// have fails with ErrInvalidMessage.
 func (b *Admin) Status(ctx context.Context, id string) ([]Status, error) {
+	if err := codec.ValidateID("ID", id); err != nil {
+		return nil, err
+	}
 	return b.lookup(ctx, id, []string{subjects.StatusKeysOfMessage(id)}, func(ctx context.Context) ([]Status, error) {
 		return b.status.find(ctx, id)
 	})
@@ -1016,6 +1025,9 @@ func (b *Admin) Conversation(ctx context.Context, correlationID string) ([]Statu
 	}
 	if b.isClosed() {
 		return nil, ErrClosed
+	}
+	if err := codec.ValidateID("CorrelationID", correlationID); err != nil {
+		return nil, err
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()

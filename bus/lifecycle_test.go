@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
@@ -61,6 +63,37 @@ func TestLifecycleStates(t *testing.T) {
 	}
 	if want := []string{done.ID, retried.ID, rejected.ID}; !slices.Equal(ids, want) {
 		t.Errorf("Conversation IDs = %v, want %v", ids, want)
+	}
+}
+
+// TestLookupsRefuseInvalidIDs: a lookup by an ID no message can have (empty,
+// blank, with a control character, longer than codec.MaxIDLen) fails with
+// ErrInvalidMessage before it asks the server. An empty ID used to reach the
+// status bucket as a key with an empty token, answered "no responders".
+func TestLookupsRefuseInvalidIDs(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "agent")
+	a := newAdmin(t, b.Conn())
+	for _, id := range []string{"", "  ", "a\nb", "\x00", strings.Repeat("x", codec.MaxIDLen+1)} {
+		t.Run(fmt.Sprintf("%.12q", id), func(t *testing.T) {
+			calls := []call{
+				{"Status", func(ctx context.Context) error { _, err := b.Status(ctx, id); return err }},
+				{"Cancel", func(ctx context.Context) error { _, err := b.Cancel(ctx, id); return err }},
+				{"Received", func(ctx context.Context) error { _, err := b.Received(ctx, id); return err }},
+				{"Attach", func(ctx context.Context) error { _, err := b.Attach(ctx, id); return err }},
+				{"History", func(ctx context.Context) error { _, err := b.History(ctx, id, bus.HistoryQuery{}); return err }},
+				{"Admin.Status", func(ctx context.Context) error { _, err := a.Status(ctx, id); return err }},
+				{"Admin.Cancel", func(ctx context.Context) error { _, err := a.Cancel(ctx, id); return err }},
+				{"Admin.Conversation", func(ctx context.Context) error { _, err := a.Conversation(ctx, id); return err }},
+				{"Admin.History", func(ctx context.Context) error { _, err := a.History(ctx, id, bus.HistoryQuery{}); return err }},
+				{"Admin.Redeliver", func(ctx context.Context) error { _, err := a.Redeliver(ctx, id, "agent"); return err }},
+			}
+			eachCall(t, calls, testTimeout, func(t *testing.T, err error) {
+				if !errors.Is(err, bus.ErrInvalidMessage) {
+					t.Errorf("%v, want ErrInvalidMessage", err)
+				}
+			})
+		})
 	}
 }
 

@@ -168,14 +168,14 @@ func (n *names) fail(field, value string, rule error) error {
 }
 
 func (m *Message) validate(n *names) error {
-	if m.ID == "" {
-		return n.fail(n.id, "", errEmpty)
+	if err := idRule(m.ID); err != nil {
+		return n.fail(n.id, m.ID, err)
 	}
 	for _, f := range [...]struct {
 		name, value string
 		max         int
 	}{
-		{n.id, m.ID, MaxIDLen}, {n.correlationID, m.CorrelationID, MaxIDLen}, {n.replyTo, m.CausationID, MaxIDLen},
+		{n.correlationID, m.CorrelationID, MaxIDLen}, {n.replyTo, m.CausationID, MaxIDLen},
 		{n.contentType, m.ContentType, MaxContentTypeLen}, {n.dataSchema, m.DataSchema, MaxDataSchemaLen},
 	} {
 		if len(f.value) > f.max {
@@ -184,12 +184,6 @@ func (m *Message) validate(n *names) error {
 	}
 	if len(m.Extensions) > MaxExtensions {
 		return n.fail("Extensions", "", fmt.Errorf("%w: %d extensions, at most %d", ErrTooLong, len(m.Extensions), MaxExtensions))
-	}
-	if err := checkText(m.ID); err != nil {
-		return n.fail(n.id, m.ID, err)
-	}
-	if isBlank(m.ID) {
-		return n.fail(n.id, m.ID, errBlank)
 	}
 	if err := subjects.ValidateID(m.From); err != nil {
 		return n.fail(n.from, m.From, err)
@@ -261,6 +255,36 @@ func (m *Message) validate(n *names) error {
 			}
 			return invalid("Extensions["+name+"]", v, err)
 		}
+	}
+	return nil
+}
+
+// ValidateID reports whether id can be a message's ID, as Validate checks
+// Message.ID: not empty, at most MaxIDLen bytes, valid UTF-8 without
+// control characters, not only white space. Its error is a *FieldError
+// naming field, wrapping ErrInvalidMessage. A lookup by a message's or a
+// conversation's ID checks it first, so that one no message can have is
+// refused rather than looked for.
+func ValidateID(field, id string) error {
+	if err := idRule(id); err != nil {
+		return invalid(field, id, err)
+	}
+	return nil
+}
+
+// idRule returns the rule of ValidateID that id breaks, if any.
+func idRule(id string) error {
+	switch {
+	case id == "":
+		return errEmpty
+	case len(id) > MaxIDLen:
+		return tooLong(len(id), MaxIDLen)
+	}
+	if err := checkText(id); err != nil {
+		return err
+	}
+	if isBlank(id) {
+		return errBlank
 	}
 	return nil
 }

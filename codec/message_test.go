@@ -223,6 +223,33 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateID: ValidateID accepts what Validate accepts as a Message's
+// ID and refuses the rest, naming the field it is given.
+func TestValidateID(t *testing.T) {
+	for _, id := range []string{"x", "01a21b4e-b56a-72b3-b663-a13c8446949c", "a b", "a.b", "*", ">", "ü", strings.Repeat("x", codec.MaxIDLen)} {
+		if err := codec.ValidateID("ID", id); err != nil {
+			t.Errorf("ValidateID(%q) = %v, want nil", id, err)
+		}
+		m := sample()
+		m.ID = id
+		if err := m.Validate(); err != nil {
+			t.Errorf("Validate of ID %q = %v, want nil", id, err)
+		}
+	}
+	for _, id := range []string{"", " ", "\t", "a\nb", "\x00", "\x7f", "\xff", strings.Repeat("x", codec.MaxIDLen+1)} {
+		err := codec.ValidateID("CorrelationID", id)
+		var fe *codec.FieldError
+		if !errors.Is(err, codec.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "CorrelationID" {
+			t.Errorf("ValidateID(%q) = %v, want an ErrInvalidMessage naming CorrelationID", id, err)
+		}
+		m := sample()
+		m.ID = id
+		if err := m.Validate(); !errors.Is(err, codec.ErrInvalidMessage) {
+			t.Errorf("Validate of ID %q = %v, want ErrInvalidMessage", id, err)
+		}
+	}
+}
+
 func TestFieldErrorMessage(t *testing.T) {
 	m := sample()
 	m.Priority = 9
