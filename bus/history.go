@@ -222,7 +222,7 @@ func (b *Bus) History(ctx context.Context, correlationID string, q HistoryQuery)
 	defer cancel()
 	// This bus's own messages and records are among those read.
 	if err := b.Flush(ctx); err != nil {
-		return HistoryPage{}, fmt.Errorf("history of %s: publishes and records still under way: %w", correlationID, err)
+		return HistoryPage{}, fmt.Errorf("history of %s: waiting for this bus's publishes and records to be stored: %w", correlationID, err)
 	}
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()

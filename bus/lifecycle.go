@@ -922,7 +922,7 @@ func (b *Bus) statusHere(ctx context.Context, id string) ([]Status, error) {
 	err = b.flushHere(fctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("status of %s: publishes and records still under way: %w", id, err)
+		return nil, fmt.Errorf("status of %s: waiting for this bus's publishes and records to be stored: %w", id, err)
 	}
 	return b.lookup(ctx, id, filters, func(ctx context.Context) ([]Status, error) {
 		return b.findOwn(ctx, id)
