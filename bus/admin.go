@@ -79,6 +79,7 @@ func (a *Admin) Close() error {
 		return nil
 	}
 	a.closed = true
+	close(a.closing)
 	a.mu.Unlock()
 	a.closeFlushed()
 	return nil

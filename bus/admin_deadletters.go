@@ -272,12 +272,15 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 //
 // One watcher per bus is enough; `agentbus serve` runs one. The connection
 // needs permission to read advisories, get messages by sequence and delete
-// them: an operator's. The dead-lettered message's record says the agent
+// them: an operator's. It returns ErrClosed if the Admin closes meanwhile.
+// The dead-lettered message's record says the agent
 // whose delivery it was dead-lettered it.
 func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	if b.isClosed() {
 		return ErrClosed
 	}
+	ctx, stopWatch := b.whileOpen(ctx)
+	defer stopWatch()
 	events := make(chan *nats.Msg, 64)
 	sub, err := b.nc.ChanSubscribe(b.opts.scheme.MaxDeliveriesAdvisories(), events)
 	if err != nil {
@@ -288,7 +291,7 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	err = b.nc.FlushWithContext(fctx) // the server has the subscription
 	cancel()
 	if ctx.Err() != nil {
-		return nil
+		return b.watchEnded()
 	}
 	if err != nil {
 		return fmt.Errorf("watch dead letters: %w", err)
@@ -296,7 +299,7 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return b.watchEnded()
 		case m := <-events:
 			if err := b.handleMaxDeliveries(ctx, m.Data); err != nil {
 				b.opts.onError(err)

@@ -172,6 +172,7 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
+	close(b.closing)
 	subs := b.subs
 	b.subs = nil
 	b.mu.Unlock()

@@ -42,6 +42,9 @@ type client struct {
 
 	mu     sync.Mutex
 	closed bool
+	// closing is closed with closed set: it ends the calls that run until
+	// their context ends (whileOpen).
+	closing chan struct{}
 }
 
 // applyOptions returns the default options with opts applied, once.
@@ -119,7 +122,8 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 		po.OnAck = status.acked
 	}
 	pub := asyncpub.New(nc, po)
-	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r}, nil
+	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r,
+		closing: make(chan struct{})}, nil
 }
 
 // Subjects returns the subject scheme of the bus.
@@ -132,6 +136,42 @@ func (c *client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
+}
+
+// whileOpen returns ctx, cancelled also when the handle closes, for a call
+// that runs until its context ends (the watches): Close ends it as it
+// stops the subscriptions, whether or not the handle owns its connection.
+// It returns watchEnded's answer then. stop releases it.
+func (c *client) whileOpen(ctx context.Context) (_ context.Context, stop context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// watchEnded is what a call that runs until its context ends returns when
+// it ends: ErrClosed if the handle closed, nil if its caller's context
+// ended.
+func (c *client) watchEnded() error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// watchFailed is what a watch of the registry returns when err stops it:
+// watchEnded's answer if its context (from whileOpen) ended or the handle
+// closed, which err is then the doing of, else err.
+func (c *client) watchFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) || c.isClosed() {
+		return c.watchEnded()
+	}
+	return err
 }
 
 // closeFlushed gives the asynchronous publishes and lifecycle records

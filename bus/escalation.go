@@ -66,7 +66,8 @@ const (
 	EventRecovery   = "agentbus.recovery"
 )
 
-// WatchEscalations applies policies until ctx ends, and returns nil then:
+// WatchEscalations applies policies until ctx ends, and returns nil then
+// (ErrClosed if the Admin closes first):
 // it watches presence (WatchPresence) and, when an agent a policy covers
 // has been offline for the policy's After, sends the escalation; when the
 // agent comes back, the recovery. Each outage is escalated, and recovered,

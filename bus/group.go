@@ -154,8 +154,8 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 }
 
 // WatchGroups calls f with every membership of group ("" for every group)
-// as it stands and then with every change, in order, until ctx ends; it
-// returns nil then. f runs on the watch's goroutine. The Bus of a Shards
+// as it stands and then with every change, in order, until ctx ends (it
+// returns nil then) or the handle closes (ErrClosed). f runs on the watch's goroutine. The Bus of a Shards
 // watches every shard's registry: each membership's changes come in order,
 // and f is never called twice at once.
 func (c *client) WatchGroups(ctx context.Context, group string, f func(GroupChange)) error {
@@ -172,6 +172,8 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 	if c.isClosed() {
 		return ErrClosed
 	}
+	ctx, stopWatch := c.whileOpen(ctx)
+	defer stopWatch()
 	filter := subjects.GroupKeys
 	if group != "" {
 		var err error
@@ -184,11 +186,11 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("watch groups: %w", c.registryMissing(err))
+		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", c.registryMissing(err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("watch groups: %w", err)
+		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
@@ -196,10 +198,7 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return fmt.Errorf("watch groups: %w", err)
+			return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
 		}
 		if ch, ok := groupChangeOf(c.registry.prefix, m); ok {
 			f(ch)

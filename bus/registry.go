@@ -493,6 +493,11 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		// Close ran since the check above: it found no heartbeats to
+		// stop, and none may start now.
+		return ErrClosed
+	}
 	if b.heartbeat != nil {
 		return nil
 	}
@@ -805,7 +810,8 @@ type PresenceChange struct {
 }
 
 // WatchPresence calls f with every agent's presence as it stands and then
-// with every change, in order, until ctx ends; it returns nil then. A
+// with every change, in order, until ctx ends (it returns nil then) or the
+// handle closes (ErrClosed). A
 // heartbeat is no change; an agent that restarted (online again, with a
 // new since) is. The changes come from the registry bucket, where the
 // server itself records an agent gone silent, so the watch needs no
@@ -827,16 +833,18 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 	if c.isClosed() {
 		return ErrClosed
 	}
+	ctx, stopWatch := c.whileOpen(ctx)
+	defer stopWatch()
 	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.registry.prefix + subjects.PresenceKeys},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("watch presence: %w", c.registryMissing(err))
+		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", c.registryMissing(err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("watch presence: %w", err)
+		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
@@ -845,10 +853,7 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return fmt.Errorf("watch presence: %w", err)
+			return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
 		}
 		_, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
 		if err != nil {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,6 +101,61 @@ func TestRegistryCardsAndPresence(t *testing.T) {
 	// An operator reads the same registry.
 	if all, err := adminOf(t, s).Agents(ctx); err != nil || len(all) != 2 {
 		t.Errorf("Admin.Agents = %d agents, %v; want 2", len(all), err)
+	}
+}
+
+// TestRegisterRacingClose: a Register under way when Close runs starts no
+// heartbeats once Close has stopped them: after Close returns, no heartbeat
+// goroutine is left, and the agent reads offline. Before, a Register that
+// passed its closed check before Close and took the lock after it started
+// one, which reported the closed agent online for as long as the process
+// lived.
+func TestRegisterRacingClose(t *testing.T) {
+	s := newServer(t)
+	watcher := newBus(t, s, "watcher")
+	for round := range 20 {
+		agent := fmt.Sprintf("racer-%d", round)
+		b, err := bus.New(embeddedtest.Connect(t, s), agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		registered := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				err := b.Register(testContext(t), bus.AgentCard{})
+				if i == 0 {
+					close(registered)
+				}
+				if err != nil {
+					if !errors.Is(err, bus.ErrClosed) {
+						t.Errorf("Register: %v, want nil or ErrClosed", err)
+					}
+					return
+				}
+			}
+		})
+		<-registered
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if n := goroutinesIn("bus.(*Bus).heartbeats"); n > 0 {
+			t.Fatalf("round %d: %d heartbeat goroutines left after Close", round, n)
+		}
+		agentInfo(t, watcher, agent, bus.Offline)
+	}
+}
+
+// goroutinesIn counts the goroutines with fn on their stacks.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), fn+"(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 
@@ -353,6 +411,67 @@ func discover(t *testing.T, nc *nats.Conn, want int) []string {
 	}
 	slices.Sort(agents)
 	return agents
+}
+
+// TestCloseEndsWatches: Close ends the calls that run until their context
+// ends, as it stops the subscriptions, and they return ErrClosed: on a Bus
+// and an Admin made on a connection they do not own (before, they ran on
+// until their context ended, calling f on a closed handle's behalf) and on
+// ones that dialled their own (before, they returned nil).
+func TestCloseEndsWatches(t *testing.T) {
+	s := newServer(t)
+	for _, owned := range []bool{false, true} {
+		t.Run(fmt.Sprint("owns its connection ", owned), func(t *testing.T) {
+			var (
+				b *bus.Bus
+				a *bus.Admin
+			)
+			if owned {
+				b = dialBus(t, s.ClientURL(), "watcher")
+				var err error
+				if a, err = bus.ConnectAdmin(s.ClientURL()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b = newBus(t, s, "watcher")
+				a = newAdmin(t, embeddedtest.Connect(t, s))
+			}
+			watches := []call{
+				{"Bus.WatchPresence", func(ctx context.Context) error { return b.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
+				{"Bus.WatchGroups", func(ctx context.Context) error { return b.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
+				{"Admin.WatchPresence", func(ctx context.Context) error { return a.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
+				{"Admin.WatchDeadLetters", func(ctx context.Context) error { return a.WatchDeadLetters(ctx) }},
+				{"Admin.WatchEscalations", func(ctx context.Context) error {
+					return a.WatchEscalations(ctx, []bus.EscalationPolicy{{Agent: "x", After: time.Hour, To: "y"}})
+				}},
+			}
+			type end struct {
+				name string
+				err  error
+			}
+			ended := make(chan end, len(watches))
+			for _, w := range watches {
+				go func() { ended <- end{w.name, w.do(testContext(t))} }()
+			}
+			waitFor(t, "every watch to run", func() (bool, string) {
+				n := goroutinesIn("bus.(*client).watchPresenceHere") + goroutinesIn("bus.(*client).watchGroupsHere") +
+					goroutinesIn("bus.(*Admin).WatchDeadLetters")
+				return n == len(watches), fmt.Sprint(n, " running")
+			})
+			b.Close()
+			a.Close()
+			for range watches {
+				select {
+				case e := <-ended:
+					if !errors.Is(e.err, bus.ErrClosed) {
+						t.Errorf("%s after Close: %v, want ErrClosed", e.name, e.err)
+					}
+				case <-time.After(testTimeout):
+					t.Fatal("a watch runs on after Close")
+				}
+			}
+		})
+	}
 }
 
 // TestMicroDiscovery: registered agents answer NATS micro discovery, so
