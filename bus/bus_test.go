@@ -81,4 +81,21 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("Subscribe with a bad option = %v, want ErrInvalidOption", err)
 		}
 	}
+	// More handlers than the six consumers hand out messages at once could
+	// never run; each would still be a goroutine (a million took 2 GiB of
+	// stacks and 9.5 s to start).
+	for _, opts := range [][]bus.SubscribeOption{
+		{bus.WithConcurrency(6001)},
+		{bus.WithConcurrency(61), bus.WithMaxAckPending(10)},
+	} {
+		if _, err := b.Subscribe(testContext(t), newRecorder().handle, opts...); !errors.Is(err, bus.ErrInvalidOption) {
+			t.Errorf("Subscribe with more handlers than messages out at once = %v, want ErrInvalidOption", err)
+		}
+	}
+	sub, err := b.Subscribe(testContext(t), newRecorder().handle, bus.WithConcurrency(60), bus.WithMaxAckPending(10))
+	if err != nil {
+		t.Fatalf("Subscribe with as many handlers as messages out at once: %v", err)
+	}
+	sub.Stop()
+	<-sub.Done()
 }

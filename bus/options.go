@@ -310,7 +310,10 @@ type subscribeOptions struct {
 	firstLook, lookEvery time.Duration
 }
 
-// WithConcurrency sets how many handlers run at once (default 1).
+// WithConcurrency sets how many handlers run at once (default 1). Each is a
+// goroutine for as long as the subscription runs. Subscribe refuses more
+// than the agent's six consumers hand out unacknowledged at once, six times
+// WithMaxAckPending (6,000 by default): the others could never run.
 func WithConcurrency(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if n <= 0 {
@@ -387,8 +390,8 @@ func WithMaxDeliver(n int) SubscribeOption {
 }
 
 // WithMaxAckPending bounds the messages delivered and not yet acked per
-// consumer (two per priority level: direct and broadcast), across all
-// processes of the agent (default 1000).
+// consumer (one per priority for the direct messages, one for the
+// broadcasts), across all processes of the agent (default 1000).
 func WithMaxAckPending(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if n <= 0 {
