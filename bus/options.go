@@ -312,8 +312,7 @@ type subscribeOptions struct {
 
 // WithConcurrency sets how many handlers run at once (default 1). Each is a
 // goroutine for as long as the subscription runs. Subscribe refuses more
-// than the agent's six consumers hand out unacknowledged at once, six times
-// WithMaxAckPending (6,000 by default): the others could never run.
+// than MaxConcurrency: the others could never run.
 func WithConcurrency(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if n <= 0 {
@@ -387,6 +386,14 @@ func WithMaxDeliver(n int) SubscribeOption {
 		o.settings.MaxDeliver = n
 		return nil
 	}
+}
+
+// MaxConcurrency is the most handlers a subscription can run at once, with
+// maxAckPending as WithMaxAckPending (0: DefaultMaxAckPending): the
+// messages the agent's consumers (subjects.ConsumersPerAgent) hand out
+// unacknowledged at once, 6,000 by default.
+func MaxConcurrency(maxAckPending int) int {
+	return subjects.ConsumersPerAgent * orDefault(maxAckPending, DefaultMaxAckPending)
 }
 
 // WithMaxAckPending bounds the messages delivered and not yet acked per

@@ -169,10 +169,9 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 			return nil, err
 		}
 	}
-	consumersOf := subjects.LowestPriority + 1 // one per priority, one for the broadcasts
-	if most := consumersOf * orDefault(o.settings.MaxAckPending, consumers.DefaultMaxAckPending); o.concurrency > most {
+	if most := MaxConcurrency(o.settings.MaxAckPending); o.concurrency > most {
 		return nil, fmt.Errorf("%w: concurrency %d, but the agent's %d consumers hand out at most %d messages at once (WithMaxAckPending); the other handlers could never run",
-			ErrInvalidOption, o.concurrency, consumersOf, most)
+			ErrInvalidOption, o.concurrency, subjects.ConsumersPerAgent, most)
 	}
 	if b.isClosed() {
 		return nil, ErrClosed

@@ -161,6 +161,7 @@ func TestErrors(t *testing.T) {
 		{name: "subscribe missing agent", args: []string{"--server", url, "subscribe"}, wantCode: exitUsage, wantErr: `"agent"`},
 		{name: "subscribe json and exec", args: []string{"--server", url, "subscribe", "--agent", "b", "--json", "--exec", "true"}, wantCode: exitUsage, wantErr: "exec"},
 		{name: "subscribe bad concurrency", args: []string{"--server", url, "subscribe", "--agent", "b", "--concurrency", "0"}, wantCode: exitUsage, wantErr: "--concurrency"},
+		{name: "subscribe concurrency past what the consumers hand out", args: []string{"--server", url, "subscribe", "--agent", "b", "--concurrency", "6001"}, wantCode: exitUsage, wantErr: "--concurrency 6001: at most 6000"},
 		{name: "subscribe bad ack wait", args: []string{"--server", url, "subscribe", "--agent", "b", "--ack-wait", "1ms"}, wantCode: exitUsage, wantErr: "ack wait"},
 		{name: "subscribe bad root", args: []string{"--server", url, "--root", "a b", "subscribe", "--agent", "b"}, wantCode: exitUsage, wantErr: "root"},
 		{name: "not provisioned", args: []string{"--server", url, "--root", "other", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitError, wantErr: "not provisioned"},

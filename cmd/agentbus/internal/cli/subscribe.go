@@ -130,6 +130,8 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 		return usagef("--timeout %v: must be >= 0", f.timeout)
 	case f.concurrency < 1:
 		return usagef("--concurrency %d: must be >= 1", f.concurrency)
+	case f.concurrency > bus.MaxConcurrency(0):
+		return usagef("--concurrency %d: at most %d, the messages the agent's consumers hand out at once", f.concurrency, bus.MaxConcurrency(0))
 	case f.maxDeliver < 1:
 		return usagef("--max-deliver %d: must be >= 1", f.maxDeliver)
 	}
