@@ -164,12 +164,21 @@ func (c *client) watchEnded() error {
 	return nil
 }
 
-// watchFailed is what a watch of the registry returns when err stops it:
-// watchEnded's answer if its context (from whileOpen) ended or the handle
-// closed, which err is then the doing of, else err.
+// watchFailed is what a watch of the registry returns when err ends it
+// while it runs: watchEnded's answer if its context (from whileOpen)
+// ended or the handle closed, which err is then the doing of, else err.
 func (c *client) watchFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) || c.isClosed() {
+	if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		return c.watchEnded()
+	}
+	return c.closedOr(err)
+}
+
+// closedOr returns ErrClosed if the handle closed, which err is then the
+// doing of, else err: what a watch returns when it cannot start.
+func (c *client) closedOr(err error) error {
+	if c.isClosed() {
+		return ErrClosed
 	}
 	return err
 }

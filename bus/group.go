@@ -186,11 +186,11 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", c.registryMissing(err)))
+		return c.closedOr(fmt.Errorf("watch groups: %w", c.registryMissing(err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
+		return c.closedOr(fmt.Errorf("watch groups: %w", err))
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()

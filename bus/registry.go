@@ -840,11 +840,11 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", c.registryMissing(err)))
+		return c.closedOr(fmt.Errorf("watch presence: %w", c.registryMissing(err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
+		return c.closedOr(fmt.Errorf("watch presence: %w", err))
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
