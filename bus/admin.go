@@ -103,7 +103,7 @@ func (a *Admin) Provision(ctx context.Context, c StreamConfig) (*jetstream.Strea
 	}
 	ctx, stop := a.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	info, err := provision(ctx, a.nc, c)
+	info, err := provision(ctx, a.nc, a.js, c)
 	return info, refusedCall(ctx, err)
 }
 

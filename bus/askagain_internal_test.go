@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // TestAskAgain: a request whose answer does not come is made again, up to
@@ -175,4 +176,69 @@ func lossyBus(t *testing.T, agent string) (*Bus, *lossyJS, context.Context) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	t.Cleanup(cancel)
 	return b, lossy, ctx
+}
+
+// racedJS is a JetStream on which another process creates each bucket,
+// and turns its rollups off, between this one's look for the bucket and
+// its create: its first CreateOrUpdateKeyValue of a bucket does the other
+// process's part on the real server, then sends the create this process
+// would send next and returns the server's answer to it.
+type racedJS struct {
+	jetstream.JetStream
+	raced map[string]bool
+}
+
+func (j *racedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if j.raced[cfg.Bucket] {
+		return j.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+	}
+	j.raced[cfg.Bucket] = true
+	if _, err := j.JetStream.CreateOrUpdateKeyValue(ctx, cfg); err != nil { // the other process
+		return nil, err
+	}
+	s, err := j.JetStream.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	if err := denyRollups(ctx, j.JetStream, "KV_"+cfg.Bucket); err != nil {
+		return nil, err
+	}
+	_, err = j.JetStream.CreateStream(ctx, s.CachedInfo().Config) // this one's create, rollups allowed
+	return nil, err
+}
+
+// TestProvisionRacingAnotherProcess: a provision whose buckets another
+// process creates, and denies rollups on, between its look and its create
+// succeeds, and leaves rollups denied on the status bucket. Its create
+// asked for rollups allowed, which the server refused as "stream name
+// already in use" (six processes provisioning at once failed so in 3
+// rounds of 5). The registry keeps rollups on whatever provision asks
+// (docs/security.md, "The agent registry allows rollups").
+func TestProvisionRacingAnotherProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raced := &racedJS{JetStream: js, raced: map[string]bool{}}
+	if _, err := provision(ctx, nc, raced, StreamConfig{}); err != nil {
+		t.Fatalf("provision racing another process: %v", err)
+	}
+	status, err := StreamConfig{}.StatusBucketConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+status.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CachedInfo().Config.AllowRollup {
+		t.Errorf("the status bucket allows rollups")
+	}
+	if len(raced.raced) != 2 {
+		t.Errorf("raced buckets %v, want the status bucket and the registry", raced.raced)
+	}
 }

@@ -237,7 +237,7 @@ func (c StreamConfig) scheduleSource() *jetstream.StreamSource {
 }
 
 // provision is Admin.Provision on nc.
-func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.StreamInfo, error) {
+func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c StreamConfig) (*jetstream.StreamInfo, error) {
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}
@@ -247,10 +247,6 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 	}
 	if err := c.CheckDedupMemory(); err != nil {
 		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
@@ -288,19 +284,36 @@ func provision(ctx context.Context, nc *nats.Conn, c StreamConfig) (*jetstream.S
 			info = s.CachedInfo()
 		}
 	}
-	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kvc) }); err != nil {
+	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, kvc) }); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
 	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
-	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, reg) }); err != nil {
+	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, reg) }); err != nil {
 		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
+	// The server keeps rollups on for the registry, whose presence records
+	// need subject delete markers (docs/security.md, "The agent registry
+	// allows rollups"); this turns them off should a server ever allow it.
 	if err := denyRollups(ctx, js, "KV_"+reg.Bucket); err != nil {
 		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
 	return info, nil
+}
+
+// createOrUpdateBucket is js.CreateOrUpdateKeyValue, made once more when
+// another process created the bucket between its update, which found none,
+// and its create: that process's denyRollups may have changed the bucket's
+// stream already, so the create asks for another configuration than the
+// stream has, and the server refuses it as a name in use. The second call
+// finds the bucket and updates it.
+func createOrUpdateBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+	}
+	return kv, err
 }
 
 // denyRollups turns rollups off on stream. nats.go creates KeyValue buckets
