@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/consumers"
-	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // TestAskAgain: a request whose answer does not come is made again, up to
@@ -217,12 +216,7 @@ func (j *racedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyV
 func TestProvisionRacingAnotherProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	s := embeddedtest.RunServer(t)
-	nc := embeddedtest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := unprovisioned(t)
 	raced := &racedJS{JetStream: js, raced: map[string]bool{}}
 	if _, err := provision(ctx, nc, raced, StreamConfig{}); err != nil {
 		t.Fatalf("provision racing another process: %v", err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
@@ -153,6 +154,18 @@ func BenchmarkTelemetry(b *testing.B) {
 			op.span.End()
 		}
 	})
+}
+
+// unprovisioned returns a connection to a server of its own with nothing
+// provisioned on it, and the connection's JetStream.
+func unprovisioned(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	nc := embeddedtest.Connect(tb, embeddedtest.RunServer(tb))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return nc, js
 }
 
 // provisionedServer starts an embedded server with the bus's streams and

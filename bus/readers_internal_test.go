@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // TestReadPendingGap: a read whose consumer delivered a message that did
@@ -17,12 +15,7 @@ import (
 func TestReadPendingGap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s := embeddedtest.RunServer(t)
-	nc := embeddedtest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := unprovisioned(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "GAP", Subjects: []string{"gap.>"}}); err != nil {
 		t.Fatal(err)
 	}
