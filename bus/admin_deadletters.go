@@ -273,8 +273,8 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 // One watcher per bus is enough; `agentbus serve` runs one. The connection
 // needs permission to read advisories, get messages by sequence and delete
 // them: an operator's. It returns ErrClosed if the Admin closes meanwhile.
-// The dead-lettered message's record says the agent
-// whose delivery it was dead-lettered it.
+// The dead-lettered message's record says the agent whose delivery it was
+// dead-lettered it.
 func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	if b.isClosed() {
 		return ErrClosed

@@ -139,9 +139,10 @@ func (c *client) isClosed() bool {
 }
 
 // whileOpen returns ctx, cancelled also when the handle closes, for a call
-// that runs until its context ends (the watches): Close ends it as it
-// stops the subscriptions, whether or not the handle owns its connection.
-// It returns watchEnded's answer then. stop releases it.
+// that runs until its context ends (the watches): Close ends the call as
+// it stops the subscriptions, whether or not the handle owns its
+// connection, and the call returns watchEnded's answer then. stop releases
+// the context.
 func (c *client) whileOpen(ctx context.Context) (_ context.Context, stop context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {

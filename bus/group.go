@@ -155,9 +155,10 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 
 // WatchGroups calls f with every membership of group ("" for every group)
 // as it stands and then with every change, in order, until ctx ends (it
-// returns nil then) or the handle closes (ErrClosed). f runs on the watch's goroutine. The Bus of a Shards
-// watches every shard's registry: each membership's changes come in order,
-// and f is never called twice at once.
+// returns nil then) or the handle closes (ErrClosed). f runs on the
+// watch's goroutine. The Bus of a Shards watches every shard's registry:
+// each membership's changes come in order, and f is never called twice at
+// once.
 func (c *client) WatchGroups(ctx context.Context, group string, f func(GroupChange)) error {
 	if c.shards != nil {
 		return watchEvery(ctx, c.shards, f, func(ctx context.Context, b *Bus, f func(GroupChange)) error {

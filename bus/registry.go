@@ -811,14 +811,14 @@ type PresenceChange struct {
 
 // WatchPresence calls f with every agent's presence as it stands and then
 // with every change, in order, until ctx ends (it returns nil then) or the
-// handle closes (ErrClosed). A
-// heartbeat is no change; an agent that restarted (online again, with a
-// new since) is. The changes come from the registry bucket, where the
-// server itself records an agent gone silent, so the watch needs no
-// process to sweep for silent agents and sees the same as every other
-// watcher. f runs on the watch's goroutine; a slow f delays the next
-// change. The Bus of a Shards watches every shard's registry: each agent's
-// changes come in order, and f is never called twice at once.
+// handle closes (ErrClosed). A heartbeat is no change; an agent that
+// restarted (online again, with a new since) is. The changes come from the
+// registry bucket, where the server itself records an agent gone silent,
+// so the watch needs no process to sweep for silent agents and sees the
+// same as every other watcher. f runs on the watch's goroutine; a slow f
+// delays the next change. The Bus of a Shards watches every shard's
+// registry: each agent's changes come in order, and f is never called
+// twice at once.
 func (c *client) WatchPresence(ctx context.Context, f func(PresenceChange)) error {
 	if c.shards != nil {
 		return watchEvery(ctx, c.shards, f, func(ctx context.Context, b *Bus, f func(PresenceChange)) error {
