@@ -379,3 +379,14 @@ func ExampleShards() {
 	// worker-2 lives on agentbus.s0
 	// RESULT: done: write the tests
 }
+
+// MaxConcurrency is the most handlers a subscription can run at once: the
+// messages the agent's six consumers hand out unacknowledged at once.
+// Subscribe refuses more.
+func ExampleMaxConcurrency() {
+	fmt.Println(bus.MaxConcurrency(0))   // WithMaxAckPending left at its default
+	fmt.Println(bus.MaxConcurrency(100)) // WithMaxAckPending(100)
+	// Output:
+	// 6000
+	// 600
+}

@@ -167,3 +167,16 @@ func ExampleNewID() {
 	fmt.Println(u.Version(), err, first < second)
 	// Output: VERSION_7 <nil> true
 }
+
+// ValidateID refuses an ID no message can have before a lookup asks the
+// server for it.
+func ExampleValidateID() {
+	for _, id := range []string{"01a21b4e-b56a-72b3-b663-a13c8446949c", "", "a\nb"} {
+		err := codec.ValidateID("ID", id)
+		fmt.Println(err == nil, errors.Is(err, codec.ErrInvalidMessage), err)
+	}
+	// Output:
+	// true false <nil>
+	// false true codec: invalid message: ID: must not be empty
+	// false true codec: invalid message: ID "a\nb": has a control character
+}
