@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -259,6 +260,46 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	}
 	b.cancels.apply(n.ID)
 	b.req.cancel(n.ID, n.By)
+}
+
+// takeQueuedNotices takes the cancel notices to the agent that its
+// priority-1 consumer, whose state p1 is (nil: none was made), still
+// holds, before a subscription handles its first message. A notice stored
+// while no process of the agent listened arrives after the message it
+// cancels when that message is of priority 1 too (one consumer, stream
+// order), and can start beside it when handlers run several at once; read
+// first, it keeps Cancel's promise that a message canceled while it was
+// queued is never handled. It reads with the agent's history consumer,
+// from the consumer's ack floor on, only the notices' subjects; a read
+// that fails goes to the error handler, and the notices then come as
+// before.
+func (b *Bus) takeQueuedNotices(ctx context.Context, p1 *jetstream.ConsumerInfo) {
+	if p1 == nil || p1.NumPending == 0 && p1.NumAckPending == 0 || b.status == nil {
+		return
+	}
+	filters, err := b.opts.scheme.TypeFilters(b.agent, TypeCancel, 1)
+	if err != nil {
+		return
+	}
+	name, _, _ := b.opts.scheme.ReceivedHistoryConsumer(b.agent) // the agent is valid
+	b.history.Lock()
+	defer b.history.Unlock()
+	for _, f := range filters {
+		cfg := jetstream.ConsumerConfig{Name: name, FilterSubject: f,
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: p1.AckFloor.Stream + 1}
+		err := b.readHistory(ctx, cfg, func(jm jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+			if m, err := codec.Decode(jm.Headers(), jm.Data()); err == nil {
+				if _, err := b.checkSender(jm.Subject(), m); err == nil {
+					b.takeNotice(ctx, m)
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			b.opts.onError(fmt.Errorf("read the cancel notices queued for %s: %w", b.agent, err))
+			return
+		}
+	}
 }
 
 // CanceledError is returned by a Request whose request was canceled

@@ -34,6 +34,47 @@ func TestCancelQueued(t *testing.T) {
 	}
 }
 
+// TestCancelQueuedAtPriorityOne: a priority-1 message canceled while its
+// recipient was away is not handled when the recipient comes back, under
+// the generated permissions and with several handlers. Its notice, also of
+// priority 1, is stored after it in the same consumer; the subscriber
+// reads the queued notices before it handles anything. Before, it handled
+// the canceled message first (and, with handlers running beside each
+// other, sometimes one of priority 3 while the notice was being taken).
+func TestCancelQueuedAtPriorityOne(t *testing.T) {
+	srv := newAuthServer(t, "lead", "worker")
+	var workerErrs errorTally
+	lead := srv.agentBus(t, "lead", func(error) {})
+	away := srv.agentBus(t, "worker", workerErrs.add)
+	if err := away.EnsureConsumers(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	var doomed []string
+	for _, p := range []int{1, 1, 3} {
+		ack := publish(t, lead, bus.Message{To: "worker", Type: "DOOMED", Priority: p})
+		if _, err := lead.Cancel(testContext(t), ack.ID); err != nil {
+			t.Fatal(err)
+		}
+		doomed = append(doomed, ack.ID)
+	}
+	kept := publish(t, lead, bus.Message{To: "worker", Type: "KEPT", Priority: 5})
+
+	r := newRecorder()
+	subscribe(t, srv.agentBus(t, "worker", workerErrs.add), r.handle, bus.WithConcurrency(4))
+	if got := r.waitCount(t, 1); got[0].ID != kept.ID {
+		t.Errorf("the worker handled %s %s first, want KEPT", got[0].Type, got[0].ID)
+	}
+	for _, id := range doomed {
+		waitState(t, lead, id, bus.StateCanceled)
+	}
+	if got := r.types(); len(got) != 1 {
+		t.Errorf("the worker handled %v, want only KEPT", got)
+	}
+	if workerErrs.total() != 0 {
+		t.Errorf("the worker's errors: %v", &workerErrs)
+	}
+}
+
 // TestCancelRunning: canceling a message whose handler runs cancels the
 // handler's context with ErrCanceled; what the handler returns is
 // recorded, and the message is not delivered again.

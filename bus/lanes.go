@@ -104,7 +104,8 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswere
 // the settings o gives (creating the missing ones and updating those whose
 // settings differ): its broadcast consumer, and each direct consumer whose
 // priority has a message stored, or all of them with all. It returns the
-// dispatcher lanes that read them, the broadcast consumer's last; without
+// dispatcher lanes that read them, the broadcast consumer's last, and the
+// state of the priority-1 consumer if it is among them (nil if not); without
 // all, the lane of a direct consumer made for a message the look found,
 // and that has delivered none, is consumers.Lane.Stored.
 //
@@ -113,18 +114,19 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswere
 // is still being made: a new agent's Subscribe waits for the slower of the
 // two, not for both in turn. A look the server refuses can so leave the
 // broadcast consumer made, as a later Subscribe would make it.
-func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, all bool) ([]consumers.Lane, error) {
+func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeOptions, all bool) ([]consumers.Lane, *jetstream.ConsumerInfo, error) {
 	specs, lanes, err := consumerSpecs(b.opts.scheme, agent)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if all {
-		if _, err := b.ensureSpecs(ctx, specs, o.settings); err != nil {
-			return nil, err
+		made, err := b.ensureSpecs(ctx, specs, o.settings)
+		if err != nil {
+			return nil, nil, err
 		}
-		return lanes, nil
+		return lanes, made[0].CachedInfo(), nil
 	}
 	direct, broadcast := specs[:subjects.LowestPriority], specs[subjects.LowestPriority:]
 	var (
@@ -151,9 +153,13 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 		err = broadErr
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var p1 *jetstream.ConsumerInfo
 	for i, c := range dueDirect {
+		if dueSpecs[i].Name == direct[0].Name {
+			p1 = c.CachedInfo()
+		}
 		// The look found a message for a consumer that has delivered none,
 		// so it holds one for the agent: Strict waits for it even if the
 		// consumer says at first that it has none, as one just made on a
@@ -162,7 +168,7 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 		// been acknowledged what the look found.
 		dueLanes[i].Stored = c.CachedInfo().Delivered.Consumer == 0
 	}
-	return append(dueLanes, lanes[subjects.LowestPriority]), nil
+	return append(dueLanes, lanes[subjects.LowestPriority]), p1, nil
 }
 
 // ensureSpecs makes the consumers specs describe exist with settings s,

@@ -47,7 +47,7 @@ func TestStoredLanes(t *testing.T) {
 		}
 		return c.CachedInfo().Delivered.Consumer == 1, ""
 	})
-	lanes, err := worker.ensureConsumers(ctx, "worker", subscribeOptions{concurrency: 1}, false)
+	lanes, _, err := worker.ensureConsumers(ctx, "worker", subscribeOptions{concurrency: 1}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,15 +178,25 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	// The notices published from now on are heard (the watches' flush
+	// below makes sure the server has the subscriptions); those stored
+	// before are read before the first message is handled.
+	notices, err := b.listenForCancels()
+	if err != nil {
+		return nil, fmt.Errorf("listen for cancel notices: %w", err)
+	}
 	w, err := b.watchPriorities(ctx, o)
 	if err != nil {
+		unsubscribe(notices)
 		return nil, err
 	}
-	lanes, err := b.ensureConsumers(ctx, b.agent, o, false)
+	lanes, p1, err := b.ensureConsumers(ctx, b.agent, o, false)
 	if err != nil {
 		w.unwatch()
+		unsubscribe(notices)
 		return nil, err
 	}
+	b.takeQueuedNotices(ctx, p1)
 	stream := b.opts.scheme.Stream()
 	dopts := consumers.Options{
 		Concurrency: o.concurrency,
@@ -201,15 +211,11 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	d, err := consumers.Start(b.nc, stream, subjects.LowestPriority, lanes, b.deliver(h, o), dopts)
 	if err != nil {
 		w.unwatch()
+		unsubscribe(notices)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	w.start(d, lanes)
-	s := &Subscription{b: b, d: d, watch: w}
-	if s.notices, err = b.listenForCancels(); err != nil {
-		s.Stop()
-		<-s.Done()
-		return nil, fmt.Errorf("listen for cancel notices: %w", err)
-	}
+	s := &Subscription{b: b, d: d, watch: w, notices: notices}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -248,7 +254,7 @@ func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []Sub
 	if b.isClosed() {
 		return ErrClosed
 	}
-	_, err := b.ensureConsumers(ctx, agent, o, all)
+	_, _, err := b.ensureConsumers(ctx, agent, o, all)
 	return err
 }
 
