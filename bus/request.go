@@ -420,9 +420,12 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 		if n := h.progress.Load(); n > 0 {
 			s.Progress, s.LastProgress = int(n), time.Unix(0, h.lastAt.Load()).UTC()
 		}
-		if !derivedID || !h.replyFound {
+		if !derivedID || !h.replyFound || h.d.Deliveries > 1 {
 			// Stored before the handler returns and the request is acked
-			// (the requester already has the reply).
+			// (the requester already has the reply). On a later delivery
+			// the record says how often it came, as a completion's does
+			// (completionRecorded): a lookup that finds the reply does not
+			// know.
 			b.status.recordStored(ctx, s.withDelivery(h.d))
 		}
 		return ack, nil

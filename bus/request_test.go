@@ -401,3 +401,26 @@ func storedMessage(t *testing.T, s *embedded.Server, filter string) (*jetstream.
 	}
 	return stream.GetLastMsgForSubject(ctx, filter)
 }
+
+// TestReplyAfterRedeliveryCountsDeliveries: a request whose handler failed
+// on its first delivery and replied on its second reads replied with two
+// deliveries, as a completion after a redelivery does. Its reply under the
+// derived ID wrote no record, and the lookup, which finds the reply, said
+// one.
+func TestReplyAfterRedeliveryCountsDeliveries(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	subscribe(t, newBus(t, s, "worker"), func(ctx context.Context, d *bus.Delivery) error {
+		if d.Deliveries == 1 {
+			return errors.New("try again")
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "ANSWER"})
+		return err
+	}, bus.WithBackoff(func(int) time.Duration { return 0 }))
+	if _, err := orch.Request(testContext(t), bus.Message{ID: "twice", To: "worker", Type: "ASK"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, orch, "twice", bus.StateReplied); st.Deliveries != 2 {
+		t.Errorf("replied after %d deliveries, want 2: %+v", st.Deliveries, st)
+	}
+}
