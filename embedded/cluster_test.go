@@ -84,9 +84,22 @@ func TestClusterFailover(t *testing.T) {
 		}
 		t.Logf("create R3 stream: %v; trying again", err)
 	}
+	// The create is answered before the stream's own group has elected a
+	// leader and the servers know where it listens; a publish before that
+	// finds nothing to store it ("no response from stream", seen under
+	// load). Each is tried again, under its own ID, until it is stored.
+	if _, err := c.WaitForStreamLeader(ctx, "", "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
 	for i := 1; i <= 10; i++ {
-		if _, err := js.Publish(ctx, "orders.new", fmt.Appendf(nil, "msg-%d", i)); err != nil {
-			t.Fatalf("publish %d: %v", i, err)
+		for {
+			_, err := js.Publish(ctx, "orders.new", fmt.Appendf(nil, "msg-%d", i), jetstream.WithMsgID(fmt.Sprint("msg-", i)))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrNoStreamResponse) || ctx.Err() != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
 		}
 	}
 
