@@ -161,7 +161,7 @@ func TestCrashSubscriberKilledMidHandler(t *testing.T) {
 		return info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == uint64(len(ids)),
 			fmt.Sprintf("pending %d, ack pending %d, ack floor %d", info.NumPending, info.NumAckPending, info.AckFloor.Stream)
 	})
-	waitCompleted(t, sender, ids) // the crash left no message delivered for good
+	waitAllInState(t, sender, bus.StateCompleted, ids) // the crash left no message delivered for good
 	var deliveries []string
 	for _, d := range got {
 		deliveries = append(deliveries, fmt.Sprintf("%s:%d", d.ID, d.Deliveries))

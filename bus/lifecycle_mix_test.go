@@ -123,10 +123,7 @@ func lifecycleMix(t *testing.T, orch *bus.Bus, worker string, newWorker func() *
 	for i := range 3 {
 		broadcasts = append(broadcasts, publish(t, orch, bus.Message{To: bus.Broadcast, Type: "OK", Priority: i + 1}).ID)
 	}
-	// The LATE messages expire unread.
-	waitFor(t, "the LATE messages' expiry", func() (bool, string) {
-		return expired(t, orch, expiring), "not yet"
-	})
+	waitAllInState(t, orch, bus.StateExpired, expiring) // unread
 
 	handled := make(map[string]int) // by ID: deliveries handled
 	var hmu sync.Mutex
@@ -204,15 +201,4 @@ func lifecycleMix(t *testing.T, orch *bus.Bus, worker string, newWorker func() *
 			t.Errorf("%s, %s, was never handled", m.id, m.want)
 		}
 	}
-}
-
-// expired reports whether every message of ids reads expired to b.
-func expired(t *testing.T, b *bus.Bus, ids []string) bool {
-	for _, id := range ids {
-		sts, err := b.Status(testContext(t), id)
-		if err != nil || len(sts) != 1 || sts[0].State != bus.StateExpired {
-			return false
-		}
-	}
-	return true
 }

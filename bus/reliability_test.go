@@ -414,20 +414,19 @@ func TestReliabilityServerRestart(t *testing.T) {
 	if stored != uint64(total) {
 		t.Errorf("stream holds %d messages, want %d: each ID stored once", stored, total)
 	}
-	waitCompleted(t, sender, ids)
+	waitAllInState(t, sender, bus.StateCompleted, ids)
 }
 
-// waitCompleted waits until the lifecycle of every message of ids, sent by
-// b, reads completed: neither a restart nor a retry leaves one pending,
-// delivered or failed.
-func waitCompleted(t *testing.T, b *bus.Bus, ids []string) {
+// waitAllInState waits until the lifecycle of every direct message of ids,
+// sent by b, reads state.
+func waitAllInState(t *testing.T, b *bus.Bus, state bus.State, ids []string) {
 	t.Helper()
 	left := slices.Clone(ids)
-	waitFor(t, "every message completed", func() (bool, string) {
+	waitFor(t, "every message "+string(state), func() (bool, string) {
 		var states []string
 		left = slices.DeleteFunc(left, func(id string) bool {
 			sts, err := b.Status(testContext(t), id)
-			if err == nil && len(sts) == 1 && sts[0].State == bus.StateCompleted {
+			if err == nil && len(sts) == 1 && sts[0].State == state {
 				return true
 			}
 			if len(states) < 10 {
@@ -435,7 +434,7 @@ func waitCompleted(t *testing.T, b *bus.Bus, ids []string) {
 			}
 			return false
 		})
-		return len(left) == 0, fmt.Sprintf("%d not completed, e.g. %v", len(left), states)
+		return len(left) == 0, fmt.Sprintf("%d not %s, e.g. %v", len(left), state, states)
 	})
 }
 
@@ -541,7 +540,7 @@ func TestReliabilityClusterLeaderFailover(t *testing.T) {
 	if stored != uint64(len(ids)) {
 		t.Errorf("stream holds %d messages, want %d: each ID stored once", stored, len(ids))
 	}
-	waitCompleted(t, sender, ids)
+	waitAllInState(t, sender, bus.StateCompleted, ids)
 }
 
 // TestReliabilityOfflineAgentCatchesUp: an agent that subscribed once and
