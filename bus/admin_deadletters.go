@@ -148,7 +148,7 @@ func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error
 func (b *Admin) republish(ctx context.Context, msg *nats.Msg, id string) (PubAck, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	ack, err := b.js.PublishMsg(ctx, msg)
+	ack, err := publishAgain(ctx, b.js, msg)
 	if err != nil {
 		return PubAck{}, b.notProvisioned(err)
 	}

@@ -100,10 +100,11 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 			return nil, fmt.Errorf("new bus: %w", err)
 		}
 	}
-	js, err := jetstream.New(nc)
+	plain, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
+	js := askingJS{plain}
 	tel, err := newTelemetry(&o, agent)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)

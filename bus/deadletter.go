@@ -176,7 +176,7 @@ func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) error {
 	h[HeaderDeadLetterTime] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: dl.data}); err != nil {
+	if _, err := publishAgain(ctx, b.js, &nats.Msg{Subject: subject, Header: h, Data: dl.data}); err != nil {
 		return fmt.Errorf("write dead letter for %s seq %d: %w", dl.stream, dl.seq, b.notProvisioned(err))
 	}
 	return nil

@@ -239,7 +239,7 @@ func (w *escalations) send(ctx context.Context, kind string, o *outage, e Escala
 	}
 	data, _ := json.Marshal(e)
 	rec := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}}
-	if _, err := w.a.js.PublishMsg(ctx, rec); err != nil {
+	if _, err := publishAgain(ctx, w.a.js, rec); err != nil {
 		var apiErr *jetstream.APIError
 		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 			w.a.opts.onError(fmt.Errorf("%s %s: record: %w", kind, e.Agent, err))
@@ -249,7 +249,7 @@ func (w *escalations) send(ctx context.Context, kind string, o *outage, e Escala
 
 // registryHas reports whether the registry holds key.
 func (c *client) registryHas(ctx context.Context, key string) (bool, error) {
-	resp, err := c.nc.RequestWithContext(ctx, c.registry.directGet+key, nil)
+	resp, err := directGet(ctx, c.nc, c.registry.directGet+key)
 	if err != nil {
 		return false, err
 	}
@@ -308,7 +308,7 @@ func (a *Admin) publishAs(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.js.PublishMsg(ctx, msg)
+	_, err = publishAgain(ctx, a.js, msg)
 	return err
 }
 

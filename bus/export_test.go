@@ -12,3 +12,11 @@ func WithLooks(first, every time.Duration) SubscribeOption {
 		return nil
 	}
 }
+
+// SetAPIAttemptTimeout bounds each attempt of a request to the server
+// whose answer may be lost (askAgain) by d until the test ends.
+func SetAPIAttemptTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
+	was := apiAttemptTimeout
+	apiAttemptTimeout = d
+	t.Cleanup(func() { apiAttemptTimeout = was })
+}

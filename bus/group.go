@@ -92,7 +92,7 @@ func (c *client) setMember(ctx context.Context, group, agent string, join bool, 
 	}
 	ctx, stop := c.watchRefusals(ctx, m.Subject)
 	defer stop()
-	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+	if _, err := publishAgain(ctx, c.js, m); err != nil {
 		verb := "join"
 		if !join {
 			verb = "leave"

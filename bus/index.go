@@ -170,7 +170,7 @@ func inConversation(stored []Status, correlationID string) []Status {
 // instead.
 func (t *tracker) stored(ctx context.Context, id string, filters ...string) (out []Status, others bool, err error) {
 	for _, f := range filters {
-		resp, err := t.nc.RequestWithContext(ctx, t.streamGet+f, nil)
+		resp, err := directGet(ctx, t.nc, t.streamGet+f)
 		if err != nil {
 			return nil, false, fmt.Errorf("find %s in stream %s: %w", id, t.stream, err)
 		}

@@ -78,7 +78,7 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswere
 	var wg sync.WaitGroup
 	for i, spec := range specs {
 		wg.Go(func() {
-			resp, err := b.nc.RequestWithContext(ctx, prefix+spec.FilterSubject, nil)
+			resp, err := directGet(ctx, b.nc, prefix+spec.FilterSubject)
 			if err == nil {
 				switch status := resp.Header.Get("Status"); status {
 				case "": // the message itself

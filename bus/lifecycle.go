@@ -226,7 +226,7 @@ func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.js = js
+	t.js = askingJS{js}
 	t.pub = asyncpub.New(nc, asyncpub.Options{
 		MaxPending: o.maxAsyncPending,
 		Timeout:    o.asyncTimeout,
@@ -588,7 +588,7 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 		return Status{}, err
 	}
 	t.written(ctx, m.ID)
-	resp, err := t.nc.RequestWithContext(ctx, t.directGet+key, nil)
+	resp, err := directGet(ctx, t.nc, t.directGet+key)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return Status{}, &notProvisionedError{stream: t.bucket, bucket: true, cause: err}
 	}

@@ -269,7 +269,7 @@ func (c *client) presenceOf(ctx context.Context, agent string) (Presence, time.D
 	if err != nil {
 		return Presence{}, 0, err
 	}
-	resp, err := c.nc.RequestWithContext(ctx, c.registry.directGet+key, nil)
+	resp, err := directGet(ctx, c.nc, c.registry.directGet+key)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return Presence{Status: Unknown}, 0, nil // no registry: nobody reports presence
 	}
@@ -488,7 +488,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: b.registry.prefix + key, Data: data}); err != nil {
+	if _, err := publishAgain(ctx, b.js, &nats.Msg{Subject: b.registry.prefix + key, Data: data}); err != nil {
 		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
 	}
 	b.mu.Lock()
@@ -612,7 +612,7 @@ func (b *Bus) writePresence(ctx context.Context, d presenceData, ttl time.Durati
 	if ttl > 0 {
 		m.Header[jetstream.MsgTTLHeader] = []string{ttlSeconds(ttl)}
 	}
-	_, err = b.js.PublishMsg(ctx, m)
+	_, err = publishAgain(ctx, b.js, m)
 	return err
 }
 

@@ -320,7 +320,7 @@ func (c *client) unschedule(ctx context.Context, st Status) error {
 	}}
 	ctx, stop := c.watchRefusals(ctx, subj)
 	defer stop()
-	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+	if _, err := publishAgain(ctx, c.js, m); err != nil {
 		return refusedCall(ctx, fmt.Errorf("unschedule %s: %w", st.ID, err))
 	}
 	return nil

@@ -338,28 +338,6 @@ func denyRollups(ctx context.Context, js jetstream.JetStream, stream string) err
 	return err
 }
 
-// Attempts of askAgain: each is bounded by apiAttemptTimeout when ctx
-// allows longer. In a cluster the answer to a JetStream API request can be
-// lost (a leader change, a server too busy to answer in time) and would
-// hold the caller until ctx ends.
-const apiAttempts = 3
-
-var apiAttemptTimeout = 5 * time.Second // a variable for the tests
-
-// askAgain calls do, an idempotent JetStream API request, with a context
-// bounded by apiAttemptTimeout, and again when its answer did not come in
-// time, up to apiAttempts calls in all and never past ctx.
-func askAgain[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
-		v, err := do(actx)
-		cancel()
-		if err == nil || attempt == apiAttempts || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return v, err
-		}
-	}
-}
-
 // defaultTimeout bounds calls to the server when the caller's context has
 // no deadline.
 const defaultTimeout = 10 * time.Second

@@ -1,0 +1,125 @@
+package bus_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// cutProxy stands between clients and a server, forwarding what each side
+// sends, and cuts a client's connection when told to: the next time the
+// client sends what a pattern matches, the proxy drops it and closes the
+// connection, as a network or a server that goes away with a request in
+// flight does. The client reconnects through the proxy; the request's
+// answer never comes.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   []byte        // armed pattern, nil when disarmed
+	fired chan struct{} // closed when the armed cut is made
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// newCutProxy returns a proxy to the server at target (host:port),
+// closed when the test ends.
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+// URL is the proxy's client URL.
+func (p *cutProxy) URL() string { return "nats://" + p.ln.Addr().String() }
+
+// cutOn arms the proxy: the next client write that contains pattern is
+// dropped and its connection closed. The returned channel is closed then.
+// An empty pattern disarms it.
+func (p *cutProxy) cutOn(pattern string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut, p.fired = nil, make(chan struct{})
+	if pattern != "" {
+		p.cut = []byte(pattern)
+	}
+	return p.fired
+}
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Go(func() { p.forward(c, s) })
+		p.wg.Go(func() {
+			io.Copy(c, s)
+			p.drop(c, s)
+		})
+	}
+}
+
+// forward copies what client c sends to server s, unless it matches the
+// armed pattern.
+func (p *cutProxy) forward(c, s net.Conn) {
+	defer p.drop(c, s)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			hit := p.cut != nil && bytes.Contains(buf[:n], p.cut)
+			if hit {
+				p.cut = nil
+				close(p.fired)
+			}
+			p.mu.Unlock()
+			if hit {
+				return
+			}
+			if _, err := s.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) drop(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *cutProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}

@@ -1,0 +1,142 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/bus"
+)
+
+// The answer to a request the bus makes of the server is lost when the
+// connection drops with the request in flight: a server restarts, the
+// client moves to another node. nats.go fails no request on a reconnect,
+// so the caller waited until its context ended, and a handler's read,
+// whose context has no deadline, for good. These tests cut a client's
+// connection as it sends a request (cutProxy) and check that the call asks
+// again instead.
+
+// TestLostAnswerBeforeHandling: a request whose recipient's read of its
+// record, before the handler, is lost with the connection is handled
+// all the same: the recipient asks again.
+func TestLostAnswerBeforeHandling(t *testing.T) {
+	bus.SetAPIAttemptTimeout(t, 300*time.Millisecond)
+	s := newServer(t)
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	worker := dialBus(t, p.URL(), "worker")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	lead := newBus(t, s, "lead")
+	cut := p.cutOn("$JS.API.DIRECT.GET.KV_AGENTBUS_STATUS.")
+	ctx, cancel := context.WithTimeout(testContext(t), 10*time.Second)
+	defer cancel()
+	reply, err := lead.Request(ctx, bus.Message{To: "worker", Type: "TASK"})
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if reply.Type != "DONE" {
+		t.Errorf("reply %s, want DONE", reply.Type)
+	}
+	select {
+	case <-cut:
+	default:
+		t.Error("the worker's read of the record was not cut: the test tested nothing")
+	}
+}
+
+// TestLostAnswerOfPresence: a request whose read of its recipient's
+// presence is lost with the connection is sent all the same.
+func TestLostAnswerOfPresence(t *testing.T) {
+	bus.SetAPIAttemptTimeout(t, 300*time.Millisecond)
+	s := newServer(t)
+	worker := newBus(t, s, "worker")
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	lead := dialBus(t, p.URL(), "lead")
+	cut := p.cutOn("$JS.API.DIRECT.GET.KV_AGENTBUS_AGENTS.")
+	ctx, cancel := context.WithTimeout(testContext(t), 10*time.Second)
+	defer cancel()
+	if _, err := lead.Request(ctx, bus.Message{To: "worker", Type: "TASK"}); err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	select {
+	case <-cut:
+	default:
+		t.Error("the presence read was not cut: the test tested nothing")
+	}
+}
+
+// TestLostAnswerEveryCall: every Bus and Admin call whose request to the
+// server is lost with the connection (one kind of request at a time) asks
+// again and returns before its context ends. Publishes to the message
+// stream and reads through a consumer are left out: they bound their
+// waits themselves (a publish's attempts, a pull's expiry), at 5 s. So are
+// the watches, which run until their context ends.
+func TestLostAnswerEveryCall(t *testing.T) {
+	bus.SetAPIAttemptTimeout(t, 200*time.Millisecond)
+	for _, request := range []string{
+		"$JS.API.DIRECT.GET.", "$JS.API.STREAM.INFO.", "$JS.API.STREAM.MSG.GET.",
+		"$JS.API.CONSUMER.CREATE.", "$JS.API.CONSUMER.INFO.", "$JS.API.CONSUMER.DELETE.", "PUB $KV.",
+	} {
+		t.Run(request, func(t *testing.T) {
+			s := newServer(t)
+			p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+			b := dialBus(t, p.URL(), "planner")
+			a, err := bus.ConnectAdmin(p.URL(), bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close() })
+			other := newBus(t, s, "other")
+			subscribe(t, other, func(ctx context.Context, d *bus.Delivery) error {
+				if _, ok := d.Extensions[bus.ExtReplyBy]; ok {
+					_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+					return err
+				}
+				return nil
+			})
+			for _, r := range []*bus.Bus{b, other} {
+				if err := r.Register(testContext(t), bus.AgentCard{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			id := publish(t, b, bus.Message{To: "other", Type: "SETUP"}).ID
+			cuts := 0
+			for _, c := range append(busCalls(b, id), adminCalls(a, id)...) {
+				if strings.HasPrefix(c.name, "Watch") {
+					continue
+				}
+				cut := p.cutOn(request)
+				ctx, cancel := context.WithTimeout(testContext(t), 15*time.Second)
+				err := c.do(ctx)
+				ended := ctx.Err()
+				cancel()
+				p.cutOn("") // disarmed, if nothing was cut
+				select {
+				case <-cut:
+				default:
+					continue
+				}
+				cuts++
+				if ended != nil || errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("%s, its request cut: waited out its context: %v", c.name, err)
+				}
+			}
+			if cuts == 0 {
+				t.Errorf("no call made a request %s: the test tested nothing", request)
+			}
+		})
+	}
+}
