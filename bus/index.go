@@ -203,8 +203,14 @@ const maxBatch = 1024
 // ID's own, the message it names. It asks for them all at once, a direct
 // get with the filter in its body, which an operator may and an agent may
 // not (its permissions name the subject in the request's subject, stored).
-// More than maxBatch subjects are an error.
+// More than maxBatch subjects are an error. An answer that does not come
+// in time is asked for again (askAgain).
 func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, error) {
+	return askAgain(ctx, func(ctx context.Context) ([]Status, error) { return t.storedAllOnce(ctx, id, filter) })
+}
+
+// storedAllOnce is one attempt of storedAll.
+func (t *tracker) storedAllOnce(ctx context.Context, id, filter string) ([]Status, error) {
 	inbox := t.nc.NewInbox()
 	sub, err := t.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -224,6 +230,9 @@ func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, e
 	var out []Status
 	for {
 		resp, err := sub.NextMsgWithContext(ctx)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, &notProvisionedError{stream: t.stream, cause: err}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s in stream %s: %w", filter, t.stream, err)
 		}
