@@ -272,7 +272,8 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 //
 // One watcher per bus is enough; `agentbus serve` runs one. The connection
 // needs permission to read advisories, get messages by sequence and delete
-// them: an operator's. It returns ErrClosed if the Admin closes meanwhile.
+// them: an operator's. It returns ErrClosed if the Admin closes meanwhile,
+// and ErrNotProvisioned at once without the dead-letter stream.
 // The dead-lettered message's record says the agent whose delivery it was
 // dead-lettered it.
 func (b *Admin) WatchDeadLetters(ctx context.Context) error {
@@ -287,14 +288,20 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 		return fmt.Errorf("watch dead letters: %w", err)
 	}
 	defer sub.Unsubscribe()
+	// Once flushed, the server has the subscription. Without the
+	// dead-letter stream, nothing was provisioned: the watch would wait for
+	// advisories of consumers that cannot exist.
+	dlq := b.opts.scheme.DeadLetterStream()
 	fctx, cancel := context.WithTimeout(ctx, defaultTimeout)
-	err = b.nc.FlushWithContext(fctx) // the server has the subscription
-	cancel()
-	if ctx.Err() != nil {
-		return b.watchEnded()
+	err = b.nc.FlushWithContext(fctx)
+	if err == nil {
+		if _, err = b.js.Stream(fctx, dlq); err != nil {
+			err = b.streamMissing(dlq, err)
+		}
 	}
+	cancel()
 	if err != nil {
-		return fmt.Errorf("watch dead letters: %w", err)
+		return fmt.Errorf("watch dead letters: %w", b.closedOr(err))
 	}
 	for {
 		select {

@@ -63,9 +63,7 @@ func busCalls(b *bus.Bus, id string) []call {
 }
 
 // adminCalls returns every call of a that reaches the server but
-// Provision and WatchDeadLetters (which listens to advisories until ctx
-// ends, and needs no stream): on agent "other", message id, the group
-// "crew", dead letter 1.
+// Provision: on agent "other", message id, the group "crew", dead letter 1.
 func adminCalls(a *bus.Admin, id string) []call {
 	return []call{
 		{"Status", func(ctx context.Context) error { _, err := a.Status(ctx, id); return err }},
@@ -87,6 +85,7 @@ func adminCalls(a *bus.Admin, id string) []call {
 		{"FindAgents", func(ctx context.Context) error { _, err := a.FindAgents(ctx, bus.AgentQuery{}); return err }},
 		{"WatchPresence", func(ctx context.Context) error { return a.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
 		{"WatchEscalations", func(ctx context.Context) error { return a.WatchEscalations(ctx, nil) }},
+		{"WatchDeadLetters", func(ctx context.Context) error { return a.WatchDeadLetters(ctx) }},
 		{"AddToGroup", func(ctx context.Context) error { return a.AddToGroup(ctx, "crew", "other") }},
 		{"AddMatchingToGroup", func(ctx context.Context) error {
 			_, err := a.AddMatchingToGroup(ctx, "crew", bus.AgentQuery{})
