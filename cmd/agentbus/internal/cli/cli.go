@@ -189,6 +189,16 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// checkAgentID returns a usage error naming what, a flag ("--agent") or
+// an argument ("NAME"), unless id can name an agent or a group
+// (subjects.ValidateID).
+func checkAgentID(what, id string) error {
+	if err := subjects.ValidateID(id); err != nil {
+		return usageError{fmt.Errorf("%s: %w", what, err)}
+	}
+	return nil
+}
+
 // oneLine folds a possibly multi-line message, such as cobra's "did you
 // mean" suggestions, onto one line.
 func oneLine(s string) string {

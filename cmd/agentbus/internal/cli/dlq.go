@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func (a *app) dlqCommand() *cobra.Command {
@@ -47,6 +48,9 @@ with those fields and the original event.`,
 		RunE: run(func(cmd *cobra.Command) error {
 			if since < 0 || f.Limit < 0 {
 				return usagef("--since and --limit must not be negative")
+			}
+			if err := checkDeadLetterFilter(cmd, f); err != nil {
+				return err
 			}
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
@@ -126,11 +130,15 @@ func (a *app) dlqPurgeCommand() *cobra.Command {
 		Use:   "purge",
 		Short: "Remove dead letters",
 		Long: `Purge removes the dead letters selected by --agent and --type (all by default);
-with --before D only those dead-lettered more than D ago. It prints how many.`,
+with --before D only those dead-lettered more than D ago. It prints how many.
+An empty --agent or --type is refused, not taken to select all.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			if before < 0 {
 				return usagef("--before must not be negative")
+			}
+			if err := checkDeadLetterFilter(cmd, f); err != nil {
+				return err
 			}
 			if before > 0 {
 				f.Since = time.Now().Add(-before)
@@ -168,6 +176,23 @@ SIGTERM.`,
 			})
 		}),
 	}
+}
+
+// checkDeadLetterFilter refuses an invalid --agent or --type that cmd
+// was given: an empty one would select every dead letter, as if it had
+// been left out.
+func checkDeadLetterFilter(cmd *cobra.Command, f bus.DeadLetterFilter) error {
+	if cmd.Flags().Changed("agent") {
+		if err := checkAgentID("--agent", f.Agent); err != nil {
+			return err
+		}
+	}
+	if cmd.Flags().Changed("type") {
+		if err := subjects.ValidateType(f.Type); err != nil {
+			return usageError{fmt.Errorf("--type: %w", err)}
+		}
+	}
+	return nil
 }
 
 func parseSeq(s string) (uint64, error) {

@@ -50,6 +50,10 @@ func TestDeadLetterCommands(t *testing.T) {
 	if !strings.Contains(out, id) {
 		t.Errorf("replayed message not received: %q", out)
 	}
+	// An empty filter is refused, not taken for none: it would purge every dead letter.
+	if r := runIn(t, "", "--server", url, "dlq", "purge", "--agent", ""); r.code != exitUsage {
+		t.Errorf("dlq purge --agent '': exit %d stderr %q, want a usage error", r.code, r.stderr)
+	}
 	if out := mustRun(t, "--server", url, "dlq", "purge", "--agent", "worker"); out != "purged 1\n" {
 		t.Errorf("dlq purge printed %q", out)
 	}
@@ -60,5 +64,35 @@ func TestDeadLetterCommands(t *testing.T) {
 	}
 	if r := runIn(t, "", "--server", url, "dlq", "show", "99"); r.code != 1 {
 		t.Errorf("dlq show 99: exit %d, want 1", r.code)
+	}
+}
+
+// TestDeadLetterFilterFlags: an --agent or --type given to dlq list or
+// purge must be valid; an empty one is not "no filter".
+func TestDeadLetterFilterFlags(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "purge empty agent", args: []string{"dlq", "purge", "--agent", ""}, wantErr: "--agent: "},
+		{name: "purge empty type", args: []string{"dlq", "purge", "--type", ""}, wantErr: "--type: "},
+		{name: "purge broadcast agent", args: []string{"dlq", "purge", "--agent", "*"}, wantErr: "--agent: "},
+		{name: "purge control character", args: []string{"dlq", "purge", "--type", "a\x01b"}, wantErr: `--type: `},
+		{name: "list empty agent", args: []string{"dlq", "list", "--agent", ""}, wantErr: "--agent: "},
+		{name: "list empty type", args: []string{"dlq", "list", "--type", ""}, wantErr: "--type: "},
+		{name: "list too long agent", args: []string{"dlq", "list", "--agent", strings.Repeat("a", 300)}, wantErr: "--agent: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d naming %q", r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
+			}
+		})
 	}
 }
