@@ -153,7 +153,34 @@ is reported as one line "agentbus: <error>" on stderr.`,
 		a.demoCommand(),
 		a.authCommand(),
 	)
+	root.InitDefaultCompletionCmd() // now, for refuseUnknownSubcommands to see it
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes each command under cmd that only groups
+// subcommands (dlq, group, auth) refuse an argument that names none of
+// them as an unknown command, a usage error, as the root does; cobra would
+// print the command's help and exit 0. Without arguments it still prints
+// its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		refuseUnknownSubcommands(c)
+	}
+	if !cmd.HasParent() || !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return errors.New(msg)
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 }
 
 // run adapts a command body to cobra. Errors it returns are runtime errors

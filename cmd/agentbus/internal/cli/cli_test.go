@@ -159,3 +159,36 @@ func jsonString(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// TestUnknownSubcommand: an argument that names no subcommand of a command
+// that only groups subcommands is a usage error, as under the root; the
+// command alone prints its help.
+func TestUnknownSubcommand(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: []string{"dlq", "purg"}, wantErr: `unknown command "purg" for "agentbus dlq"; did you mean purge?`},
+		{args: []string{"group", "lsit"}, wantErr: `unknown command "lsit" for "agentbus group"`},
+		{args: []string{"auth", "bogus"}, wantErr: `unknown command "bogus" for "agentbus auth"`},
+		{args: []string{"completion", "fish2"}, wantErr: `unknown command "fish2" for "agentbus completion"`},
+		{args: []string{"agents", "bogus"}, wantErr: `unknown command "bogus" for "agentbus agents"`},
+		{args: []string{"dlq", "purge", "extra"}, wantErr: `unknown command "extra" for "agentbus dlq purge"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := runIn(t, "", tt.args...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d with %q", r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
+			}
+		})
+	}
+	for _, parent := range []string{"dlq", "group", "auth"} {
+		if r := runIn(t, "", parent); r.code != exitOK || !strings.Contains(r.stdout, "agentbus "+parent+" [command]") {
+			t.Errorf("agentbus %s: exit %d, stdout %q, stderr %q; want its help", parent, r.code, r.stdout, r.stderr)
+		}
+	}
+}
