@@ -183,6 +183,9 @@ It runs until SIGINT or SIGTERM, with an operator's identity
 		Example: `  agentbus agents escalate --agent dev --after 3m --to human --pipeline`,
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
+			if err := checkEscalationFlags(cmd, p); err != nil {
+				return err
+			}
 			if pipeline {
 				p.Message = bus.PipelineEscalation
 			}
@@ -202,4 +205,30 @@ It runs until SIGINT or SIGTERM, with an operator's identity
 	f.StringVar(&p.To, "to", "", "the agent that gets the escalations and recoveries")
 	f.BoolVar(&pipeline, "pipeline", false, "send the pipeline protocol's needs_human and info")
 	return cmd
+}
+
+// checkEscalationFlags checks the policy the flags of escalate make,
+// naming the flag at fault; Admin.WatchEscalations only says that the
+// policy is invalid, and watches an agent ID that cannot exist forever.
+func checkEscalationFlags(cmd *cobra.Command, p bus.EscalationPolicy) error {
+	f := cmd.Flags()
+	switch {
+	case f.Changed("agent") && f.Changed("tag"):
+		return usagef("--agent and --tag cannot be used together")
+	case f.Changed("agent"):
+		if err := checkAgentID("--agent", p.Agent); err != nil {
+			return err
+		}
+	case !f.Changed("tag"):
+		return usagef("required flag \"agent\" or \"tag\" not set")
+	case p.Tag == "":
+		return usagef("--tag: empty")
+	}
+	if p.After <= 0 {
+		return usagef("--after %v: must be > 0", p.After)
+	}
+	if !f.Changed("to") {
+		return usagef("required flag \"to\" not set")
+	}
+	return checkAgentID("--to", p.To)
 }

@@ -120,16 +120,40 @@ func TestAgentsWatch(t *testing.T) {
 	}
 }
 
+// TestAgentsEscalateUsage: escalate checks its flags before it watches,
+// naming the one at fault; an agent that cannot exist would be watched
+// forever.
 func TestAgentsEscalateUsage(t *testing.T) {
+	t.Parallel()
 	url := newServer(t)
-	for _, args := range [][]string{
-		{"agents", "escalate", "--after", "1m", "--to", "human"},
-		{"agents", "escalate", "--agent", "dev", "--tag", "t", "--after", "1m", "--to", "human"},
-		{"agents", "escalate", "--agent", "dev", "--to", "human"},
-		{"agents", "escalate", "--agent", "dev", "--after", "1m", "--to", "*"},
-	} {
-		if r := runIn(t, "", append([]string{"--server", url}, args...)...); r.code != 2 {
-			t.Errorf("agentbus %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
-		}
+	esc := func(args ...string) []string {
+		return append([]string{"--server", url, "agents", "escalate"}, args...)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "no agent or tag", args: esc("--after", "1m", "--to", "human"), wantErr: `required flag "agent" or "tag" not set`},
+		{name: "agent and tag", args: esc("--agent", "dev", "--tag", "t", "--after", "1m", "--to", "human"), wantErr: "--agent and --tag cannot be used together"},
+		{name: "no after", args: esc("--agent", "dev", "--to", "human"), wantErr: "--after 0s: must be > 0"},
+		{name: "negative after", args: esc("--agent", "dev", "--after", "-1m", "--to", "human"), wantErr: "--after -1m0s: must be > 0"},
+		{name: "no to", args: esc("--agent", "dev", "--after", "1m"), wantErr: `required flag "to" not set`},
+		{name: "broadcast to", args: esc("--agent", "dev", "--after", "1m", "--to", "*"), wantErr: "--to: "},
+		{name: "broadcast agent", args: esc("--agent", "*", "--after", "1m", "--to", "human"), wantErr: "--agent: "},
+		{name: "empty agent", args: esc("--agent", "", "--after", "1m", "--to", "human"), wantErr: "--agent: "},
+		{name: "too long agent", args: esc("--agent", strings.Repeat("a", 300), "--after", "1m", "--to", "human"), wantErr: "--agent: "},
+		{name: "control character agent", args: esc("--agent", "a\x01b", "--after", "1m", "--to", "human"), wantErr: `--agent: `},
+		{name: "empty tag", args: esc("--tag", "", "--after", "1m", "--to", "human"), wantErr: "--tag: empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runIn(t, "", tt.args...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) {
+				t.Errorf("exit %d, stderr %q; want exit %d naming %q", r.code, r.stderr, exitUsage, tt.wantErr)
+			}
+		})
 	}
 }
