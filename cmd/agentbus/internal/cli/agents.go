@@ -70,6 +70,9 @@ line each, until SIGINT or SIGTERM:
 		Short: "Print one agent's card and presence as JSON",
 		Args:  cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
+			if err := checkAgentID("NAME", cmd.Flags().Arg(0)); err != nil {
+				return err
+			}
 			return a.withAdmin(func(admin *bus.Admin) error {
 				info, err := admin.LookupAgent(cmd.Context(), cmd.Flags().Arg(0))
 				if err != nil {

@@ -29,6 +29,9 @@ cancel prints how it ended and exits 1 (docs/tasks.md).`,
 		Args:    cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			id := cmd.Flags().Arg(0)
+			if err := checkMessageID("ID", id); err != nil {
+				return err
+			}
 			do := func(cancel func(context.Context, string) (bus.Status, error)) error {
 				st, err := cancel(cmd.Context(), id)
 				if errors.Is(err, bus.ErrNoStatus) {

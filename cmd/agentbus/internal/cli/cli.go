@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -221,9 +222,44 @@ func usagef(format string, args ...any) error {
 // (subjects.ValidateID).
 func checkAgentID(what, id string) error {
 	if err := subjects.ValidateID(id); err != nil {
-		return usageError{fmt.Errorf("%s: %w", what, err)}
+		return usageError{&flagErr{flag: what, rule: err, err: err}} // the rule quotes id
 	}
 	return nil
+}
+
+// checkGroupName returns a usage error naming what ("NAME", "--to-group")
+// unless name can name a group: group names follow the rules of agent IDs,
+// and the library checks them as it builds a group's keys.
+func checkGroupName(what, name string) error {
+	if _, err := subjects.GroupMemberKeys(name); err != nil {
+		return usageError{&flagErr{flag: what, rule: err, err: err}} // the rule quotes name
+	}
+	return nil
+}
+
+// checkAgentIDs is checkAgentID for each of ids.
+func checkAgentIDs(what string, ids []string) error {
+	for _, id := range ids {
+		if err := checkAgentID(what, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMessageID returns a usage error naming what, an argument ("ID",
+// "CORRELATION_ID") or a flag, unless id can be the ID of a message or a
+// conversation (codec.ValidateID): one that cannot is not looked for.
+func checkMessageID(what, id string) error {
+	err := codec.ValidateID(what, id)
+	if err == nil {
+		return nil
+	}
+	var fe *codec.FieldError
+	if errors.As(err, &fe) {
+		return usageError{&flagErr{flag: what, value: id, rule: fe.Err, err: err}}
+	}
+	return usageError{err}
 }
 
 // oneLine folds a possibly multi-line message, such as cobra's "did you
@@ -485,7 +521,7 @@ func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error
 	case err == nil:
 		return b, nil
 	case errors.Is(err, bus.ErrInvalidAgentID):
-		return nil, usageError{fmt.Errorf("--%s: %w", flag, err)}
+		return nil, usageError{&flagErr{flag: "--" + flag, rule: err, err: err}}
 	case errors.Is(err, bus.ErrInvalidOption):
 		return nil, usageError{err}
 	}

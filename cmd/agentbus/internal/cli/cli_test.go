@@ -192,3 +192,52 @@ func TestUnknownSubcommand(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidArguments: an agent or group name, or a message or
+// conversation ID, that no agent, group, message or conversation can have
+// is a usage error naming the argument or flag, its value quoted; nothing
+// is looked up.
+func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	long := strings.Repeat("a", 300)
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: []string{"group", "join", "", "--agent", "bob"}, wantErr: "agentbus: NAME: invalid agent ID: group is empty\n"},
+		{args: []string{"group", "leave", "a\x01b", "--agent", "bob"}, wantErr: `NAME: invalid agent ID: group "a\x01b" has control character`},
+		{args: []string{"group", "add", "", "bob"}, wantErr: "NAME: "},
+		{args: []string{"group", "add", "g", "bob", "*"}, wantErr: `AGENT: invalid agent ID: agent ID "*" is reserved for broadcast`},
+		{args: []string{"group", "add", long, "--skill", "review"}, wantErr: "NAME: "},
+		{args: []string{"group", "remove", "g", ""}, wantErr: "AGENT: "},
+		{args: []string{"group", "remove", "", "bob"}, wantErr: "NAME: "},
+		{args: []string{"group", "list", ""}, wantErr: "NAME: "},
+		{args: []string{"group", "watch", ""}, wantErr: "NAME: "},
+		{args: []string{"agents", "show", ""}, wantErr: "NAME: "},
+		{args: []string{"agents", "show", long}, wantErr: "NAME: "},
+		{args: []string{"status", ""}, wantErr: "agentbus: ID: must not be empty\n"},
+		{args: []string{"status", "a\x01b", "--agent", "bob"}, wantErr: `ID "a\x01b": `},
+		{args: []string{"status", long}, wantErr: "ID " + long[:64] + "...: too long"},
+		{args: []string{"cancel", ""}, wantErr: "ID: must not be empty"},
+		{args: []string{"attach", "a\x01b", "--agent", "lead"}, wantErr: `ID "a\x01b": `},
+		{args: []string{"redeliver", "", "--to", "bob"}, wantErr: "ID: must not be empty"},
+		{args: []string{"trace", ""}, wantErr: "CORRELATION_ID: must not be empty"},
+		{args: []string{"history", "a\x01b"}, wantErr: `CORRELATION_ID "a\x01b": `},
+		{args: []string{"history", " ", "--agent", "bob"}, wantErr: `CORRELATION_ID " ": must not be only white space`},
+		{args: []string{"reply", "--from", "bob", "--to-message", "a\x01b", "--type", "T", "--data", "x"}, wantErr: `--to-message "a\x01b": `},
+		{args: []string{"reply", "--from", "bob", "--to-message", "", "--type", "T", "--data", "x"}, wantErr: "--to-message: must not be empty"},
+		{args: []string{"publish", "--from", "a", "--to-group", "", "--type", "T", "--data", "x"}, wantErr: "--to-group: invalid agent ID: group is empty"},
+		{args: []string{"request", "--from", "a", "--to-group", "", "--type", "T", "--data", "x"}, wantErr: "--to-group: invalid agent ID: group is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args[:2], " "), func(t *testing.T) {
+			t.Parallel()
+			r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
+				t.Errorf("agentbus %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tt.args, r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
+			}
+		})
+	}
+}

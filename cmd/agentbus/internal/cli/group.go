@@ -29,6 +29,9 @@ removes anyone. Group names follow the rules of agent IDs.`,
 		Short: "Join group NAME as AGENT",
 		Args:  cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
+			if err := checkGroupName("NAME", cmd.Flags().Arg(0)); err != nil {
+				return err
+			}
 			return a.withBusAs(agent, func(b *bus.Bus) error { return b.JoinGroup(cmd.Context(), cmd.Flags().Arg(0)) })
 		}),
 	}
@@ -37,6 +40,9 @@ removes anyone. Group names follow the rules of agent IDs.`,
 		Short: "Leave group NAME as AGENT",
 		Args:  cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
+			if err := checkGroupName("NAME", cmd.Flags().Arg(0)); err != nil {
+				return err
+			}
 			return a.withBusAs(agent, func(b *bus.Bus) error { return b.LeaveGroup(cmd.Context(), cmd.Flags().Arg(0)) })
 		}),
 	}
@@ -61,6 +67,9 @@ added. A query that finds no agent, with no AGENT named, exits 1.`,
 			byQuery := query.Skill != "" || query.Tag != ""
 			if len(args) == 1 && !byQuery {
 				return usagef("name the agents to add, or select them with --skill or --tag")
+			}
+			if err := checkGroupArgs(args); err != nil {
+				return err
 			}
 			return a.withAdmin(func(admin *bus.Admin) error {
 				if err := admin.AddToGroup(cmd.Context(), args[0], args[1:]...); err != nil || !byQuery {
@@ -88,6 +97,9 @@ added. A query that finds no agent, with no AGENT named, exits 1.`,
 		Args:  cobra.MinimumNArgs(2),
 		RunE: run(func(cmd *cobra.Command) error {
 			args := cmd.Flags().Args()
+			if err := checkGroupArgs(args); err != nil {
+				return err
+			}
 			return a.withAdmin(func(admin *bus.Admin) error { return admin.RemoveFromGroup(cmd.Context(), args[0], args[1:]...) })
 		}),
 	}
@@ -100,6 +112,11 @@ NAME only that group's members, one per line. --json prints a JSON object of
 groups to sorted member arrays.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
+			if cmd.Flags().NArg() == 1 {
+				if err := checkGroupName("NAME", cmd.Flags().Arg(0)); err != nil {
+					return err
+				}
+			}
 			return a.withAdmin(func(admin *bus.Admin) error {
 				if cmd.Flags().NArg() == 1 {
 					members, err := admin.GroupMembers(cmd.Context(), cmd.Flags().Arg(0))
@@ -139,6 +156,11 @@ each change as it happens, until SIGINT or SIGTERM, one line each:
   <time> <group> <agent> left`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
+			if cmd.Flags().NArg() == 1 {
+				if err := checkGroupName("NAME", cmd.Flags().Arg(0)); err != nil {
+					return err // an empty NAME would watch every group
+				}
+			}
 			return a.withAdmin(func(admin *bus.Admin) error {
 				return admin.WatchGroups(cmd.Context(), cmd.Flags().Arg(0), func(c bus.GroupChange) {
 					line := c.At.UTC().Format(time.RFC3339) + " " + c.Group + " " + c.Agent
@@ -154,6 +176,15 @@ each change as it happens, until SIGINT or SIGTERM, one line each:
 	}
 	cmd.AddCommand(join, leave, add, remove, list, watch)
 	return cmd
+}
+
+// checkGroupArgs checks the arguments NAME AGENT... of group add and
+// remove.
+func checkGroupArgs(args []string) error {
+	if err := checkGroupName("NAME", args[0]); err != nil {
+		return err
+	}
+	return checkAgentIDs("AGENT", args[1:])
 }
 
 // describeQuery says what group add --skill/--tag looked for.

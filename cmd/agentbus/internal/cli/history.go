@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
-	"github.com/agentbus/agentbus/subjects"
 )
 
 func (a *app) historyCommand() *cobra.Command {
@@ -52,6 +51,9 @@ received: what its own permissions let it read (docs/history.md). It exits
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			conv := cmd.Flags().Arg(0)
+			if err := checkMessageID("CORRELATION_ID", conv); err != nil {
+				return err
+			}
 			if err := q.Validate(); err != nil {
 				return usagef("--limit or --after: %w", err)
 			}
@@ -156,8 +158,11 @@ It exits 1 when the message has no record, or the stream no longer holds it.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			id := cmd.Flags().Arg(0)
-			if err := subjects.ValidateID(to); err != nil {
-				return usagef("--to: %w", err)
+			if err := checkMessageID("ID", id); err != nil {
+				return err
+			}
+			if err := checkAgentID("--to", to); err != nil {
+				return err
 			}
 			return a.withAdmin(func(admin *bus.Admin) error {
 				ack, err := admin.Redeliver(cmd.Context(), id, to)

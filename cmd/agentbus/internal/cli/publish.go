@@ -76,9 +76,12 @@ removes it. --every and --cron repeat it, each firing a message of its own.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			required := []string{"from", "to", "type"}
-			if toGroup != "" {
+			if cmd.Flags().Changed("to-group") {
 				if cmd.Flags().Changed("to") {
 					return usagef("--to and --to-group cannot be used together")
+				}
+				if err := checkGroupName("--to-group", toGroup); err != nil {
+					return err
 				}
 				required, in.m.To = required[:1], bus.Broadcast // a stand-in for the checks
 				required = append(required, "type")
@@ -399,17 +402,18 @@ func flagError(err error) error {
 	var fe *codec.FieldError
 	if errors.As(err, &fe) {
 		if name, ok := messageFlags[fe.Field]; ok {
-			return &flagErr{flag: name, value: fe.Value, err: err, rule: fe.Err}
+			return &flagErr{flag: "--" + name, value: fe.Value, err: err, rule: fe.Err}
 		}
 	}
 	return err
 }
 
-// flagErr is a validation error of one publish flag.
+// flagErr is a validation error of one publish flag, or of an argument
+// such as a message ID.
 type flagErr struct {
-	flag, value string
-	rule        error // why value is refused
-	err         error // the whole validation error
+	flag, value string // flag: "--priority", or an argument's name
+	rule        error  // why value is refused
+	err         error  // the whole validation error
 }
 
 func (e *flagErr) Error() string {
@@ -420,7 +424,7 @@ func (e *flagErr) Error() string {
 		rule = strings.ReplaceAll(rule, p, "")
 	}
 	if e.value == "" {
-		return fmt.Sprintf("--%s: %s", e.flag, rule)
+		return fmt.Sprintf("%s: %s", e.flag, rule)
 	}
 	v := e.value
 	if len(v) > 64 {
@@ -429,7 +433,7 @@ func (e *flagErr) Error() string {
 	if strings.IndexFunc(v, func(r rune) bool { return r == '"' || !unicode.IsGraphic(r) || unicode.IsSpace(r) }) >= 0 {
 		v = strconv.Quote(v)
 	}
-	return fmt.Sprintf("--%s %s: %s", e.flag, v, rule)
+	return fmt.Sprintf("%s %s: %s", e.flag, v, rule)
 }
 
 func (e *flagErr) Unwrap() error { return e.err }

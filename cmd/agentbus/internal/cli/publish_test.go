@@ -168,7 +168,7 @@ func TestErrors(t *testing.T) {
 		{name: "provision bad max age", args: []string{"--server", url, "provision", "--max-age", "-1h"}, wantCode: exitUsage, wantErr: "max age"},
 		{name: "serve bad listen", args: []string{"serve", "--listen", "nonsense", "--store", t.TempDir()}, wantCode: exitUsage, wantErr: "--listen"},
 		{name: "http server URL", args: []string{"--server", "http://127.0.0.1:8222", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: `scheme "http"`},
-		{name: "reply to an empty ID", args: []string{"--server", url, "reply", "--from", "b", "--to-message", "", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: "--to-message: empty message ID"},
+		{name: "reply to an empty ID", args: []string{"--server", url, "reply", "--from", "b", "--to-message", "", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: "--to-message: must not be empty"},
 		{name: "payload too large", args: pub("--from", "a", "--to", "b", "--type", "T", "--data", strings.Repeat("x", 2<<20)), wantCode: exitError, wantErr: "more than the server's max_payload of 1048576"},
 	}
 	for _, tt := range tests {

@@ -39,8 +39,8 @@ On success it prints "id=<ID> seq=<N>" as publish does.`,
 			if !cmd.Flags().Changed("from") {
 				return usagef("required flag \"from\" not set")
 			}
-			if requestID == "" {
-				return usagef("--to-message: empty message ID")
+			if err := checkMessageID("--to-message", requestID); err != nil {
+				return err
 			}
 			// The recipient is the requester, known once the request is
 			// found; until then the replier stands in for it, so that the

@@ -75,13 +75,16 @@ it waits ('agentbus cancel') exits 1 saying who canceled it.`,
 				return usagef("--profile cannot be used with --json")
 			case doBy < 0 || idle < 0 || stall < 0 || want < 0:
 				return usagef("--do-by, --idle-timeout, --stall and --want must not be negative")
-			case toGroup != "" && cmd.Flags().Changed("to"):
+			case cmd.Flags().Changed("to-group") && cmd.Flags().Changed("to"):
 				return usagef("--to and --to-group cannot be used together")
-			case toGroup == "" && (want > 0 || stall > 0):
+			case !cmd.Flags().Changed("to-group") && (want > 0 || stall > 0):
 				return usagef("--want and --stall go with --to-group")
 			}
 			required := []string{"from", "to", "type"}
-			if toGroup != "" {
+			if cmd.Flags().Changed("to-group") {
+				if err := checkGroupName("--to-group", toGroup); err != nil {
+					return err
+				}
 				required, in.m.To = []string{"from", "type"}, bus.Broadcast // a stand-in for the checks
 			}
 			m, err := in.message(cmd, a, required...)
@@ -135,6 +138,9 @@ answered already prints its reply at once; one that ended without a reply
 				return usagef("--timeout %v: must be > 0", timeout)
 			}
 			id := cmd.Flags().Arg(0)
+			if err := checkMessageID("ID", id); err != nil {
+				return err
+			}
 			return a.withBusAs(agent, func(b *bus.Bus) error {
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()

@@ -48,6 +48,9 @@ It exits 1 when no record is found.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			id := cmd.Flags().Arg(0)
+			if err := checkMessageID("ID", id); err != nil {
+				return err
+			}
 			lookup := func(f func(ctx context.Context, id string) ([]bus.Status, error)) error {
 				sts, err := f(cmd.Context(), id)
 				if errors.Is(err, bus.ErrNoStatus) {

@@ -40,6 +40,9 @@ the conversation has no record.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			conv := cmd.Flags().Arg(0)
+			if err := checkMessageID("CORRELATION_ID", conv); err != nil {
+				return err
+			}
 			sts, err := a.recordsOnShards(func(admin *bus.Admin) ([]bus.Status, error) {
 				return admin.Conversation(cmd.Context(), conv)
 			})
