@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -250,7 +251,7 @@ var attributeFlags = map[string]func(cmd *cobra.Command, m *bus.Message){
 		cmd.Flags().DurationVar(&m.TTL, "ttl", m.TTL, "how long the message stays deliverable, e.g. 30s or 5m (0: forever)")
 	},
 	"content-type": func(cmd *cobra.Command, m *bus.Message) {
-		cmd.Flags().StringVar(&m.ContentType, "content-type", m.ContentType, "media type of the data, e.g. application/json")
+		cmd.Flags().StringVar(&m.ContentType, "content-type", m.ContentType, "media type of the data, e.g. application/json; a JSON type (application/json, any +json) needs data that is valid JSON")
 	},
 }
 
@@ -296,6 +297,9 @@ func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) 
 	if err != nil {
 		return bus.Message{}, err
 	}
+	if p == nil && len(payload) > 0 && isJSONType(in.m.ContentType) && !json.Valid(payload) {
+		return bus.Message{}, usagef("%s: not valid JSON for %s", payloadSource(cmd), in.m.ContentType)
+	}
 	m := in.m
 	m.Data = payload
 	if p != nil {
@@ -321,6 +325,25 @@ func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
 		return []byte(in.data), nil
 	}
 	return a.readData(cmd.Name(), in.dataFile)
+}
+
+// isJSONType reports whether the media type ct declares JSON data, as the
+// CloudEvents JSON format reads it: a subtype "json" or one ending in
+// "+json" (application/json, application/vnd.api+json), parameters aside.
+func isJSONType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	_, sub, ok := strings.Cut(strings.ToLower(strings.TrimSpace(mt)), "/")
+	return ok && (sub == "json" || strings.HasSuffix(sub, "+json"))
+}
+
+// payloadSource names where the payload of cmd came from, for an error.
+func payloadSource(cmd *cobra.Command) string {
+	for _, name := range []string{"data", "data-file", "file"} {
+		if cmd.Flags().Changed(name) {
+			return "--" + name
+		}
+	}
+	return "stdin"
 }
 
 // native returns the native message payload of protocol p (--profile) as

@@ -169,6 +169,11 @@ func TestErrors(t *testing.T) {
 		{name: "serve bad listen", args: []string{"serve", "--listen", "nonsense", "--store", t.TempDir()}, wantCode: exitUsage, wantErr: "--listen"},
 		{name: "http server URL", args: []string{"--server", "http://127.0.0.1:8222", "publish", "--from", "a", "--to", "b", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: `scheme "http"`},
 		{name: "reply to an empty ID", args: []string{"--server", url, "reply", "--from", "b", "--to-message", "", "--type", "T", "--data", "x"}, wantCode: exitUsage, wantErr: "--to-message: must not be empty"},
+		{name: "data not JSON", args: pub("--from", "a", "--to", "b", "--type", "T", "--content-type", "application/json", "--data", "{bad"), wantCode: exitUsage, wantErr: "agentbus: --data: not valid JSON for application/json\n"},
+		{name: "data not JSON for a +json type", args: pub("--from", "a", "--to", "b", "--type", "T", "--content-type", "application/vnd.api+json; charset=utf-8", "--data", "x"), wantCode: exitUsage, wantErr: "--data: not valid JSON for application/vnd.api+json"},
+		{name: "data file not JSON", args: pub("--from", "a", "--to", "b", "--type", "T", "--content-type", "Application/JSON", "--data-file", file), wantCode: exitUsage, wantErr: "--data-file: not valid JSON"},
+		{name: "reply data not JSON", args: []string{"--server", url, "reply", "--from", "b", "--to-message", "m1", "--type", "T", "--content-type", "application/json", "--data", "{bad"}, wantCode: exitUsage, wantErr: "--data: not valid JSON"},
+		{name: "request data not JSON", args: []string{"--server", url, "request", "--from", "a", "--to", "b", "--type", "T", "--content-type", "application/json", "--data", "{bad"}, wantCode: exitUsage, wantErr: "--data: not valid JSON"},
 		{name: "payload too large", args: pub("--from", "a", "--to", "b", "--type", "T", "--data", strings.Repeat("x", 2<<20)), wantCode: exitError, wantErr: "more than the server's max_payload of 1048576"},
 	}
 	for _, tt := range tests {
