@@ -191,6 +191,13 @@ func (a *app) benchServer(cmd *cobra.Command, cfg *benchmark.Config, tcp bool) (
 		}
 		url := a.server
 		opts = append(opts, auth...)
+		// One connection first, for the error every command gives when
+		// the server cannot be reached.
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connect %s: %w", url, err)
+		}
+		nc.Close()
 		cfg.Dial = func() (*nats.Conn, error) { return nats.Connect(url, opts...) }
 		cfg.Server = redactURLs(url, url)
 		return func() {}, nil

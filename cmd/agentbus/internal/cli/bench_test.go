@@ -247,6 +247,17 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// TestBenchUnreachable: bench with a --server it cannot reach says so as
+// every command does.
+func TestBenchUnreachable(t *testing.T) {
+	t.Parallel()
+	r := runIn(t, "", "--server", "nats://127.0.0.1:1", "bench", "--only", "sync")
+	checkOneErrorLine(t, r)
+	if r.code != exitError || !strings.HasPrefix(r.stderr, "agentbus: connect nats://127.0.0.1:1: ") {
+		t.Errorf("exit %d, stderr %q; want exit %d, connect nats://127.0.0.1:1", r.code, r.stderr, exitError)
+	}
+}
+
 func TestParseRate(t *testing.T) {
 	tests := []struct {
 		in      string
