@@ -80,6 +80,9 @@ credentials, or include auth.conf in an existing server's configuration
   agentbus --nkey ./auth/agents/worker-1.nk subscribe --agent worker-1`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
+			if err := checkNotEmpty(cmd, "out"); err != nil {
+				return err // the current directory, which --force would overwrite
+			}
 			fromFile, err := readAgentsFile(agentsFile)
 			if err != nil {
 				return err

@@ -152,6 +152,27 @@ func TestAuthInitServePasswords(t *testing.T) {
 	checkFails(t, exitError, "--server", s.url, "--user", "lead", "--password", "wrong", "publish", "--from", "lead", "--to", "w1", "--type", "T")
 }
 
+// TestEmptyPathFlags: an empty --store or --auth of serve, or --out of
+// auth init, is refused rather than taken for the default store, no
+// authentication, or the current directory.
+func TestEmptyPathFlags(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir) // where auth init --out "" would write
+	for _, args := range [][]string{
+		{"serve", "--listen", "127.0.0.1:0", "--store", ""},
+		{"serve", "--listen", "127.0.0.1:0", "--store", dir, "--auth", ""},
+		{"auth", "init", "--agents", "a", "--out", ""},
+	} {
+		r := checkFails(t, exitUsage, args...)
+		if !strings.Contains(r.stderr, ": must not be empty") {
+			t.Errorf("agentbus %q: stderr %q, want the empty flag named", args, r.stderr)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("failed runs wrote %d files", len(entries))
+	}
+}
+
 func TestAuthInitUsage(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -237,6 +237,18 @@ func checkGroupName(what, name string) error {
 	return nil
 }
 
+// checkNotEmpty refuses an empty value given to one of the flags names of
+// cmd, whose "" would mean a default or the current directory: an explicit
+// "" is more likely an unset shell variable than a request for that.
+func checkNotEmpty(cmd *cobra.Command, names ...string) error {
+	for _, name := range names {
+		if f := cmd.Flags().Lookup(name); f.Changed && f.Value.String() == "" {
+			return usagef("--%s: must not be empty", name)
+		}
+	}
+	return nil
+}
+
 // checkAgentIDs is checkAgentID for each of ids.
 func checkAgentIDs(what string, ids []string) error {
 	for _, id := range ids {

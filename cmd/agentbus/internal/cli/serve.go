@@ -97,6 +97,11 @@ on stderr.`,
 // serveOptions checks serve's flags and returns the server's options and
 // the login of serve's own connection.
 func (a *app) serveOptions(cmd *cobra.Command, fl serveFlags) (embedded.Options, []nats.Option, error) {
+	// An empty --store would be the default store, an empty --auth a
+	// server without authentication.
+	if err := checkNotEmpty(cmd, "store", "auth"); err != nil {
+		return embedded.Options{}, nil, err
+	}
 	host, port, err := parseListen(fl.listen)
 	if err != nil {
 		return embedded.Options{}, nil, usageError{err}
