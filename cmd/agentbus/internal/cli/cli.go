@@ -127,6 +127,9 @@ is reported as one line "agentbus: <error>" on stderr.`,
 	pf.IntVar(&a.shards, "shards", 1, "shards of the installation under --root (provision --shards): an agent's commands reach each agent on its shard; every process must use the same")
 	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := a.checkRootAndShards(cmd); err != nil {
+			return err
+		}
 		t, err := a.setupTelemetry(cmd.Context(), a.traceStderr)
 		if err != nil {
 			return runError{err}
@@ -157,6 +160,25 @@ is reported as one line "agentbus: <error>" on stderr.`,
 	root.InitDefaultCompletionCmd() // now, for refuseUnknownSubcommands to see it
 	refuseUnknownSubcommands(root)
 	return root
+}
+
+// checkRootAndShards checks the global --root and --shards once for every
+// command, whether or not it reads them, naming the flag at fault.
+func (a *app) checkRootAndShards(cmd *cobra.Command) error {
+	if err := checkNotEmpty(cmd, "root"); err != nil {
+		return err // "" would be the default root
+	}
+	if _, err := subjects.New(a.root); err != nil {
+		return usageError{&flagErr{flag: "--root", rule: err, err: err}} // the rule quotes the root
+	}
+	if a.shards < 1 || a.shards > subjects.MaxShards {
+		return usagef("--shards %d: not 1 to %d", a.shards, subjects.MaxShards)
+	}
+	// The last shard's root is the longest.
+	if _, err := subjects.ShardRoot(a.root, a.shards-1, a.shards); err != nil {
+		return usageError{&flagErr{flag: "--root", rule: fmt.Errorf("with --shards %d: %w", a.shards, err), err: err}}
+	}
+	return nil
 }
 
 // refuseUnknownSubcommands makes each command under cmd that only groups

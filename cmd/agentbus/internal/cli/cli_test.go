@@ -241,3 +241,40 @@ func TestInvalidArguments(t *testing.T) {
 		})
 	}
 }
+
+// TestRootAndShardsFlags: every command refuses a --shards outside
+// 1..MaxShards and a bad --root, naming the flag, whether or not it reads
+// them.
+func TestRootAndShardsFlags(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	long := strings.Repeat("r", 62)
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: []string{"--shards", "0", "history", "c1"}, wantErr: "agentbus: --shards 0: not 1 to 1024\n"},
+		{args: []string{"--shards", "-5", "dlq", "list"}, wantErr: "--shards -5: "},
+		{args: []string{"--shards", "0", "dlq", "show", "1"}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "0", "dlq", "purge"}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "0", "agents"}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "0", "group", "list"}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "0", "redeliver", "m1", "--to", "b"}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "0", "serve", "--listen", "127.0.0.1:0", "--store", t.TempDir()}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "0", "auth", "init", "--agents", "a", "--out", t.TempDir()}, wantErr: "--shards 0: "},
+		{args: []string{"--shards", "1025", "status", "m1"}, wantErr: "--shards 1025: "},
+		{args: []string{"--root", "a b", "status", "m1"}, wantErr: `--root: invalid root: "a b" has byte ' ' at 1`},
+		{args: []string{"--root", "", "dlq", "purge"}, wantErr: "--root: must not be empty"},
+		{args: []string{"--root", long, "--shards", "20", "status", "m1"}, wantErr: "--root: with --shards 20: invalid root"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args[:3], " "), func(t *testing.T) {
+			t.Parallel()
+			r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
+			checkOneErrorLine(t, r)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
+				t.Errorf("agentbus %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tt.args, r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
+			}
+		})
+	}
+}
