@@ -121,14 +121,14 @@ credentials, or include auth.conf in an existing server's configuration
 }
 
 // readAgentsFile reads agent IDs, one a line, skipping blank lines and
-// comments; "" reads none.
+// comments; "" reads none. A file that cannot be opened is a usage error.
 func readAgentsFile(name string) ([]string, error) {
 	if name == "" {
 		return nil, nil
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, fmt.Errorf("--agents-file: %w", err)
+		return nil, usageError{fmt.Errorf("--agents-file: %w", err)}
 	}
 	defer f.Close()
 	var out []string

@@ -189,7 +189,9 @@ func TestAuthInitUsage(t *testing.T) {
 	} {
 		checkFails(t, exitUsage, append([]string{"auth", "init"}, args...)...)
 	}
-	checkFails(t, exitError, "auth", "init", "--out", dir, "--agents-file", filepath.Join(dir, "missing"))
+	if r := checkFails(t, exitUsage, "auth", "init", "--out", dir, "--agents-file", filepath.Join(dir, "missing")); !strings.HasPrefix(r.stderr, "agentbus: --agents-file: ") {
+		t.Errorf("stderr %q, want --agents-file named", r.stderr)
+	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("failed runs wrote %d files", len(entries))
 	}

@@ -324,7 +324,7 @@ func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
 	if f.Changed("data") {
 		return []byte(in.data), nil
 	}
-	return a.readData(cmd.Name(), in.dataFile)
+	return a.readData(cmd.Name(), payloadSource(cmd), in.dataFile)
 }
 
 // isJSONType reports whether the media type ct declares JSON data, as the
@@ -385,13 +385,14 @@ func lookupProfile(name string) (profiles.Profile, error) {
 	return p, nil
 }
 
-// readData reads the payload of command name from file, or from stdin when
-// file is "".
-func (a *app) readData(name, file string) ([]byte, error) {
+// readData reads the payload of command name from file, given by flag, or
+// from stdin when file is "". A file that cannot be read is a usage error
+// naming the flag.
+func (a *app) readData(name, flag, file string) ([]byte, error) {
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("--data-file: %w", err)
+			return nil, usageError{fmt.Errorf("%s: %w", flag, err)}
 		}
 		return data, nil
 	}

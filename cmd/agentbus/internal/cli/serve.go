@@ -102,6 +102,11 @@ func (a *app) serveOptions(cmd *cobra.Command, fl serveFlags) (embedded.Options,
 	if err := checkNotEmpty(cmd, "store", "auth"); err != nil {
 		return embedded.Options{}, nil, err
 	}
+	if fl.authFile != "" {
+		if _, err := os.Stat(fl.authFile); err != nil {
+			return embedded.Options{}, nil, usageError{fmt.Errorf("--auth: %w", err)}
+		}
+	}
 	host, port, err := parseListen(fl.listen)
 	if err != nil {
 		return embedded.Options{}, nil, usageError{err}
