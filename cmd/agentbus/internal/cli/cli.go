@@ -472,7 +472,27 @@ func (a *app) natsOptions() ([]nats.Option, error) {
 	if err := checkServerURLs(a.server); err != nil {
 		return nil, err
 	}
-	return a.conn.withEnv(os.Getenv).natsOptions()
+	opts, err := a.conn.withEnv(os.Getenv).natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, a.connectionWarnings()...), nil
+}
+
+// connectionWarnings report a connection lost, and found again, as
+// warnings: a command that runs on (subscribe, a watch) would otherwise go
+// quiet while its server is away, as if nothing happened.
+func (a *app) connectionWarnings() []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: the command closed it
+				a.warnf("connection to %s lost: %v; reconnecting", bus.RedactURLs(a.server), err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			a.warnf("reconnected to %s", nc.ConnectedUrlRedacted())
+		}),
+	}
 }
 
 // checkServerURLs refuses a --server URL whose scheme a NATS client does

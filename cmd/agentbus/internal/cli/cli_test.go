@@ -13,7 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
@@ -276,5 +278,50 @@ func TestRootAndShardsFlags(t *testing.T) {
 				t.Errorf("agentbus %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tt.args, r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestWatchWarnsOfALostConnection: a command that runs until interrupted
+// warns when its server goes away and when it is back, where before it
+// said nothing, as if all were quiet. Every command's connection has the
+// warnings (natsOptions); agents --watch shows them.
+func TestWatchWarnsOfALostConnection(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	url := s.ClientURL()
+	mustRun(t, "--server", url, "provision")
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	var out, errOut embeddedtest.SyncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- Main(ctx, []string{"--server", url, "agents", "--watch"}, strings.NewReader(""), &out, &errOut)
+	}()
+	// A probe agent shows that the watch runs.
+	probe, err := bus.Connect(url, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if err := probe.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the watch to show the probe", func() (bool, string) {
+		return strings.Contains(out.String(), " probe online since "), out.String()
+	})
+	s.Shutdown()
+	waitFor(t, "a warning of the lost connection", func() (bool, string) {
+		return strings.Contains(errOut.String(), "agentbus: warning: connection to "+url+" lost: "), errOut.String()
+	})
+	restarted, err := embedded.Start(s.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Shutdown()
+	waitFor(t, "a warning of the connection found again", func() (bool, string) {
+		return strings.Contains(errOut.String(), "agentbus: warning: reconnected to "+url), errOut.String()
+	})
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("exit %d, stderr %q", code, errOut.String())
 	}
 }
