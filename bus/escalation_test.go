@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -156,5 +157,27 @@ func TestEscalationIgnoresFlapping(t *testing.T) {
 	}
 	if n := inboxCount(t, s, "lead"); n != 1 {
 		t.Errorf("lead has %d messages, want one escalation", n)
+	}
+}
+
+// TestEscalationPolicyInvalid: a policy that can never apply is refused at
+// once; one for an agent ID no agent can have watched for it forever.
+func TestEscalationPolicyInvalid(t *testing.T) {
+	admin := adminOf(t, newServer(t))
+	for _, p := range []bus.EscalationPolicy{
+		{After: time.Minute, To: "human"},
+		{Agent: "worker", Tag: "go", After: time.Minute, To: "human"},
+		{Agent: "worker", To: "human"},
+		{Agent: "worker", After: time.Minute},
+		{Agent: "*", After: time.Minute, To: "human"},
+		{Agent: strings.Repeat("w", 300), After: time.Minute, To: "human"},
+		{Agent: "a\x01b", After: time.Minute, To: "human"},
+	} {
+		ctx, cancel := context.WithTimeout(testContext(t), 5*time.Second)
+		err := admin.WatchEscalations(ctx, []bus.EscalationPolicy{p})
+		cancel()
+		if !errors.Is(err, bus.ErrInvalidOption) {
+			t.Errorf("policy %+v: %v, want ErrInvalidOption", p, err)
+		}
 	}
 }

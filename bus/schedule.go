@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -58,7 +59,8 @@ func Every(d time.Duration) When { return When{every: d} }
 
 // Cron fires at the times a cron expression names: six fields with
 // seconds ("0 30 9 * * 1-5": 9:30 on weekdays), or @hourly, @daily,
-// @weekly, @monthly, @yearly; in loc (nil: UTC).
+// @weekly, @monthly, @yearly; in loc (nil: UTC). The server parses the
+// expression: Schedule fails with ErrInvalidOption for one it refuses.
 func Cron(expr string, loc *time.Location) When { return When{cron: expr, loc: loc} }
 
 // Once reports whether w fires only once.
@@ -162,6 +164,13 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 		return PubAck{}, err
 	}
 	ack, err := b.send(ctx, msg)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeSchedulePatternInvalid {
+		// Validate leaves a cron expression to the server, which parses it.
+		err = fmt.Errorf("%w: Cron(%q): the server refuses the expression: %w", ErrInvalidOption, w.cron, err)
+		op.abandon(err)
+		return PubAck{}, err
+	}
 	if err != nil {
 		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
