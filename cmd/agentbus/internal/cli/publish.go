@@ -105,6 +105,9 @@ removes it. --every and --cron repeat it, each firing a message of its own.`,
 			defer b.Close()
 			if scheduled {
 				ack, err := b.Schedule(cmd.Context(), m, when)
+				if errors.Is(err, bus.ErrInvalidOption) {
+					return usageError{err} // such as a --cron expression the server refuses
+				}
 				if err != nil {
 					return err
 				}

@@ -43,6 +43,7 @@ func TestPublishScheduled(t *testing.T) {
 		{"--at", "tomorrow"},
 		{"--cron-tz", "UTC"},
 		{"--cron", "@daily", "--cron-tz", "Nowhere/Atlantis"},
+		{"--cron", "bad"}, // the server's refusal
 		{"--in", "0s"},
 		{"--every", "1500ms"},
 		{"--every", "1m", "--ttl", "10s"},
