@@ -44,6 +44,11 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 		}
 	}
 	if st.ID == "" {
+		for _, s := range sts {
+			if s.To == b.agent {
+				return nil, fmt.Errorf("%w: no request %s from %s: it was sent to %s by %s, who may attach to it", ErrNoStatus, id, b.agent, b.agent, s.From)
+			}
+		}
 		return nil, fmt.Errorf("%w: no request %s from %s", ErrNoStatus, id, b.agent)
 	}
 	m := &Message{ID: st.ID, From: b.agent, To: st.To, CorrelationID: st.CorrelationID}

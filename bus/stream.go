@@ -82,7 +82,7 @@ func (c StreamConfig) Validate() error {
 	}
 	switch {
 	case c.Replicas < 0 || c.Replicas > 5:
-		return fmt.Errorf("%w: replicas %d not in 0..5", ErrInvalidOption, c.Replicas)
+		return fmt.Errorf("%w: replicas %d: 1 to 5 (0: 1)", ErrInvalidOption, c.Replicas)
 	case c.MaxAge < 0:
 		return fmt.Errorf("%w: max age %v is negative", ErrInvalidOption, c.MaxAge)
 	case c.DuplicateWindow < 0:

@@ -66,6 +66,9 @@ every tag given (server_tags in their configuration).`,
 				cfg.DuplicateWindow = min(cfg.DuplicateWindow, cfg.MaxAge)
 			}
 			cfg.DedupMemoryBudget = int64(budget)
+			if cfg.Replicas == 0 { // the library's default, which --replicas 0 would not be asking for
+				return usagef("--replicas 0: 1 to 5")
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}

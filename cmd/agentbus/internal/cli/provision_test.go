@@ -31,6 +31,8 @@ func TestProvisionDedupBudget(t *testing.T) {
 		{name: "negative rate", args: prov("--peak-rate", "-1"), wantCode: exitUsage, wantStderr: "peak publish rate"},
 		{name: "bad budget", args: prov("--dedup-budget", "lots"), wantCode: exitUsage, wantStderr: "--dedup-budget"},
 		{name: "negative budget", args: prov("--dedup-budget", "-1GiB"), wantCode: exitUsage, wantStderr: "--dedup-budget"},
+		{name: "no replicas", args: prov("--replicas", "0"), wantCode: exitUsage, wantStderr: "--replicas 0: 1 to 5"},
+		{name: "too many replicas", args: prov("--replicas", "6"), wantCode: exitUsage, wantStderr: "replicas 6: 1 to 5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -150,7 +150,7 @@ answered already prints its reply at once; one that ended without a reply
 				}
 				d, err := b.Attach(ctx, id, opts...)
 				if errors.Is(err, bus.ErrNoStatus) {
-					return noStatusError(id, agent)
+					return err // it says whose request it is, if --agent received it
 				}
 				if err != nil {
 					return requestError(err, bus.Message{ID: id}, timeout)

@@ -274,4 +274,8 @@ func TestAttach(t *testing.T) {
 	if r := runIn(t, "", "--server", url, "attach", "nope", "--agent", "lead"); r.code != exitError || !strings.Contains(r.stderr, "no status recorded") {
 		t.Errorf("attach to an unknown request: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// Its recipient is told who may attach.
+	if r := runIn(t, "", "--server", url, "attach", id, "--agent", "worker"); r.code != exitError || !strings.Contains(r.stderr, "it was sent to worker by lead, who may attach to it") {
+		t.Errorf("attach as the recipient: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
