@@ -3,11 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -70,6 +70,47 @@ func TestAgents(t *testing.T) {
 	}
 }
 
+// agentsWatch is a run of agents --watch on the server at url, which it
+// returns once the watch shows a probe agent, so that it runs: what it
+// prints, and stop, which interrupts it and returns its exit code.
+type agentsWatch struct {
+	out, errOut embeddedtest.SyncBuffer
+	stop        func() int
+}
+
+func startAgentsWatch(t *testing.T, url string) *agentsWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testContext(t))
+	t.Cleanup(cancel)
+	w := &agentsWatch{}
+	exited := make(chan int, 1)
+	go func() {
+		exited <- Main(ctx, []string{"--server", url, "agents", "--watch"}, strings.NewReader(""), &w.out, &w.errOut)
+	}()
+	w.stop = func() int {
+		cancel()
+		return <-exited
+	}
+	probe, err := bus.Connect(url, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { probe.Close() })
+	if err := probe.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitOut(t, " probe online since ")
+	return w
+}
+
+// waitOut waits until the watch has printed s.
+func (w *agentsWatch) waitOut(t *testing.T, s string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("agents --watch to print %q", s), func() (bool, string) {
+		return strings.Contains(w.out.String(), s), fmt.Sprintf("stdout %q, stderr %q", w.out.String(), w.errOut.String())
+	})
+}
+
 // TestAgentsWatch: agents --watch prints an agent coming online and going
 // offline, and exits 0 when interrupted.
 func TestAgentsWatch(t *testing.T) {
@@ -78,45 +119,18 @@ func TestAgentsWatch(t *testing.T) {
 	if err := os.WriteFile(card, []byte(`{}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(testContext(t))
-	defer cancel()
-	var out, errOut embeddedtest.SyncBuffer
-	exited := make(chan int, 1)
-	go func() {
-		exited <- Main(ctx, []string{"--server", url, "agents", "--watch"}, strings.NewReader(""), &out, &errOut)
-	}()
-
-	waitOut := func(s string) {
-		t.Helper()
-		deadline := time.Now().Add(testTimeout)
-		for !strings.Contains(out.String(), s) {
-			if time.Now().After(deadline) {
-				t.Fatalf("agents --watch printed %q, stderr %q; want %q", out.String(), errOut.String(), s)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	// A probe agent shows that the watch runs before the reviewer starts.
-	probe, err := bus.Connect(url, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	if err := probe.Register(ctx, bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
-	waitOut(" probe online since ")
+	// The probe shows that the watch runs before the reviewer starts.
+	w := startAgentsWatch(t, url)
 
 	mustRun(t, "--server", url, "publish", "--from", "lead", "--to", "reviewer", "--type", "T", "--data", "x")
 	mustRun(t, "--server", url, "subscribe", "--agent", "reviewer", "--card", card, "--count", "1")
-	waitOut("reviewer offline (shutdown)")
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Errorf("agents --watch exited %d, stderr %q", code, errOut.String())
+	w.waitOut(t, "reviewer offline (shutdown)")
+	if code := w.stop(); code != 0 {
+		t.Errorf("agents --watch exited %d, stderr %q", code, w.errOut.String())
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(w.out.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[1], " reviewer online since ") || !strings.Contains(lines[2], " reviewer offline (shutdown) since ") {
-		t.Errorf("agents --watch printed\n%s", out.String())
+		t.Errorf("agents --watch printed\n%s", w.out.String())
 	}
 }
 

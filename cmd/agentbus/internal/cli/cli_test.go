@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -289,28 +288,10 @@ func TestWatchWarnsOfALostConnection(t *testing.T) {
 	s := embeddedtest.RunServer(t)
 	url := s.ClientURL()
 	mustRun(t, "--server", url, "provision")
-	ctx, cancel := context.WithCancel(testContext(t))
-	defer cancel()
-	var out, errOut embeddedtest.SyncBuffer
-	exited := make(chan int, 1)
-	go func() {
-		exited <- Main(ctx, []string{"--server", url, "agents", "--watch"}, strings.NewReader(""), &out, &errOut)
-	}()
-	// A probe agent shows that the watch runs.
-	probe, err := bus.Connect(url, "probe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	if err := probe.Register(ctx, bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the watch to show the probe", func() (bool, string) {
-		return strings.Contains(out.String(), " probe online since "), out.String()
-	})
+	w := startAgentsWatch(t, url)
 	s.Shutdown()
 	waitFor(t, "a warning of the lost connection", func() (bool, string) {
-		return strings.Contains(errOut.String(), "agentbus: warning: connection to "+url+" lost: "), errOut.String()
+		return strings.Contains(w.errOut.String(), "agentbus: warning: connection to "+url+" lost: "), w.errOut.String()
 	})
 	restarted, err := embedded.Start(s.Options())
 	if err != nil {
@@ -318,10 +299,9 @@ func TestWatchWarnsOfALostConnection(t *testing.T) {
 	}
 	defer restarted.Shutdown()
 	waitFor(t, "a warning of the connection found again", func() (bool, string) {
-		return strings.Contains(errOut.String(), "agentbus: warning: reconnected to "+url), errOut.String()
+		return strings.Contains(w.errOut.String(), "agentbus: warning: reconnected to "+url), w.errOut.String()
 	})
-	cancel()
-	if code := <-exited; code != 0 {
-		t.Errorf("exit %d, stderr %q", code, errOut.String())
+	if code := w.stop(); code != 0 {
+		t.Errorf("exit %d, stderr %q", code, w.errOut.String())
 	}
 }
