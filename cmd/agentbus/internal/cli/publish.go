@@ -327,6 +327,10 @@ func (in *messageInput) payload(cmd *cobra.Command, a *app) ([]byte, error) {
 	if f.Changed("data") {
 		return []byte(in.data), nil
 	}
+	if (f.Changed("data-file") || f.Changed("file")) && in.dataFile == "" {
+		// Not stdin: an empty path is more likely an unset variable.
+		return nil, usagef("%s: must not be empty", payloadSource(cmd))
+	}
 	return a.readData(cmd.Name(), payloadSource(cmd), in.dataFile)
 }
 

@@ -150,6 +150,7 @@ func TestErrors(t *testing.T) {
 		{name: "too long agent ID", args: pub("--from", strings.Repeat("a", 200), "--to", "b", "--type", "T", "--data", "x"), wantCode: exitUsage, wantErr: "--from"},
 		{name: "bad ttl", args: pub("--from", "a", "--to", "b", "--type", "T", "--ttl", "soon", "--data", "x"), wantCode: exitUsage, wantErr: "ttl"},
 		{name: "data and data file", args: pub("--from", "a", "--to", "b", "--type", "T", "--data", "x", "--data-file", file), wantCode: exitUsage, wantErr: "data"},
+		{name: "empty data file", args: pub("--from", "a", "--to", "b", "--type", "T", "--data-file", ""), wantCode: exitUsage, wantErr: "agentbus: --data-file: must not be empty\n"},
 		{name: "missing data file", args: pub("--from", "a", "--to", "b", "--type", "T", "--data-file", file+".missing"), wantCode: exitUsage, wantErr: "agentbus: --data-file: open " + file + ".missing: no such file or directory\n"},
 		{name: "missing file", args: pub("--from", "a", "--to", "b", "--type", "T", "--file", file+".missing"), wantCode: exitUsage, wantErr: "agentbus: --file: open "},
 		{name: "request missing data file", args: []string{"--server", url, "request", "--from", "a", "--to", "b", "--type", "T", "--data-file", file + ".missing"}, wantCode: exitUsage, wantErr: "--data-file: "},
