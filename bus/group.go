@@ -193,11 +193,15 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 	if err != nil {
 		return c.closedOr(fmt.Errorf("watch groups: %w", err))
 	}
+	// Stopped when ctx ends, and each Next ends with ctx too: a Stop
+	// while the ordered consumer resets (after a reconnect) stops the old
+	// subscription, not the one the reset then makes, and Next waited on
+	// that one for good (nats.go 1.55).
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
 	for {
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
 		}

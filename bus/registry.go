@@ -846,12 +846,14 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 	if err != nil {
 		return c.closedOr(fmt.Errorf("watch presence: %w", err))
 	}
+	// Stopped when ctx ends, and each Next ends with ctx too (see
+	// watchGroupsHere).
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
 	last := map[string]Presence{}
 	for {
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
 		}
