@@ -196,7 +196,8 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 	// Stopped when ctx ends, and each Next ends with ctx too: a Stop
 	// while the ordered consumer resets (after a reconnect) stops the old
 	// subscription, not the one the reset then makes, and Next waited on
-	// that one for good (nats.go 1.55).
+	// that one for good (nats.go 1.55). That subscription's two goroutines
+	// are still left behind then, out of reach: nats.go's to fix.
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()

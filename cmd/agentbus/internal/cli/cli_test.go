@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
@@ -301,6 +302,18 @@ func TestWatchWarnsOfALostConnection(t *testing.T) {
 	waitFor(t, "a warning of the connection found again", func() (bool, string) {
 		return strings.Contains(w.errOut.String(), "agentbus: warning: reconnected to "+url), w.errOut.String()
 	})
+	// And the watch goes on. (Interrupted before it shows an agent again,
+	// while its consumer is made anew, it may leave two goroutines of
+	// nats.go 1.55 behind, which goleak would report: see watchGroupsHere.)
+	later, err := bus.Connect(url, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	if err := later.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitOut(t, " later online since ")
 	if code := w.stop(); code != 0 {
 		t.Errorf("exit %d, stderr %q", code, w.errOut.String())
 	}
