@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -124,7 +125,7 @@ is reported as one line "agentbus: <error>" on stderr.`,
 	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster; $NATS_URL sets the default")
 	a.conn.addFlags(root)
 	pf.StringVar(&a.root, "root", defaultRoot, "subject root of the bus; every process of one bus must use the same")
-	pf.IntVar(&a.shards, "shards", 1, "shards of the installation under --root (provision --shards): an agent's commands reach each agent on its shard; every process must use the same")
+	pf.IntVar(&a.shards, "shards", 1, "shards of the installation under --root (provision --shards), 1 to "+strconv.Itoa(subjects.MaxShards)+": an agent's commands reach each agent on its shard; every process must use the same")
 	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if err := a.checkRootAndShards(cmd); err != nil {

@@ -54,8 +54,11 @@ received: what its own permissions let it read (docs/history.md). It exits
 			if err := checkMessageID("CORRELATION_ID", conv); err != nil {
 				return err
 			}
-			if err := q.Validate(); err != nil {
-				return usagef("--limit or --after: %w", err)
+			if err := (bus.HistoryQuery{Limit: q.Limit}).Validate(); err != nil {
+				return usagef("--limit: %w", err)
+			}
+			if err := (bus.HistoryQuery{After: q.After}).Validate(); err != nil {
+				return usagef("--after: %w", err)
 			}
 			read := func(f func(context.Context, string, bus.HistoryQuery) (bus.HistoryPage, error)) error {
 				p, err := f(cmd.Context(), conv, q)

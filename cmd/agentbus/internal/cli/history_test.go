@@ -140,18 +140,21 @@ func TestRedeliver(t *testing.T) {
 func TestHistoryUsageErrors(t *testing.T) {
 	t.Parallel()
 	url := newServer(t)
-	for _, args := range [][]string{
-		{"history"},
-		{"history", "a", "b"},
-		{"history", "a", "--limit", "-1"},
-		{"history", "a", "--limit", "10001"},
-		{"history", "a", "--after", "yesterday"},
-		{"history", "a", "--agent", "*"},
+	for _, tt := range []struct {
+		args  []string
+		names string // the flag the error names, if one
+	}{
+		{args: []string{"history"}},
+		{args: []string{"history", "a", "b"}},
+		{args: []string{"history", "a", "--limit", "-1"}, names: "--limit: "},
+		{args: []string{"history", "a", "--limit", "10001"}, names: "--limit: "},
+		{args: []string{"history", "a", "--after", "yesterday"}, names: "--after: "},
+		{args: []string{"history", "a", "--agent", "*"}, names: "--agent"},
 	} {
-		r := runIn(t, "", append([]string{"--server", url}, args...)...)
+		r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
 		checkOneErrorLine(t, r)
-		if r.code != exitUsage || r.stdout != "" {
-			t.Errorf("agentbus %v: exit %d stdout %q stderr %q, want a usage error", args, r.code, r.stdout, r.stderr)
+		if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, tt.names) {
+			t.Errorf("agentbus %v: exit %d stdout %q stderr %q, want a usage error naming %q", tt.args, r.code, r.stdout, r.stderr, tt.names)
 		}
 	}
 }
