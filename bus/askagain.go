@@ -30,7 +30,9 @@ var apiAttemptTimeout = 5 * time.Second // a variable for the tests
 
 // askAgain calls do, an idempotent request, with a context bounded by
 // apiAttemptTimeout, and again when its answer did not come in time, up to
-// apiAttempts calls in all and never past ctx.
+// apiAttempts calls in all and never past ctx. Called within another's
+// attempt (ensureSpecs over askingJS), it ends with that attempt, which
+// then asks again itself.
 func askAgain[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
@@ -95,10 +97,4 @@ func (s askingStream) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt)
 
 func (s askingStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
 	return askAgain(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return s.Stream.GetMsg(ctx, seq, opts...) })
-}
-
-func (s askingStream) GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
-	return askAgain(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
-		return s.Stream.GetLastMsgForSubject(ctx, subject)
-	})
 }

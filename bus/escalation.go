@@ -81,9 +81,9 @@ func (a *Admin) WatchEscalations(ctx context.Context, policies []EscalationPolic
 		if (p.Agent == "") == (p.Tag == "") || p.After <= 0 || subjects.ValidateID(p.To) != nil {
 			return fmt.Errorf("%w: escalation policy %d needs an Agent or a Tag, After > 0 and a valid To", ErrInvalidOption, i)
 		}
-		if p.Agent != "" && subjects.ValidateID(p.Agent) != nil {
+		if err := subjects.ValidateID(p.Agent); p.Agent != "" && err != nil {
 			// No agent can have it: the watch would wait for it forever.
-			return fmt.Errorf("%w: escalation policy %d: Agent: %w", ErrInvalidOption, i, subjects.ValidateID(p.Agent))
+			return fmt.Errorf("%w: escalation policy %d: Agent: %w", ErrInvalidOption, i, err)
 		}
 	}
 	w := &escalations{a: a, policies: policies, outages: map[string]*outage{}}
