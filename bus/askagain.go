@@ -20,7 +20,7 @@ import (
 // a direct get (directGet), or a write that is the same when made twice
 // (publishAgain). The exceptions bound their wait otherwise: Publish, with
 // its own attempts (publishAttemptTimeout), and reads through a consumer,
-// with its pull's expiry.
+// with its pull's expiry (readPending pulls again when a pull was lost).
 
 // Attempts of askAgain: each is bounded by apiAttemptTimeout when ctx
 // allows longer.

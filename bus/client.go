@@ -293,14 +293,18 @@ var errReadGap = errors.New("a message of the read did not arrive")
 // readPending reads what consumer c, which acks nothing, has pending when it
 // was created, in batches, calling each with every message and its
 // metadata until each says stop or nothing is left. A batch waits at most
-// 5 s, and never past ctx's deadline. One that brings nothing ends the read
-// with what it got: messages counted as pending when the consumer was
-// created can be gone since (a presence record that expired, a record
-// deleted), and none is coming. A message the consumer delivered that did
-// not arrive (a batch that ended before its last messages came, say) ends
-// the read with an error wrapping errReadGap, never a short answer.
+// 5 s, and never past ctx's deadline. A batch that brings nothing is
+// checked against the consumer's state (readOn): messages counted as
+// pending when the consumer was created can be gone since (a presence
+// record that expired, a record deleted), and then the read ends with
+// what it got; but the pull can also have been lost with a dropped
+// connection, and then it is made again. A message the consumer delivered
+// that did not arrive (a batch that ended before its last messages came,
+// say) ends the read with an error wrapping errReadGap, never a short
+// answer.
 func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
 	var delivered uint64 // the consumer's sequence of the last message read
+	empty := 0           // batches in a row that brought nothing
 	for pending := c.CachedInfo().NumPending; pending > 0; {
 		wait := batchWait
 		if d, ok := ctx.Deadline(); ok {
@@ -332,11 +336,35 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 		if err := batch.Error(); err != nil {
 			return err
 		}
-		if n == 0 {
-			return nil
+		if n > 0 {
+			empty = 0
+			continue
+		}
+		if empty++; empty == apiAttempts {
+			return fmt.Errorf("%w: %d pending, and %d pulls in a row brought none", errReadGap, pending, empty)
+		}
+		if pending, err = readOn(ctx, c, delivered); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// readOn tells readPending, after a batch of reader c brought nothing,
+// how many messages are left to read: none if those it counted are gone
+// from the stream, the same number if its pull was lost (the connection
+// dropped with it in flight, and the server never had it), and an error
+// wrapping errReadGap if the consumer delivered more than the delivered
+// that came (they were lost with the connection).
+func readOn(ctx context.Context, c jetstream.Consumer, delivered uint64) (uint64, error) {
+	info, err := askAgain(ctx, c.Info)
+	if err != nil {
+		return 0, err
+	}
+	if info.Delivered.Consumer != delivered {
+		return 0, fmt.Errorf("%w: %d delivered, %d came", errReadGap, info.Delivered.Consumer, delivered)
+	}
+	return info.NumPending, nil
 }
 
 // batchWait bounds how long readPending waits for one batch.

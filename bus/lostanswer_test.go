@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,8 +89,9 @@ func TestLostAnswerOfPresence(t *testing.T) {
 // server is lost with the connection (one kind of request at a time) asks
 // again and returns before its context ends. Publishes to the message
 // stream and reads through a consumer are left out: they bound their
-// waits themselves (a publish's attempts, a pull's expiry), at 5 s. So are
-// the watches, which run until their context ends.
+// waits themselves (a publish's attempts, a pull's expiry), at 5 s, and
+// TestLostPullOfEveryRead checks that the reads answer in full. So are the
+// watches, which run until their context ends.
 func TestLostAnswerEveryCall(t *testing.T) {
 	bus.SetAPIAttemptTimeout(t, 200*time.Millisecond)
 	for _, request := range []string{
@@ -148,6 +150,96 @@ func TestLostAnswerEveryCall(t *testing.T) {
 			}
 			if cuts == 0 {
 				t.Errorf("no call made a request %s: the test tested nothing", request)
+			}
+		})
+	}
+}
+
+// TestLostPullOfEveryRead: a read through a consumer of its own (the
+// registry, groups, history, dead letters, records) whose pull is lost with
+// the connection pulls again and answers in full. It answered short, with
+// no error: a batch that brought nothing ended the read, as if what was
+// left had been deleted since.
+func TestLostPullOfEveryRead(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	for i := range 5 {
+		w := newBus(t, s, fmt.Sprintf("w%d", i))
+		if err := w.Register(ctx, bus.AgentCard{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.JoinGroup(ctx, "crew"); err != nil {
+			t.Fatal(err)
+		}
+		subscribe(t, w, func(context.Context, *bus.Delivery) error { return bus.Permanent(errors.New("refused")) })
+	}
+	planner := newBus(t, s, "planner")
+	for i := range 5 {
+		publish(t, planner, bus.Message{To: fmt.Sprintf("w%d", i), Type: "TASK", CorrelationID: "conv-1"})
+	}
+	a := adminOf(t, s)
+	waitFor(t, "5 dead letters", func() (bool, string) {
+		dl, err := a.DeadLetters(ctx, bus.DeadLetterFilter{})
+		return len(dl) == 5, fmt.Sprint(len(dl), err)
+	})
+	type read func(ctx context.Context, b *bus.Bus, a *bus.Admin) (int, error)
+	for _, r := range []struct {
+		name string
+		read read
+	}{
+		{"Bus.Agents", func(ctx context.Context, b *bus.Bus, _ *bus.Admin) (int, error) {
+			x, err := b.Agents(ctx)
+			return len(x), err
+		}},
+		{"Bus.FindAgents", func(ctx context.Context, b *bus.Bus, _ *bus.Admin) (int, error) {
+			x, err := b.FindAgents(ctx, bus.AgentQuery{})
+			return len(x), err
+		}},
+		{"Bus.Groups", func(ctx context.Context, b *bus.Bus, _ *bus.Admin) (int, error) {
+			x, err := b.Groups(ctx)
+			return len(x["crew"]), err
+		}},
+		{"Bus.GroupMembers", func(ctx context.Context, b *bus.Bus, _ *bus.Admin) (int, error) {
+			x, err := b.GroupMembers(ctx, "crew")
+			return len(x), err
+		}},
+		{"Bus.History", func(ctx context.Context, b *bus.Bus, _ *bus.Admin) (int, error) {
+			x, err := b.History(ctx, "conv-1", bus.HistoryQuery{})
+			return len(x.Entries), err
+		}},
+		{"Admin.History", func(ctx context.Context, _ *bus.Bus, a *bus.Admin) (int, error) {
+			x, err := a.History(ctx, "conv-1", bus.HistoryQuery{})
+			return len(x.Entries), err
+		}},
+		{"Admin.Conversation", func(ctx context.Context, _ *bus.Bus, a *bus.Admin) (int, error) {
+			x, err := a.Conversation(ctx, "conv-1")
+			return len(x), err
+		}},
+		{"Admin.DeadLetters", func(ctx context.Context, _ *bus.Bus, a *bus.Admin) (int, error) {
+			x, err := a.DeadLetters(ctx, bus.DeadLetterFilter{})
+			return len(x), err
+		}},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+			b := dialBus(t, p.URL(), "planner")
+			a, err := bus.ConnectAdmin(p.URL(), bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close() })
+			want, err := r.read(testContext(t), b, a)
+			if err != nil || want != 5 {
+				t.Fatalf("uncut: %d, %v; want 5", want, err)
+			}
+			cut := p.cutOn("$JS.API.CONSUMER.MSG.NEXT.")
+			got, err := r.read(testContext(t), b, a)
+			if !wasCut(cut) {
+				t.Fatal("the read's pull was not cut: the test tested nothing")
+			}
+			if err != nil || got != want {
+				t.Errorf("its pull cut: %d, %v; want %d", got, err, want)
 			}
 		})
 	}
