@@ -164,7 +164,8 @@ func (b *Bus) Agent() string { return b.agent }
 // to 5 s for the publishes and lifecycle records still in flight, and
 // closes the connection if Connect opened it. The Bus of a Shards closes
 // the agent's buses of the other shards too (Shards.Close). Close is
-// idempotent; other methods return ErrClosed after it.
+// idempotent; other methods return ErrClosed after it, and a Request,
+// Attach or Gather waiting for replies returns it at once.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -1,7 +1,10 @@
 package bus_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +51,79 @@ func TestClosedBus(t *testing.T) {
 	}
 	if _, err := a.Provision(testContext(t), bus.StreamConfig{}); !errors.Is(err, bus.ErrClosed) {
 		t.Errorf("Admin.Provision after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCloseEndsWaits: Close ends a Request, an Attach and a Gather waiting
+// for replies with ErrClosed, at once, where they waited until their
+// contexts ended: Close stops the listener their replies would come by.
+func TestCloseEndsWaits(t *testing.T) {
+	s := newServer(t)
+	// Each call's wait closes waiting once it waits for replies, from
+	// workers w1 and w2, which hold what they receive in held and report
+	// progress on it until the test ends, never replying.
+	type call func(ctx context.Context, b *bus.Bus, held <-chan *bus.Delivery, waiting chan struct{}) error
+	for _, c := range []struct {
+		name string
+		wait call
+	}{
+		{"Request", func(ctx context.Context, b *bus.Bus, held <-chan *bus.Delivery, waiting chan struct{}) error {
+			go func() { <-held; close(waiting) }()
+			_, err := b.Request(ctx, bus.Message{To: "w1", Type: "TASK"})
+			return err
+		}},
+		{"Gather", func(ctx context.Context, b *bus.Bus, held <-chan *bus.Delivery, waiting chan struct{}) error {
+			go func() { <-held; <-held; close(waiting) }()
+			res, err := b.Gather(ctx, bus.Message{Type: "TASK"}, []string{"w1", "w2"})
+			if res == nil || len(res.Requests) != 2 {
+				return fmt.Errorf("result %+v, want the two requests", res)
+			}
+			return err
+		}},
+		{"Attach", func(ctx context.Context, b *bus.Bus, held <-chan *bus.Delivery, waiting chan struct{}) error {
+			// Another process of the lead sends the request.
+			go newBus(t, s, "lead").Request(ctx, bus.Message{To: "w1", Type: "TASK"}) //nolint:errcheck
+			d := <-held
+			var once sync.Once
+			_, err := b.Attach(ctx, d.ID, bus.OnProgress(func(*bus.Delivery) { once.Do(func() { close(waiting) }) }))
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			held := make(chan *bus.Delivery, 2)
+			for _, w := range []string{"w1", "w2"} {
+				subscribe(t, newBus(t, s, w), func(ctx context.Context, d *bus.Delivery) error {
+					held <- d
+					for {
+						if err := d.Progress(ctx, bus.Progress{Message: "working"}); err != nil {
+							return err
+						}
+						select {
+						case <-ctx.Done():
+							return ctx.Err()
+						case <-time.After(20 * time.Millisecond):
+						}
+					}
+				})
+			}
+			b := newBus(t, s, "lead")
+			waiting := make(chan struct{})
+			returned := make(chan error, 1)
+			go func() { returned <- c.wait(ctx, b, held, waiting) }()
+			select {
+			case <-waiting:
+			case err := <-returned:
+				t.Fatalf("returned before Close: %v", err)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-returned; !errors.Is(err, bus.ErrClosed) || ctx.Err() != nil {
+				t.Errorf("after Close: %v (its context: %v), want ErrClosed before the context ends", err, ctx.Err())
+			}
+		})
 	}
 }
 

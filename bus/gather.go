@@ -74,7 +74,8 @@ func (r *GatherResult) Replied(agent string) bool {
 // The result says who replied, who failed (their copies ended without a
 // reply), who was offline (by the registry; not asked unless
 // GatherOffline) and who did not answer in time. Fewer replies than wanted
-// return the result with an error wrapping ErrTooFewReplies. A reply that
+// return the result with an error wrapping ErrTooFewReplies, or ErrClosed
+// when Close ended the wait. A reply that
 // comes after Gather ended is not lost: it reaches the agent's handler
 // (marked Late once the reply-by passed), and Attach reads it by the copy's
 // ID (GatherResult.Requests).
@@ -169,6 +170,8 @@ collect:
 			break collect
 		case <-ctx.Done():
 			break collect
+		case <-b.closing: // no reply can come: Close stopped the listener
+			break collect
 		}
 	}
 	b.forgetAll(byID) // no reply is handed over after this
@@ -179,6 +182,9 @@ collect:
 		default:
 			more = false
 		}
+	}
+	if len(res.Replies) < want && b.isClosed() {
+		return res, fmt.Errorf("request %s: %d of %d wanted: %w", m.ID, len(res.Replies), want, ErrClosed)
 	}
 
 	// Who did not reply: failed, by its record, or not yet done.

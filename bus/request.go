@@ -41,7 +41,9 @@ const ExtReplyBy = "replyby"
 // (DoBy: the handler's context ends there too) or an idle timeout
 // (IdleTimeout, reset by each progress update). A request canceled while
 // Request waits (Cancel, by its recipient or an operator too) returns a
-// *CanceledError (errors.Is ErrCanceled).
+// *CanceledError (errors.Is ErrCanceled). Close ends a Request still
+// waiting with an error wrapping ErrClosed; its reply, when it comes, goes
+// to a handler of the agent like any late reply.
 //
 // The reply travels through JetStream like any message, and is processed
 // once: Request takes it as it is published, from a subscription of the
@@ -167,9 +169,9 @@ func (b *Bus) newRequest(ctx context.Context, m *Message, ro requestOptions) (co
 
 // await waits for the reply to request m, which w waits for, handing the
 // progress updates to ro.onProgress, until the reply comes, the request is
-// canceled, its recipient is found offline when check is due, or a
-// deadline passes: ctx's (the reply-by, or the do-by when earlier) or the
-// idle timeout.
+// canceled, its recipient is found offline when check is due, a deadline
+// passes (ctx's, the reply-by or the do-by when earlier, or the idle
+// timeout), or the Bus closes (ErrClosed).
 func (b *Bus) await(ctx context.Context, w *waiter, m *Message, replyBy time.Time, ro requestOptions, check *presenceCheck) (*Delivery, error) {
 	var idle <-chan time.Time
 	resetIdle := func() {}
@@ -211,6 +213,9 @@ wait:
 			check.looked(r, err)
 		case <-idle:
 			failed = &DeadlineError{ID: m.ID, To: m.To, Kind: deadlineIdle, Deadline: time.Now().UTC(), Idle: ro.idleTimeout}
+			break wait
+		case <-b.closing: // no reply can come: Close stopped the listener
+			failed = fmt.Errorf("request %s to %s: %w", m.ID, m.To, ErrClosed)
 			break wait
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
