@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -40,7 +42,9 @@ var ErrFinal = errors.New("bus: message already finished")
 // (TypeCancel, priority 1) that overtakes its queued work: a request is
 // checked against its record when it is delivered anyway, but a plain
 // message queued at priority 1 ahead of the notice can start before the
-// notice arrives, and is then cancelled while it runs.
+// notice arrives, and is then cancelled while it runs. A process whose
+// connection was down when the notice went out looks up the records of
+// the messages it runs once it is back.
 //
 // A scheduled message (Schedule), direct or broadcast, canceled by its
 // sender never fires: its schedule is removed. Canceled by its recipient,
@@ -232,6 +236,18 @@ func (c *cancels) done(h *handling) {
 	c.running = c.running[:last]
 }
 
+// runningMessages returns what the canceled record of each running
+// handling's message is looked up by: its ID, sender and conversation.
+func (c *cancels) runningMessages() []Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Message, 0, len(c.running))
+	for _, h := range c.running {
+		out = append(out, Message{ID: h.d.ID, From: h.d.From, CorrelationID: h.d.CorrelationID})
+	}
+	return out
+}
+
 // apply marks id canceled and cancels its handlers if any run.
 func (c *cancels) apply(id string) {
 	c.mu.Lock()
@@ -260,6 +276,53 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	}
 	b.cancels.apply(n.ID)
 	b.req.cancel(n.ID, n.By)
+}
+
+// takeMissedNotices cancels, after every reconnect until d is done, the
+// running handlers whose messages were canceled while the connection was
+// down. Their live notices were lost with the connection, and the stored
+// copies come through d only once a handler slot is free: after the
+// handlers they cancel when those hold every slot. It reads the record of
+// each message running (tracker.canceled).
+func (b *Bus) takeMissedNotices(d *consumers.Dispatcher) {
+	if b.status == nil {
+		return
+	}
+	reconnected := b.nc.StatusChanged(nats.CONNECTED)
+	go func() {
+		defer b.nc.RemoveStatusListener(reconnected)
+		for {
+			select {
+			case <-reconnected:
+			case <-d.Done():
+				return
+			}
+			b.takeMissed(d.Done())
+		}
+	}()
+}
+
+// takeMissed looks up the record of every message running and cancels
+// those canceled, until done is closed.
+func (b *Bus) takeMissed(done <-chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for _, m := range b.cancels.runningMessages() {
+		canceled, err := b.status.canceled(ctx, &m, b.agent)
+		switch {
+		case canceled:
+			b.cancels.apply(m.ID)
+		case err != nil && ctx.Err() == nil:
+			b.opts.onError(fmt.Errorf("look for a cancel of %s while the connection was down: %w", m.ID, err))
+		}
+	}
 }
 
 // takeQueuedNotices takes the cancel notices to the agent that its

@@ -122,6 +122,44 @@ func TestCancelRunning(t *testing.T) {
 	}
 }
 
+// TestCancelRunningWhileDisconnected: a message canceled while its
+// recipient's connection is down has its running handler cancelled once
+// the connection is back. The live notice is lost with the connection,
+// and the stored copy waits behind the handler, which holds the only
+// handler slot; the handler ran until it ended by itself.
+func TestCancelRunningWhileDisconnected(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	worker := dialBus(t, p.URL(), "worker")
+	started := make(chan struct{})
+	returned := make(chan error, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+			returned <- context.Cause(ctx)
+		case <-time.After(testTimeout):
+			returned <- errors.New("never cancelled")
+		}
+		return nil
+	})
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "LONG"})
+	<-started
+	p.hold()
+	waitFor(t, "the worker disconnected", func() (bool, string) {
+		st := worker.Conn().Status()
+		return !worker.Conn().IsConnected(), st.String()
+	})
+	if _, err := orch.Cancel(testContext(t), ack.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.release()
+	if err := <-returned; !errors.Is(err, bus.ErrCanceled) {
+		t.Errorf("the handler's context cause %v, want ErrCanceled", err)
+	}
+}
+
 // TestCancelAfterCompletion: a cancel after the message ended changes
 // nothing and says how it ended; another agent cannot cancel it at all;
 // an operator can cancel a queued one.

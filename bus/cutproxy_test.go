@@ -20,6 +20,7 @@ type cutProxy struct {
 
 	mu    sync.Mutex
 	cut   []byte        // armed pattern, nil when disarmed
+	held  bool          // connections are refused: the server is away
 	fired chan struct{} // closed when the armed cut is made
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
@@ -55,11 +56,36 @@ func (p *cutProxy) cutOn(pattern string) <-chan struct{} {
 	return p.fired
 }
 
+// hold cuts every connection and refuses new ones until release, as a
+// network down or a server away does.
+func (p *cutProxy) hold() {
+	p.mu.Lock()
+	p.held = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// release ends hold: clients connect again.
+func (p *cutProxy) release() {
+	p.mu.Lock()
+	p.held = false
+	p.mu.Unlock()
+}
+
 func (p *cutProxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		held := p.held
+		p.mu.Unlock()
+		if held {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {

@@ -215,6 +215,7 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	w.start(d, lanes)
+	b.takeMissedNotices(d)
 	s := &Subscription{b: b, d: d, watch: w, notices: notices}
 	b.mu.Lock()
 	if b.closed {
