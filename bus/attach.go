@@ -88,7 +88,7 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 			}
 		}
 	}
-	w, err := b.req.wait(b, id, ro)
+	w, err := b.req.wait(b, st, ro)
 	if err != nil {
 		return nil, err
 	}

@@ -125,8 +125,9 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 	replies := make(chan *Delivery, len(asked))
 	byID := make(map[string]string, len(asked)) // copy ID -> agent
 	for _, a := range asked {
-		id := copyFor(m, a).ID
-		if err := b.req.waitInto(b, id, replies); err != nil {
+		c := copyFor(m, a)
+		id := c.ID
+		if err := b.req.waitInto(b, Status{ID: id, To: a, Time: c.Time}, replies); err != nil {
 			b.forgetAll(byID)
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,6 +241,75 @@ func TestLostPullOfEveryRead(t *testing.T) {
 			}
 			if err != nil || got != want {
 				t.Errorf("its pull cut: %d, %v; want %d", got, err, want)
+			}
+		})
+	}
+}
+
+// TestAnswersWhileDisconnected: a requester whose connection is down when
+// its request's answers are published (progress updates, the reply) gets
+// them all once it is back, though no subscription of its process meets
+// their stored copies. It waited out its context: the answers went to the
+// listener, which was not there.
+func TestAnswersWhileDisconnected(t *testing.T) {
+	for _, name := range []string{"Request", "Gather"} {
+		t.Run(name, func(t *testing.T) {
+			s := newServer(t)
+			p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+			lead := dialBus(t, p.URL(), "lead")
+			got := make(chan string, 1)
+			answer := make(chan struct{})
+			worker := newBus(t, s, "worker")
+			subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+				got <- d.ID
+				<-answer
+				for i := range 3 {
+					if err := d.Progress(ctx, bus.Progress{Message: fmt.Sprint("step ", i)}); err != nil {
+						return err
+					}
+				}
+				_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+				return err
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			var updates []string
+			returned := make(chan error, 1)
+			go func() {
+				m := bus.Message{To: "worker", Type: "TASK"}
+				var err error
+				switch name {
+				case "Request":
+					var d *bus.Delivery
+					d, err = lead.Request(ctx, m, bus.OnProgress(func(u *bus.Delivery) {
+						p, _, _ := u.ProgressUpdate()
+						updates = append(updates, p.Message)
+					}))
+					if err == nil && d.Type != "DONE" {
+						err = fmt.Errorf("reply %s, want DONE", d.Type)
+					}
+				case "Gather":
+					var res *bus.GatherResult
+					res, err = lead.Gather(ctx, m, []string{"worker"})
+					if err == nil && !res.Replied("worker") {
+						err = fmt.Errorf("no reply from the worker: %+v", res)
+					}
+				}
+				returned <- err
+			}()
+			id := <-got
+			p.hold()
+			waitFor(t, "the lead disconnected", func() (bool, string) {
+				return !lead.Conn().IsConnected(), lead.Conn().Status().String()
+			})
+			close(answer)
+			waitState(t, worker, id, bus.StateReplied) // answered while the lead was away
+			p.release()
+			if err := <-returned; err != nil || ctx.Err() != nil {
+				t.Fatalf("%s: %v (its context: %v)", name, err, ctx.Err())
+			}
+			if want := []string{"step 0", "step 1", "step 2"}; name == "Request" && !slices.Equal(updates, want) {
+				t.Errorf("progress %q, want %q", updates, want)
 			}
 		})
 	}

@@ -50,7 +50,9 @@ const ExtReplyBy = "replyby"
 // process listening on the agent's subjects for as long as it waits (and a
 // second after the last Request, so that a loop of them subscribes once); if a
 // Subscription of the process receives it first, that hands it over
-// instead of running its handler. Either way the stored copy is recorded
+// instead of running its handler; and after a reconnect the process reads
+// the answers that came while its connection was down from the stream
+// (as Attach does), which no listener heard. Either way the stored copy is recorded
 // completed and later never reaches a handler (with WithoutLifecycle that
 // holds only within this process). A reply that comes after Request gave
 // up goes to the agent's handler, with Delivery.Late set.
@@ -99,7 +101,7 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		}
 	}
 
-	w, err := b.req.wait(b, m.ID, ro)
+	w, err := b.req.wait(b, Status{ID: m.ID, To: m.To, Time: m.Time}, ro)
 	if err != nil {
 		return nil, err
 	}
@@ -474,10 +476,14 @@ type requests struct {
 	mu       sync.Mutex
 	waiting  map[string]*waiter // by request ID
 	listener *nats.Subscription // while any request waits, and listenerLinger after
-	idle     *time.Timer        // ends the listener listenerLinger after the last request
-	closed   bool               // the bus closed: the listener ends with the last request
-	taken    recentSet          // IDs of replies and progress updates handed to a Request
-	sent     recentSet          // IDs of the requests this process sent
+	// reconnected tells readMissed of every reconnect while the listener
+	// lasts; closed with it.
+	reconnected chan nats.Status
+	nc          *nats.Conn
+	idle        *time.Timer // ends the listener listenerLinger after the last request
+	closed      bool        // the bus closed: the listener ends with the last request
+	taken       recentSet   // IDs of replies and progress updates handed to a Request
+	sent        recentSet   // IDs of the requests this process sent
 
 	// unrecorded are the replies a Request took from the listener whose
 	// stored copy has not reached a subscription of this process yet, by
@@ -507,11 +513,14 @@ const listenerLinger = time.Second
 // waiter is one Request waiting: for its reply, and for the progress
 // updates before it.
 type waiter struct {
-	reply  chan *Delivery    // room for the reply (a Gather's is shared by its copies)
-	cancel chan cancelSignal // capacity 1
-	news   chan struct{}     // capacity 1: a progress update or question came
-	follow bool              // the Request follows progress (OnProgress)
-	answer bool              // the Request answers questions (OnInput)
+	// request is what the answers are read from the stream by after a
+	// reconnect (readAnswers): the request's ID, recipient and time.
+	request Status
+	reply   chan *Delivery    // room for the reply (a Gather's is shared by its copies)
+	cancel  chan cancelSignal // capacity 1
+	news    chan struct{}     // capacity 1: a progress update or question came
+	follow  bool              // the Request follows progress (OnProgress)
+	answer  bool              // the Request answers questions (OnInput)
 	// updates are the progress updates and questions taken and not yet
 	// handed to the Request, in order, under requests.mu: as many as the
 	// recipient sends before the Request's function catches up, so none is
@@ -531,21 +540,23 @@ type cancelSignal struct {
 	verified bool
 }
 
-// wait registers a Request for the reply to id and makes sure the process
-// listens on the agent's subjects.
-func (r *requests) wait(b *Bus, id string, ro requestOptions) (*waiter, error) {
-	w := &waiter{reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1),
+// wait registers a Request for the reply to request, which needs its ID,
+// recipient and time, and makes sure the process listens on the agent's
+// subjects.
+func (r *requests) wait(b *Bus, request Status, ro requestOptions) (*waiter, error) {
+	w := &waiter{request: request, reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1),
 		follow: ro.onProgress != nil, answer: ro.onInput != nil}
-	return w, r.register(b, id, w)
+	return w, r.register(b, w)
 }
 
 // waitInto registers a copy of a Gather, whose reply goes to replies.
-func (r *requests) waitInto(b *Bus, id string, replies chan *Delivery) error {
-	return r.register(b, id, &waiter{reply: replies, cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1)})
+func (r *requests) waitInto(b *Bus, request Status, replies chan *Delivery) error {
+	return r.register(b, &waiter{request: request, reply: replies, cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1)})
 }
 
-// register makes w wait for the reply to id.
-func (r *requests) register(b *Bus, id string, w *waiter) error {
+// register makes w wait for the reply to its request.
+func (r *requests) register(b *Bus, w *waiter) error {
+	id := w.request.ID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.waiting == nil {
@@ -566,6 +577,8 @@ func (r *requests) register(b *Bus, id string, w *waiter) error {
 		if r.listener, err = b.nc.Subscribe(filter, b.listen); err != nil {
 			return fmt.Errorf("listen for replies on %s: %w", filter, err)
 		}
+		r.nc, r.reconnected = b.nc, b.nc.StatusChanged(nats.CONNECTED)
+		go b.readMissed(r.reconnected)
 	}
 	r.waiting[id] = w
 	return nil
@@ -598,11 +611,13 @@ func (r *requests) endIdleListener() {
 	}
 }
 
-// unlisten ends the listener, under r.mu.
+// unlisten ends the listener, and readMissed with it, under r.mu.
 func (r *requests) unlisten() {
 	if r.listener != nil {
 		r.listener.Unsubscribe()
 		r.listener = nil
+		r.nc.RemoveStatusListener(r.reconnected)
+		r.reconnected = nil
 	}
 }
 
@@ -744,10 +759,58 @@ func (b *Bus) listen(nm *nats.Msg) {
 	if _, err := b.checkSender(nm.Subject, m); err != nil {
 		return
 	}
-	d := &Delivery{Message: *m, Subject: nm.Subject, bus: b}
+	b.handOver(&Delivery{Message: *m, Subject: nm.Subject, bus: b})
+}
+
+// handOver hands d, an answer to a request of this process that did not
+// come through a subscription, to the Request waiting for it, if any.
+func (b *Bus) handOver(d *Delivery) {
 	if took, again := b.req.take(d); took && !again {
 		b.tookFromListener(d)
 	}
+}
+
+// readMissed reads, after every reconnect until reconnected is closed, the
+// answers to the requests waiting that came while the connection was down
+// (readAnswers), and hands them over as the listener would have: those
+// published meanwhile reached no listener, and only a subscription of the
+// process would otherwise meet their stored copies.
+func (b *Bus) readMissed(reconnected chan nats.Status) {
+	for range reconnected {
+		for _, st := range b.req.waitingFor() {
+			if !b.req.isWaiting(st.ID) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+			reply, err := b.readAnswers(ctx, st, b.handOver)
+			cancel()
+			switch {
+			case err != nil:
+				b.opts.onError(fmt.Errorf("read the answers to request %s missed while the connection was down: %w", st.ID, err))
+			case reply != nil:
+				b.handOver(reply)
+			}
+		}
+	}
+}
+
+// waitingFor returns the requests waiting.
+func (r *requests) waitingFor() []Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Status, 0, len(r.waiting))
+	for _, w := range r.waiting {
+		out = append(out, w.request)
+	}
+	return out
+}
+
+// isWaiting reports whether the Request for id still waits.
+func (r *requests) isWaiting(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.waiting[id]
+	return ok
 }
 
 // takenRecordWait is how long the record of a reply a Request took from
