@@ -51,10 +51,10 @@ const ExtReplyBy = "replyby"
 // second after the last Request, so that a loop of them subscribes once); if a
 // Subscription of the process receives it first, that hands it over
 // instead of running its handler; and after a reconnect the process reads
-// the answers that came while its connection was down from the stream
-// (as Attach does), which no listener heard. Either way the stored copy is recorded
-// completed and later never reaches a handler (with WithoutLifecycle that
-// holds only within this process). A reply that comes after Request gave
+// from the stream, as Attach does, the answers that came while its
+// connection was down, which no listener heard. Either way the stored copy
+// is recorded completed and later never reaches a handler (with
+// WithoutLifecycle that holds only within this process). A reply that comes after Request gave
 // up goes to the agent's handler, with Delivery.Late set.
 //
 // The returned Delivery has no Stream, Consumer or Sequence when the reply
