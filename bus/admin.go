@@ -81,7 +81,9 @@ func (a *Admin) Close() error {
 	a.closed = true
 	close(a.closing)
 	a.mu.Unlock()
-	a.closeFlushed()
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+	defer cancel()
+	a.closeFlushed(ctx)
 	return nil
 }
 

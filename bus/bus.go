@@ -160,8 +160,9 @@ func InboxPrefix(agent string) string {
 func (b *Bus) Agent() string { return b.agent }
 
 // Close stops every subscription, cancelling running handlers' contexts and
-// waiting for them to return, reports a registered agent offline, waits up
-// to 5 s for the publishes and lifecycle records still in flight, and
+// waiting for them to return, reports a registered agent offline and waits
+// for the publishes and lifecycle records still in flight, those two up to
+// 5 s together, and
 // closes the connection if Connect opened it. The Bus of a Shards closes
 // the agent's buses of the other shards too (Shards.Close). Close is
 // idempotent; other methods return ErrClosed after it, and a Request,
@@ -190,8 +191,12 @@ func (b *Bus) Close() error {
 	if err := b.backlogReg.Unregister(); err != nil {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))
 	}
-	b.goOffline()
-	b.closeFlushed()
+	// The offline report and the writes in flight share one bound: with
+	// the server away, each would wait it out.
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+	defer cancel()
+	b.goOffline(ctx)
+	b.closeFlushed(ctx)
 	if b.shards != nil {
 		return b.shards.Close() // the agent's buses of the other shards
 	}

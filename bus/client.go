@@ -186,21 +186,21 @@ func (c *client) closedOr(err error) error {
 }
 
 // closeFlushed gives the asynchronous publishes and lifecycle records
-// still in flight up to closeFlushTimeout to be stored, then closes: a
-// process that publishes and exits leaves the record that 'agentbus status'
-// then reads, and a lookup's write-back of a state it derived is kept.
-func (c *client) closeFlushed() {
+// still in flight until ctx ends (closeFlushTimeout) to be stored, then
+// closes: a process that publishes and exits leaves the record that
+// 'agentbus status' then reads, and a lookup's write-back of a state it
+// derived is kept.
+func (c *client) closeFlushed(ctx context.Context) {
 	if !c.nc.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
 		if err := c.flushHere(ctx); err != nil {
 			c.opts.onError(fmt.Errorf("close: writes still in flight: %w", err))
 		}
-		cancel()
 	}
 	c.closeConn()
 }
 
-// closeFlushTimeout bounds how long Close waits for writes in flight.
+// closeFlushTimeout bounds how long Close waits for the writes in flight
+// and the offline report.
 const closeFlushTimeout = 5 * time.Second
 
 // closeConn stops the asynchronous publishers, the bus's and the lifecycle

@@ -566,8 +566,9 @@ func (b *Bus) beat(ctx context.Context, since time.Time) error {
 }
 
 // goOffline stops the heartbeats of a registered bus and reports the agent
-// offline (ReasonShutdown). Close calls it.
-func (b *Bus) goOffline() {
+// offline (ReasonShutdown), waiting for the report until ctx ends. Close
+// calls it.
+func (b *Bus) goOffline(ctx context.Context) {
 	b.mu.Lock()
 	hb := b.heartbeat
 	b.heartbeat = nil
@@ -582,8 +583,6 @@ func (b *Bus) goOffline() {
 			b.opts.onError(fmt.Errorf("leave NATS micro discovery: %w", err))
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
-	defer cancel()
 	now := time.Now().UTC()
 	if err := b.writePresence(ctx, presenceData{Agent: b.agent, Status: Offline, Since: now, Interval: Duration(b.opts.heartbeat), Reason: ReasonShutdown}, 0); err != nil {
 		b.opts.onError(fmt.Errorf("report %s offline: %w", b.agent, err))
