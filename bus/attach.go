@@ -94,9 +94,14 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 	}
 	defer b.req.forget(id)
 	reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
-		if d.IsProgress() && ro.onProgress != nil {
-			b.req.markTaken(d.ID)
-			ro.onProgress(d)
+		switch {
+		case d.IsProgress():
+			if ro.onProgress != nil {
+				b.req.markTaken(d.ID)
+				ro.onProgress(d)
+			}
+		case !b.answered(ctx, d): // a question: to OnInput or OnProgress, as Request hands it
+			b.handOver(d)
 		}
 	})
 	if err != nil {
@@ -106,8 +111,12 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 		b.req.forget(id)
 		b.req.markTaken(reply.ID)
 		b.recordTaken(reply)
-		for _, u := range b.req.updates(w) { // taken meanwhile, all seen
-			ro.onProgress(u)
+		// Taken meanwhile: the progress updates, all seen, and the
+		// questions, which the reply makes moot.
+		for _, u := range b.req.updates(w) {
+			if _, question := u.IsInputRequest(); ro.onProgress != nil && (!question || ro.onInput == nil) {
+				ro.onProgress(u)
+			}
 		}
 		return reply, nil
 	}
@@ -115,9 +124,10 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 }
 
 // readAnswers reads the messages stored for this agent from the recipient
-// of request st since the request, hands each progress update on it to
-// progress, in order, and returns its reply if one is stored.
-func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Delivery)) (*Delivery, error) {
+// of request st since the request, hands each progress update and question
+// (Delivery.AskInput) on it to update, in order, and returns its reply if
+// one is stored.
+func (b *Bus) readAnswers(ctx context.Context, st Status, update func(*Delivery)) (*Delivery, error) {
 	name, filter, err := b.opts.scheme.HistoryConsumer(b.agent, st.To)
 	if err != nil {
 		return nil, err
@@ -142,8 +152,8 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Deliver
 		}
 		d := &Delivery{bus: b, Message: *m, Subject: jm.Subject(), Stream: md.Stream, Consumer: md.Consumer,
 			Sequence: md.Sequence.Stream, Deliveries: int(md.NumDelivered)}
-		if d.IsProgress() {
-			progress(d)
+		if _, question := d.IsInputRequest(); question || d.IsProgress() {
+			update(d)
 			return false, nil
 		}
 		reply = d
@@ -153,4 +163,20 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, progress func(*Deliver
 		return nil, fmt.Errorf("read the messages from %s: %w", st.To, err)
 	}
 	return reply, nil
+}
+
+// answered reports whether question q (Delivery.AskInput), which this
+// agent was asked, has had its answer, by its status: an answer already
+// given is not asked for again.
+func (b *Bus) answered(ctx context.Context, q *Delivery) bool {
+	sts, err := b.Status(ctx, q.ID)
+	if err != nil {
+		return false
+	}
+	for _, st := range sts {
+		if st.To == b.agent && (st.State == StateReplied || st.State.Final()) {
+			return true
+		}
+	}
+	return false
 }

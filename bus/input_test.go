@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/bus"
 )
@@ -97,5 +99,86 @@ func TestAskInputWithoutOnInput(t *testing.T) {
 	}
 	if fmt.Sprint(seen) != "[progress question]" {
 		t.Errorf("followed %v, want the update, then the question", seen)
+	}
+}
+
+// TestAttachToAQuestion: a process that attaches to a request whose
+// handler asked a question (AskInput) answers it with OnInput, unless the
+// process that sent the request answered it already, and returns the reply
+// that follows. Attach returned the question as the reply.
+func TestAttachToAQuestion(t *testing.T) {
+	for _, answeredBefore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("answered before: %v", answeredBefore), func(t *testing.T) {
+			s := newServer(t)
+			worker := newBus(t, s, "worker")
+			asked := make(chan string, 1)
+			goOn := make(chan struct{}) // closed by the attached process
+			subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+				asked <- d.ID
+				answer, err := d.AskInput(ctx, bus.Message{ContentType: "text/plain", Data: []byte("which branch?")})
+				if err != nil {
+					return err
+				}
+				for waiting := true; waiting; {
+					if err := d.Progress(ctx, bus.Progress{Message: "merging"}); err != nil {
+						return err
+					}
+					select {
+					case <-goOn:
+						waiting = false
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+				_, err = d.Reply(ctx, bus.Message{Type: "MERGED", ContentType: "text/plain", Data: answer.Data})
+				return err
+			})
+			answer := func(asks *int, branch string) bus.RequestOption {
+				return bus.OnInput(func(context.Context, *bus.Delivery) (bus.Message, error) {
+					*asks++
+					return bus.Message{Type: "ANSWER", ContentType: "text/plain", Data: []byte(branch)}, nil
+				})
+			}
+
+			// The first process sends the request and is gone once asked,
+			// or once it has answered.
+			gone := newBus(t, s, "lead")
+			ctx, cancel := context.WithCancel(testContext(t))
+			defer cancel()
+			var opts []bus.RequestOption
+			goneAsks := 0
+			if answeredBefore {
+				opts = append(opts, answer(&goneAsks, "main"))
+			}
+			returned := make(chan struct{})
+			go func() {
+				defer close(returned)
+				gone.Request(ctx, bus.Message{To: "worker", Type: "MERGE"}, opts...) //nolint:errcheck
+			}()
+			id := <-asked
+			want, state := "dev", bus.StateInputRequired
+			if answeredBefore {
+				want, state = "main", bus.StateWorking
+			}
+			waitState(t, worker, id, state)
+			cancel()
+			<-returned
+			if err := gone.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			// The process that attaches lets the handler reply once it has
+			// a progress update: after the question, answered or not.
+			back := newBus(t, s, "lead")
+			asks := 0
+			var once sync.Once
+			d, err := back.Attach(testContext(t), id, answer(&asks, "dev"),
+				bus.OnProgress(func(*bus.Delivery) { once.Do(func() { close(goOn) }) }))
+			if err != nil || d.Type != "MERGED" || string(d.Data) != want {
+				t.Fatalf("Attach = %+v, %v; want the reply MERGED %s", d, err, want)
+			}
+			if wantAsks := map[bool]int{false: 1, true: 0}[answeredBefore]; asks != wantAsks {
+				t.Errorf("OnInput asked %d times, want %d", asks, wantAsks)
+			}
+		})
 	}
 }

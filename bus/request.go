@@ -782,7 +782,11 @@ func (b *Bus) readMissed(reconnected chan nats.Status) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
-			reply, err := b.readAnswers(ctx, st, b.handOver)
+			reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
+				if _, question := d.IsInputRequest(); !question || !b.answered(ctx, d) {
+					b.handOver(d)
+				}
+			})
 			cancel()
 			switch {
 			case err != nil:
