@@ -4,8 +4,15 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 )
 
 // cutProxy stands between clients and a server, forwarding what each side
@@ -38,6 +45,20 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
+}
+
+// throughCutProxy connects agent and an operator to s through a new
+// cutProxy, on connections of their own that reconnect at once.
+func throughCutProxy(t *testing.T, s *embedded.Server, agent string) (*cutProxy, *bus.Bus, *bus.Admin) {
+	t.Helper()
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	b := dialBus(t, p.URL(), agent)
+	a, err := bus.ConnectAdmin(p.URL(), bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return p, b, a
 }
 
 // URL is the proxy's client URL.

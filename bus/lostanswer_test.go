@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/agentbus/agentbus/bus"
 )
 
@@ -101,13 +99,7 @@ func TestLostAnswerEveryCall(t *testing.T) {
 	} {
 		t.Run(request, func(t *testing.T) {
 			s := newServer(t)
-			p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
-			b := dialBus(t, p.URL(), "planner")
-			a, err := bus.ConnectAdmin(p.URL(), bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close() })
+			p, b, a := throughCutProxy(t, s, "planner")
 			other := newBus(t, s, "other")
 			subscribe(t, other, func(ctx context.Context, d *bus.Delivery) error {
 				if _, ok := d.Extensions[bus.ExtReplyBy]; ok {
@@ -223,13 +215,7 @@ func TestLostPullOfEveryRead(t *testing.T) {
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
-			p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
-			b := dialBus(t, p.URL(), "planner")
-			a, err := bus.ConnectAdmin(p.URL(), bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close() })
+			p, b, a := throughCutProxy(t, s, "planner")
 			want, err := r.read(testContext(t), b, a)
 			if err != nil || want != 5 {
 				t.Fatalf("uncut: %d, %v; want 5", want, err)

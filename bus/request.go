@@ -54,8 +54,9 @@ const ExtReplyBy = "replyby"
 // from the stream, as Attach does, the answers that came while its
 // connection was down, which no listener heard. Either way the stored copy
 // is recorded completed and later never reaches a handler (with
-// WithoutLifecycle that holds only within this process). A reply that comes after Request gave
-// up goes to the agent's handler, with Delivery.Late set.
+// WithoutLifecycle that holds only within this process). A reply that
+// comes after Request gave up goes to the agent's handler, with
+// Delivery.Late set.
 //
 // The returned Delivery has no Stream, Consumer or Sequence when the reply
 // was taken as it was published.
@@ -477,8 +478,9 @@ type requests struct {
 	waiting  map[string]*waiter // by request ID
 	listener *nats.Subscription // while any request waits, and listenerLinger after
 	// reconnected tells readMissed of every reconnect while the listener
-	// lasts; closed with it.
+	// lasts; closed with it, when stopReads ends the reads under way.
 	reconnected chan nats.Status
+	stopReads   context.CancelFunc
 	nc          *nats.Conn
 	idle        *time.Timer // ends the listener listenerLinger after the last request
 	closed      bool        // the bus closed: the listener ends with the last request
@@ -577,8 +579,10 @@ func (r *requests) register(b *Bus, w *waiter) error {
 		if r.listener, err = b.nc.Subscribe(filter, b.listen); err != nil {
 			return fmt.Errorf("listen for replies on %s: %w", filter, err)
 		}
+		var ctx context.Context
+		ctx, r.stopReads = context.WithCancel(context.Background())
 		r.nc, r.reconnected = b.nc, b.nc.StatusChanged(nats.CONNECTED)
-		go b.readMissed(r.reconnected)
+		go b.readMissed(ctx, r.reconnected)
 	}
 	r.waiting[id] = w
 	return nil
@@ -617,7 +621,8 @@ func (r *requests) unlisten() {
 		r.listener.Unsubscribe()
 		r.listener = nil
 		r.nc.RemoveStatusListener(r.reconnected)
-		r.reconnected = nil
+		r.stopReads()
+		r.reconnected, r.stopReads = nil, nil
 	}
 }
 
@@ -774,14 +779,15 @@ func (b *Bus) handOver(d *Delivery) {
 // answers to the requests waiting that came while the connection was down
 // (readAnswers), and hands them over as the listener would have: those
 // published meanwhile reached no listener, and only a subscription of the
-// process would otherwise meet their stored copies.
-func (b *Bus) readMissed(reconnected chan nats.Status) {
+// process would otherwise meet their stored copies. A read ends with
+// lasting, which ends with the listener.
+func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) {
 	for range reconnected {
 		for _, st := range b.req.waitingFor() {
 			if !b.req.isWaiting(st.ID) {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+			ctx, cancel := context.WithTimeout(lasting, defaultTimeout)
 			reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
 				if _, question := d.IsInputRequest(); !question || !b.answered(ctx, d) {
 					b.handOver(d)
@@ -789,7 +795,7 @@ func (b *Bus) readMissed(reconnected chan nats.Status) {
 			})
 			cancel()
 			switch {
-			case err != nil:
+			case err != nil && lasting.Err() == nil:
 				b.opts.onError(fmt.Errorf("read the answers to request %s missed while the connection was down: %w", st.ID, err))
 			case reply != nil:
 				b.handOver(reply)
