@@ -265,15 +265,22 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 // WatchDeadLetters dead-letters the messages whose last allowed delivery
 // was never settled, typically because the process handling it crashed.
 // JetStream does not redeliver such a message and leaves it in the stream;
-// it announces it with a MAX_DELIVERIES advisory, which WatchDeadLetters
-// receives. It copies the message to the dead-letter stream (once, even if
-// it also arrives the other way) and, for a direct message, removes it from
-// the stream. It blocks until ctx ends and returns nil then.
+// it announces it with a MAX_DELIVERIES advisory, which the unsettled
+// stream keeps (StreamConfig.UnsettledJetStream) until a watcher has
+// handled it: one that comes while no watcher runs, or while its
+// connection is down, waits for the next. WatchDeadLetters copies each
+// such message to the dead-letter stream (once, even if it also arrives
+// the other way) and, for a direct message, removes it from the stream. It
+// blocks until ctx ends and returns nil then.
 //
-// One watcher per bus is enough; `agentbus serve` runs one. The connection
-// needs permission to read advisories, get messages by sequence and delete
-// them: an operator's. It returns ErrClosed if the Admin closes meanwhile,
-// and ErrNotProvisioned at once without the dead-letter stream.
+// One watcher per bus is enough; `agentbus serve` runs one, and several
+// share the work. The connection needs permission to read the unsettled
+// stream and the advisories, get messages by sequence and delete them: an
+// operator's. It returns ErrClosed if the Admin closes meanwhile, and
+// ErrNotProvisioned at once without the dead-letter stream. Without the
+// unsettled stream (provisioned before 2026-11-27, or refused by the
+// server: see Admin.Provision) it reports that to the error handler and
+// hears the advisories as they are published, while it runs.
 // The dead-lettered message's record says the agent whose delivery it was
 // dead-lettered it.
 func (b *Admin) WatchDeadLetters(ctx context.Context) error {
@@ -282,27 +289,60 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	}
 	ctx, stopWatch := b.whileOpen(ctx)
 	defer stopWatch()
+	cons, err := b.unsettledWatch(ctx)
+	var missing *notProvisionedError
+	switch {
+	case errors.As(err, &missing) && missing.stream == b.opts.scheme.UnsettledStream():
+		return b.watchAdvisories(ctx, err)
+	case err != nil:
+		return fmt.Errorf("watch dead letters: %w", b.closedOr(err))
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("watch dead letters: %w", b.closedOr(err))
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return b.watchEnded()
+		case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return fmt.Errorf("watch dead letters: %w", err)
+		case err != nil:
+			b.opts.onError(fmt.Errorf("watch dead letters: %w", err))
+			continue
+		}
+		switch err := b.handleMaxDeliveries(ctx, m.Data()); {
+		case err == nil:
+			_ = m.Ack()
+		case isPermanent(err):
+			b.opts.onError(err)
+			_ = m.Term()
+		default:
+			b.opts.onError(err)
+			_ = m.NakWithDelay(unsettledRetry)
+		}
+	}
+}
+
+// watchAdvisories is WatchDeadLetters without the unsettled stream, which
+// missing says: it hears the MAX_DELIVERIES advisories as they are
+// published, and reports missing once it does.
+func (b *Admin) watchAdvisories(ctx context.Context, missing error) error {
 	events := make(chan *nats.Msg, 64)
 	sub, err := b.nc.ChanSubscribe(b.opts.scheme.MaxDeliveriesAdvisories(), events)
 	if err != nil {
 		return fmt.Errorf("watch dead letters: %w", err)
 	}
 	defer sub.Unsubscribe()
-	// Once flushed, the server has the subscription. Without the
-	// dead-letter stream, nothing was provisioned: the watch would wait for
-	// advisories of consumers that cannot exist.
-	dlq := b.opts.scheme.DeadLetterStream()
 	fctx, cancel := context.WithTimeout(ctx, defaultTimeout)
-	err = b.nc.FlushWithContext(fctx)
-	if err == nil {
-		if _, err = b.js.Stream(fctx, dlq); err != nil {
-			err = b.streamMissing(dlq, err)
-		}
-	}
+	err = b.nc.FlushWithContext(fctx) // then the server has the subscription
 	cancel()
 	if err != nil {
 		return fmt.Errorf("watch dead letters: %w", b.closedOr(err))
 	}
+	b.opts.onError(fmt.Errorf("watch dead letters: %w; until it is, an unsettled delivery is dead-lettered only while a watcher runs", missing))
 	for {
 		select {
 		case <-ctx.Done():
@@ -315,6 +355,37 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	}
 }
 
+// unsettledWatcher names the dead-letter watchers' durable consumer of the
+// unsettled stream, which they share.
+const unsettledWatcher = "watch"
+
+// unsettledRetry is how long an advisory whose handling failed (the server
+// busy, the connection down) waits to be handled again.
+const unsettledRetry = 5 * time.Second
+
+// unsettledWatch makes the watchers' consumer of the unsettled stream, and
+// reports ErrNotProvisioned without it or without the dead-letter stream.
+func (b *Admin) unsettledWatch(ctx context.Context) (jetstream.Consumer, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	dlq, unsettled := b.opts.scheme.DeadLetterStream(), b.opts.scheme.UnsettledStream()
+	if _, err := b.js.Stream(ctx, dlq); err != nil {
+		return nil, b.streamMissing(dlq, err)
+	}
+	cons, err := askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return b.js.CreateOrUpdateConsumer(ctx, unsettled, jetstream.ConsumerConfig{
+			Durable:     unsettledWatcher,
+			Description: "agentbus dead-letter watchers",
+			AckPolicy:   jetstream.AckExplicitPolicy,
+			MaxDeliver:  -1,
+		})
+	})
+	if err != nil {
+		return nil, b.streamMissing(unsettled, err)
+	}
+	return cons, nil
+}
+
 // maxDeliveriesAdvisory is the part of the server's advisory we use.
 type maxDeliveriesAdvisory struct {
 	Stream     string `json:"stream"`
@@ -323,23 +394,33 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
+// handleMaxDeliveries dead-letters the message a MAX_DELIVERIES advisory
+// (data) names. Its error is Permanent for an advisory that can never be
+// handled; handled again, a message already dead-lettered is copied once
+// (the dead letter's Nats-Msg-Id) and one already removed is done.
 func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	var adv maxDeliveriesAdvisory
 	if err := json.Unmarshal(data, &adv); err != nil {
-		return fmt.Errorf("max deliveries advisory: %w", err)
+		return Permanent(fmt.Errorf("max deliveries advisory: %w", err))
 	}
 	c, err := b.opts.scheme.ParseConsumer(adv.Consumer)
 	if err != nil {
-		return fmt.Errorf("max deliveries advisory for consumer %q: %w", adv.Consumer, err)
+		return Permanent(fmt.Errorf("max deliveries advisory for consumer %q: %w", adv.Consumer, err))
 	}
 	agent := c.Agent
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	s, err := b.js.Stream(ctx, adv.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Permanent(fmt.Errorf("max deliveries advisory: stream %s: %w", adv.Stream, err))
+	}
 	if err != nil {
 		return fmt.Errorf("max deliveries advisory: stream %s: %w", adv.Stream, err)
 	}
 	raw, err := s.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // gone: dead-lettered and removed by an earlier attempt, or expired
+	}
 	if err != nil {
 		return fmt.Errorf("max deliveries advisory: get %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
 	}

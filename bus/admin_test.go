@@ -65,6 +65,33 @@ func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
 	}
 }
 
+// TestProvisionBesideAnAdvisoryStream: an account with a stream of every
+// advisory (for monitoring, say) is provisioned without the unsettled
+// stream, whose subjects that stream captures already; Provision says so
+// to the error handler, and the dead-letter watcher hears the advisories
+// as they come.
+func TestProvisionBesideAnAdvisoryStream(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ADVISORIES", Subjects: []string{"$JS.EVENT.ADVISORY.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	var reported []error
+	admin := newAdmin(t, nc, bus.WithErrorHandler(func(err error) { reported = append(reported, err) }))
+	if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	unsettled := subjects.Default().UnsettledStream()
+	if len(reported) != 1 || !strings.Contains(reported[0].Error(), unsettled+" not provisioned") {
+		t.Errorf("reported %v, want the unsettled stream left out", reported)
+	}
+	if _, err := js.Stream(ctx, unsettled); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("stream %s: %v, want none", unsettled, err)
+	}
+}
+
 // TestAdminCloseWaitsForWrites: Admin.Close lets the records still in
 // flight be stored first, as Bus.Close does. A lookup that derives a final
 // state writes it back asynchronously; an admin closed right after it used

@@ -127,7 +127,7 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 		} else if s, err := subjects.New(cfg.Root); err != nil || s.Root() != o.scheme.Root() {
 			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, cfg.Root, o.scheme.Root())
 		}
-		if _, err := provision(context.Background(), nc, c.js, cfg); err != nil {
+		if _, err := provision(context.Background(), nc, c.js, cfg, o.onError); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,13 +152,38 @@ func TestDeadLetterReasons(t *testing.T) {
 // delivery never settles it; the server's MAX_DELIVERIES advisory makes the
 // watcher dead-letter it and remove it from the stream.
 func TestDeadLetterUnsettled(t *testing.T) {
+	t.Run("kept", func(t *testing.T) { testDeadLetterUnsettled(t, false) })
+	// Provisioned before the unsettled stream, or with another stream
+	// of the account capturing the advisories: the watcher says so, and
+	// hears them as they come.
+	t.Run("without the unsettled stream", func(t *testing.T) { testDeadLetterUnsettled(t, true) })
+}
+
+func testDeadLetterUnsettled(t *testing.T, withoutStream bool) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
-	ops := adminOf(t, s)
+	reported := make(chan error, 16)
+	ops := adminOf(t, s, bus.WithErrorHandler(func(err error) {
+		select {
+		case reported <- err:
+		default:
+		}
+	}))
+	if withoutStream {
+		js, _ := jetstream.New(ops.Conn())
+		if err := js.DeleteStream(testContext(t), subjects.Default().UnsettledStream()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
 	go func() { watched <- ops.WatchDeadLetters(ctx) }()
 	t.Cleanup(func() { cancel(); <-watched })
+	if withoutStream {
+		if err := <-reported; !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), subjects.Default().UnsettledStream()) {
+			t.Errorf("reported %v, want the unsettled stream missing", err)
+		}
+	}
 
 	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
 	nc := embeddedtest.Connect(t, s)
@@ -195,6 +221,70 @@ func TestDeadLetterUnsettled(t *testing.T) {
 	waitFor(t, "original removed", func() (bool, string) {
 		_, err := stream.GetMsg(testContext(t), ack.Sequence)
 		return errors.Is(err, jetstream.ErrMsgNotFound), fmt.Sprint(err)
+	})
+}
+
+// TestDeadLetterUnsettledWithoutWatcher: a message whose last allowed
+// delivery was never settled while no dead-letter watcher ran is
+// dead-lettered by the watcher that starts later. The server's advisory
+// was published to nobody, and the message read "delivered" for good,
+// never handled again and never dead-lettered.
+func TestDeadLetterUnsettledWithoutWatcher(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
+	nc := embeddedtest.Connect(t, s)
+	agent, err := bus.New(nc, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	opts := []bus.SubscribeOption{bus.WithMaxDeliver(1), bus.WithAckWait(200 * time.Millisecond)}
+	sub, err := agent.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	nc.Close() // crash: the delivery is never settled
+	sub.Stop()
+	<-sub.Done()
+	agent.Close()
+
+	// The agent comes back: its pull makes the server give the message
+	// up, with no watcher to hear it.
+	subscribe(t, newBus(t, s, "agent"), func(context.Context, *bus.Delivery) error {
+		t.Error("the unsettled message was delivered again")
+		return nil
+	}, opts...)
+	ops := adminOf(t, s)
+	js, _ := jetstream.New(ops.Conn())
+	waitFor(t, "the advisory kept", func() (bool, string) {
+		st, err := js.Stream(testContext(t), subjects.Default().UnsettledStream())
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.CachedInfo().State.Msgs == 1, fmt.Sprint(st.CachedInfo().State.Msgs)
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan error, 1)
+	go func() { watched <- ops.WatchDeadLetters(ctx) }()
+	t.Cleanup(func() { cancel(); <-watched })
+	dl := waitDeadLetters(t, ops, 1)[0]
+	if r, id := dl.Header.Get(bus.HeaderDeadLetterReason), dl.Header.Get("ce-id"); r != string(bus.ReasonUnsettled) || id != ack.ID {
+		t.Errorf("dead letter of %s, reason %s; want %s, %s", id, r, ack.ID, bus.ReasonUnsettled)
+	}
+	waitState(t, sender, ack.ID, bus.StateDeadLettered)
+	waitFor(t, "the advisory handled", func() (bool, string) {
+		st, err := js.Stream(testContext(t), subjects.Default().UnsettledStream())
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.CachedInfo().State.Msgs == 0, fmt.Sprint(st.CachedInfo().State.Msgs)
 	})
 }
 

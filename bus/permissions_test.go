@@ -606,6 +606,13 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	t.Run("purge the dead letters", func(t *testing.T) {
 		mallory.deniedRequest(t, "$JS.API.STREAM.PURGE."+stream+"_DLQ", struct{}{})
 	})
+	t.Run("take or forge the unsettled deliveries", func(t *testing.T) {
+		// A forged advisory would have the watcher dead-letter, and remove,
+		// any message of the stream.
+		mallory.deniedRequest(t, "$JS.API.CONSUMER.CREATE."+stream+"_UNSETTLED.watch", map[string]any{"stream_name": stream + "_UNSETTLED"})
+		mallory.deniedRequest(t, "$JS.API.STREAM.PURGE."+stream+"_UNSETTLED", struct{}{})
+		mallory.deniedRequest(t, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+stream+".alice_p3", map[string]any{"stream_seq": sent.Sequence})
+	})
 	t.Run("list the stream's subjects", func(t *testing.T) {
 		mallory.deniedRequest(t, "$JS.API.STREAM.INFO."+stream, map[string]any{"subjects_filter": ">"})
 	})

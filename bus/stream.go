@@ -189,6 +189,37 @@ func (c StreamConfig) DeadLetterJetStream() (jetstream.StreamConfig, error) {
 	}, nil
 }
 
+// UnsettledJetStream returns the configuration of the stream that keeps
+// the server's MAX_DELIVERIES advisories of the message stream (a message
+// whose last allowed delivery was never settled) until the dead-letter
+// watcher (Admin.WatchDeadLetters) has dead-lettered their messages: the
+// stream's name with "_UNSETTLED", work-queue retention, storage, replicas
+// and age like the dead-letter stream's. Kept in a stream, an advisory that
+// comes while no watcher runs, or while its connection is down, waits for
+// it; one only published was lost, and its message stayed "delivered" for
+// good, never handled and never dead-lettered.
+func (c StreamConfig) UnsettledJetStream() (jetstream.StreamConfig, error) {
+	dlq, err := c.DeadLetterJetStream()
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	s, _ := subjects.New(c.Root)
+	return jetstream.StreamConfig{
+		Name:        s.UnsettledStream(),
+		Description: "agentbus deliveries never settled under " + s.Root() + ", for the dead-letter watcher",
+		Subjects:    []string{s.MaxDeliveriesAdvisories()},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     dlq.Storage,
+		Replicas:    dlq.Replicas,
+		Placement:   dlq.Placement,
+		MaxAge:      dlq.MaxAge,
+		MaxBytes:    -1,
+		MaxMsgs:     -1,
+		MaxMsgSize:  -1,
+	}, nil
+}
+
 // ScheduleJetStream returns the configuration of the schedule stream: the
 // stream's name with "_SCHED", the schedule and fired subjects
 // (subjects.Scheme.ScheduleSubjects), storage and replicas like the stream,
@@ -236,8 +267,12 @@ func (c StreamConfig) scheduleSource() *jetstream.StreamSource {
 	return src
 }
 
-// provision is Admin.Provision on nc.
-func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c StreamConfig) (*jetstream.StreamInfo, error) {
+// provision is Admin.Provision on nc. An unsettled stream the server
+// refuses because another stream of the account captures its advisories
+// already (a monitoring stream of every advisory, say) is left out and
+// reported to onError: the dead-letter watcher then hears the advisories
+// only while it runs (Admin.WatchDeadLetters).
+func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c StreamConfig, onError func(error)) (*jetstream.StreamInfo, error) {
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}
@@ -254,6 +289,10 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	if err != nil {
 		return nil, err
 	}
+	unsettled, err := c.UnsettledJetStream()
+	if err != nil {
+		return nil, err
+	}
 	kvc, err := c.StatusBucketConfig()
 	if err != nil {
 		return nil, err
@@ -262,18 +301,23 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	if err != nil {
 		return nil, err
 	}
-	streams := []jetstream.StreamConfig{cfg, dlq}
+	streams := []jetstream.StreamConfig{cfg, dlq, unsettled}
 	if v, ok := parseVersion(nc.ConnectedServerVersion()); ok && atLeast(v, minScheduleServer) {
 		sched, err := c.ScheduleJetStream()
 		if err != nil {
 			return nil, err
 		}
 		cfg.Sources = []*jetstream.StreamSource{c.scheduleSource()}
-		streams = []jetstream.StreamConfig{sched, cfg, dlq}
+		streams = []jetstream.StreamConfig{sched, cfg, dlq, unsettled}
 	}
 	var info *jetstream.StreamInfo
 	for _, sc := range streams {
 		s, err := askAgain(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) })
+		var apiErr *jetstream.APIError
+		if sc.Name == unsettled.Name && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamSubjectOverlap {
+			onError(fmt.Errorf("stream %s not provisioned: %w; the dead-letter watcher hears the MAX_DELIVERIES advisories of %s only while it runs", sc.Name, err, cfg.Name))
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 				return nil, fmt.Errorf("%w: %w", ErrUnsupportedServer, err)
@@ -337,6 +381,11 @@ func denyRollups(ctx context.Context, js jetstream.JetStream, stream string) err
 	})
 	return err
 }
+
+// jsErrCodeStreamSubjectOverlap is the server's error for a stream whose
+// subjects another stream of the account captures (nats-server
+// JSStreamSubjectOverlapErr), which nats.go does not name.
+const jsErrCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
 
 // defaultTimeout bounds calls to the server when the caller's context has
 // no deadline.

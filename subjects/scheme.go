@@ -38,11 +38,12 @@ const (
 	kindAll   = "all"   // token after the root in a broadcast subject
 	kindDLQ   = "dlq"   // token after the root in a dead-letter subject
 
-	priorityPrefix  = "p"    // "p1".."p5"
-	directSep       = "_p"   // direct consumer name: <token>_p<N>
-	broadcastSep    = "_b"   // broadcast consumer name: <token>_b
-	dlqStreamSuffix = "_DLQ" // dead-letter stream: <STREAM>_DLQ
-	tail            = ">"    // matches the remaining tokens in a filter
+	priorityPrefix  = "p"          // "p1".."p5"
+	directSep       = "_p"         // direct consumer name: <token>_p<N>
+	broadcastSep    = "_b"         // broadcast consumer name: <token>_b
+	dlqStreamSuffix = "_DLQ"       // dead-letter stream: <STREAM>_DLQ
+	unsettledSuffix = "_UNSETTLED" // MAX_DELIVERIES advisories: <STREAM>_UNSETTLED
+	tail            = ">"          // matches the remaining tokens in a filter
 
 	broadcastToken = "%2A" // EncodeToken(Broadcast)
 )
@@ -574,6 +575,13 @@ func (s Scheme) DeadLetterFilter(agent, typ string) (string, error) {
 // message whose last allowed delivery was never settled.
 func (s Scheme) MaxDeliveriesAdvisories() string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.Stream() + "." + anyToken
+}
+
+// UnsettledStream returns the name of the stream that keeps the
+// [Scheme.MaxDeliveriesAdvisories] until the dead-letter watcher has
+// handled them: [Scheme.Stream] followed by "_UNSETTLED".
+func (s Scheme) UnsettledStream() string {
+	return s.Stream() + unsettledSuffix
 }
 
 // TypeFilters returns the two filter subjects of the direct messages to

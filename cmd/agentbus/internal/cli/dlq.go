@@ -164,11 +164,12 @@ func (a *app) dlqWatchCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "watch",
 		Short: "Dead-letter deliveries that crashed subscribers never settled",
-		Long: `Watch listens for the server's MAX_DELIVERIES advisories and dead-letters the
+		Long: `Watch takes the server's MAX_DELIVERIES advisories, which the unsettled
+stream (AGENTBUS_UNSETTLED) keeps until a watcher runs, and dead-letters the
 messages whose last allowed delivery was never acknowledged, typically because
 the subscriber crashed. 'agentbus serve' does this itself; run 'dlq watch'
-beside an existing cluster, with an operator identity. It runs until SIGINT or
-SIGTERM.`,
+beside an existing cluster, with an operator identity. Several watchers share
+the work. It runs until SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			return a.withAdmin(func(admin *bus.Admin) error {

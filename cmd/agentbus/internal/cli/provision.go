@@ -24,7 +24,8 @@ func (a *app) provisionCommand() *cobra.Command {
 		Use:   "provision",
 		Short: "Create or update the bus's JetStream stream",
 		Long: `Provision creates the JetStream stream that carries the bus's messages on
---server, with its dead-letter stream, the lifecycle status bucket and the
+--server, with its dead-letter stream, the stream that keeps unsettled
+deliveries for the dead-letter watcher, the lifecycle status bucket and the
 agent registry, or updates them in place to match the flags. It is
 idempotent and safe to run from several processes; flags left out take the
 defaults shown.
