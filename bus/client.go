@@ -278,12 +278,32 @@ func deleteReader(ctx context.Context, js jetstream.JetStream, stream string, c 
 // read's.
 func readStream(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, onError func(error),
 	each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
-	c, err := newReader(ctx, js, stream, cfg)
-	if err != nil {
-		return err
+	return readAfresh(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return newReader(ctx, js, stream, cfg) },
+		func(c jetstream.Consumer) { deleteReader(ctx, js, stream, c, onError) }, each)
+}
+
+// readAfresh reads with a consumer that open makes, as readPending does,
+// and has done delete it. A read whose first messages a dropped connection
+// lost (errReadGap before any reached each: nothing of the caller's is
+// half done) is made again with a new consumer, up to apiAttempts reads in
+// all.
+func readAfresh(ctx context.Context, open func(context.Context) (jetstream.Consumer, error), done func(jetstream.Consumer),
+	each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	for attempt := 1; ; attempt++ {
+		c, err := open(ctx)
+		if err != nil {
+			return err
+		}
+		passed := false
+		err = readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+			passed = true
+			return each(m, md)
+		})
+		done(c)
+		if err == nil || passed || attempt == apiAttempts || !errors.Is(err, errReadGap) || ctx.Err() != nil {
+			return err
+		}
 	}
-	defer deleteReader(ctx, js, stream, c, onError)
-	return readPending(ctx, c, each)
 }
 
 // errReadGap is wrapped by readPending's error when the consumer delivered

@@ -2,7 +2,6 @@ package bus_test
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -19,14 +18,17 @@ import (
 // sends, and cuts a client's connection when told to: the next time the
 // client sends what a pattern matches, the proxy drops it and closes the
 // connection, as a network or a server that goes away with a request in
-// flight does. The client reconnects through the proxy; the request's
-// answer never comes.
+// flight does; or the next time the server sends what it matches
+// (cutOnDelivery). The client reconnects through the proxy; the request's
+// answer, or the message, never comes. hold cuts every connection at once
+// and refuses new ones until release.
 type cutProxy struct {
 	ln     net.Listener
 	target string
 
 	mu    sync.Mutex
 	cut   []byte        // armed pattern, nil when disarmed
+	down  bool          // the armed pattern is of what the server sends
 	held  bool          // connections are refused: the server is away
 	fired chan struct{} // closed when the armed cut is made
 	conns map[net.Conn]struct{}
@@ -68,9 +70,20 @@ func (p *cutProxy) URL() string { return "nats://" + p.ln.Addr().String() }
 // dropped and its connection closed. The returned channel is closed then.
 // An empty pattern disarms it.
 func (p *cutProxy) cutOn(pattern string) <-chan struct{} {
+	return p.arm(pattern, false)
+}
+
+// cutOnDelivery is cutOn for what the server sends a client: the next
+// write of the server's that contains pattern is dropped and the client's
+// connection closed, as when the network goes with messages on their way.
+func (p *cutProxy) cutOnDelivery(pattern string) <-chan struct{} {
+	return p.arm(pattern, true)
+}
+
+func (p *cutProxy) arm(pattern string, down bool) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut, p.fired = nil, make(chan struct{})
+	p.cut, p.down, p.fired = nil, down, make(chan struct{})
 	if pattern != "" {
 		p.cut = []byte(pattern)
 	}
@@ -116,24 +129,21 @@ func (p *cutProxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.forward(c, s) })
-		p.wg.Go(func() {
-			io.Copy(c, s)
-			p.drop(c, s)
-		})
+		p.wg.Go(func() { p.forward(c, s, false) })
+		p.wg.Go(func() { p.forward(s, c, true) })
 	}
 }
 
-// forward copies what client c sends to server s, unless it matches the
-// armed pattern.
-func (p *cutProxy) forward(c, s net.Conn) {
-	defer p.drop(c, s)
+// forward copies what from sends to to, unless it matches the pattern
+// armed for its direction: down for what the server sends.
+func (p *cutProxy) forward(from, to net.Conn, down bool) {
+	defer p.drop(from, to)
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := c.Read(buf)
+		n, err := from.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			hit := p.cut != nil && bytes.Contains(buf[:n], p.cut)
+			hit := p.cut != nil && p.down == down && bytes.Contains(buf[:n], p.cut)
 			if hit {
 				p.cut = nil
 				close(p.fired)
@@ -142,7 +152,7 @@ func (p *cutProxy) forward(c, s net.Conn) {
 			if hit {
 				return
 			}
-			if _, err := s.Write(buf[:n]); err != nil {
+			if _, err := to.Write(buf[:n]); err != nil {
 				return
 			}
 		}

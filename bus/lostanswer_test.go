@@ -152,7 +152,8 @@ func TestLostAnswerEveryCall(t *testing.T) {
 // registry, groups, history, dead letters, records) whose pull is lost with
 // the connection pulls again and answers in full. It answered short, with
 // no error: a batch that brought nothing ended the read, as if what was
-// left had been deleted since.
+// left had been deleted since. One whose first delivery is lost reads
+// again with a new consumer; it failed with errReadGap.
 func TestLostPullOfEveryRead(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
@@ -220,13 +221,21 @@ func TestLostPullOfEveryRead(t *testing.T) {
 			if err != nil || want != 5 {
 				t.Fatalf("uncut: %d, %v; want 5", want, err)
 			}
-			cut := p.cutOn("$JS.API.CONSUMER.MSG.NEXT.")
-			got, err := r.read(testContext(t), b, a)
-			if !wasCut(cut) {
-				t.Fatal("the read's pull was not cut: the test tested nothing")
-			}
-			if err != nil || got != want {
-				t.Errorf("its pull cut: %d, %v; want %d", got, err, want)
+			for _, c := range []struct {
+				what string
+				arm  func() <-chan struct{}
+			}{
+				{"its pull", func() <-chan struct{} { return p.cutOn("$JS.API.CONSUMER.MSG.NEXT.") }},
+				{"its first delivery", func() <-chan struct{} { return p.cutOnDelivery("$JS.ACK.") }},
+			} {
+				cut := c.arm()
+				got, err := r.read(testContext(t), b, a)
+				if !wasCut(cut) {
+					t.Fatalf("%s was not cut: the test tested nothing", c.what)
+				}
+				if err != nil || got != want {
+					t.Errorf("%s cut: %d, %v; want %d", c.what, got, err, want)
+				}
 			}
 		})
 	}
