@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -185,26 +186,7 @@ func testDeadLetterUnsettled(t *testing.T, withoutStream bool) {
 		}
 	}
 
-	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
-	nc := embeddedtest.Connect(t, s)
-	agent, err := bus.New(nc, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{}, 1)
-	sub, err := agent.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
-		started <- struct{}{}
-		<-ctx.Done()
-		return ctx.Err()
-	}, bus.WithMaxDeliver(1), bus.WithAckWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-started
-	nc.Close() // crash: the delivery is never settled
-	sub.Stop()
-	<-sub.Done()
-	agent.Close()
+	ack := crashOnLastDelivery(t, s, sender)
 
 	dl := waitDeadLetters(t, ops, 1)[0]
 	if r := dl.Header.Get(bus.HeaderDeadLetterReason); r != string(bus.ReasonUnsettled) {
@@ -232,43 +214,16 @@ func testDeadLetterUnsettled(t *testing.T, withoutStream bool) {
 func TestDeadLetterUnsettledWithoutWatcher(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
-	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
-	nc := embeddedtest.Connect(t, s)
-	agent, err := bus.New(nc, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{}, 1)
-	opts := []bus.SubscribeOption{bus.WithMaxDeliver(1), bus.WithAckWait(200 * time.Millisecond)}
-	sub, err := agent.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
-		started <- struct{}{}
-		<-ctx.Done()
-		return ctx.Err()
-	}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-started
-	nc.Close() // crash: the delivery is never settled
-	sub.Stop()
-	<-sub.Done()
-	agent.Close()
+	ack := crashOnLastDelivery(t, s, sender)
 
 	// The agent comes back: its pull makes the server give the message
 	// up, with no watcher to hear it.
 	subscribe(t, newBus(t, s, "agent"), func(context.Context, *bus.Delivery) error {
 		t.Error("the unsettled message was delivered again")
 		return nil
-	}, opts...)
+	}, lastDelivery...)
 	ops := adminOf(t, s)
-	js, _ := jetstream.New(ops.Conn())
-	waitFor(t, "the advisory kept", func() (bool, string) {
-		st, err := js.Stream(testContext(t), subjects.Default().UnsettledStream())
-		if err != nil {
-			return false, err.Error()
-		}
-		return st.CachedInfo().State.Msgs == 1, fmt.Sprint(st.CachedInfo().State.Msgs)
-	})
+	waitUnsettled(t, ops, 1)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan error, 1)
@@ -279,12 +234,51 @@ func TestDeadLetterUnsettledWithoutWatcher(t *testing.T) {
 		t.Errorf("dead letter of %s, reason %s; want %s, %s", id, r, ack.ID, bus.ReasonUnsettled)
 	}
 	waitState(t, sender, ack.ID, bus.StateDeadLettered)
-	waitFor(t, "the advisory handled", func() (bool, string) {
-		st, err := js.Stream(testContext(t), subjects.Default().UnsettledStream())
+	waitUnsettled(t, ops, 0)
+}
+
+// lastDelivery makes every delivery of a subscription its last, settled
+// or not within 200 ms.
+var lastDelivery = []bus.SubscribeOption{bus.WithMaxDeliver(1), bus.WithAckWait(200 * time.Millisecond)}
+
+// crashOnLastDelivery sends a message from sender to "agent", whose process
+// crashes while it handles its last allowed delivery (lastDelivery), and
+// returns its ack.
+func crashOnLastDelivery(t *testing.T, s *embedded.Server, sender *bus.Bus) bus.PubAck {
+	t.Helper()
+	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
+	nc := embeddedtest.Connect(t, s)
+	agent, err := bus.New(nc, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	sub, err := agent.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, lastDelivery...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	nc.Close() // crash: the delivery is never settled
+	sub.Stop()
+	<-sub.Done()
+	agent.Close()
+	return ack
+}
+
+// waitUnsettled waits until the unsettled stream holds n advisories.
+func waitUnsettled(t *testing.T, b handle, n uint64) {
+	t.Helper()
+	js, _ := jetstream.New(b.Conn())
+	waitFor(t, fmt.Sprintf("%d advisories kept", n), func() (bool, string) {
+		st, err := js.Stream(testContext(t), b.Subjects().UnsettledStream())
 		if err != nil {
 			return false, err.Error()
 		}
-		return st.CachedInfo().State.Msgs == 0, fmt.Sprint(st.CachedInfo().State.Msgs)
+		return st.CachedInfo().State.Msgs == n, fmt.Sprint(st.CachedInfo().State.Msgs)
 	})
 }
 
