@@ -20,6 +20,10 @@ const TypeInputRequired = "agentbus.input_required"
 // sends when it returns an error; its data is the error's text.
 const TypeInputDeclined = "agentbus.input_declined"
 
+// TypeInputAnswer is the type of the answer a Request's OnInput function
+// returns without one.
+const TypeInputAnswer = "agentbus.input_answer"
+
 // ErrInputDeclined is wrapped by the error of an AskInput whose question
 // was answered TypeInputDeclined.
 var ErrInputDeclined = errors.New("bus: input declined")
@@ -78,8 +82,8 @@ func (d *Delivery) IsInputRequest() (requestID string, ok bool) {
 
 // OnInput answers the questions the handler of the request asks its
 // sender while Request waits (Delivery.AskInput): f's message is sent as
-// the reply to the question; an error from f is sent as a
-// TypeInputDeclined reply with its text. f runs on Request's goroutine, in
+// the reply to the question, of TypeInputAnswer unless it has a type; an
+// error from f is sent as a TypeInputDeclined reply with its text. f runs on Request's goroutine, in
 // order with the progress updates. Without OnInput the questions reach the
 // agent's handler like any request.
 func OnInput(f func(ctx context.Context, question *Delivery) (Message, error)) RequestOption {
@@ -89,8 +93,11 @@ func OnInput(f func(ctx context.Context, question *Delivery) (Message, error)) R
 // answerInput answers question q with ro's OnInput function.
 func (b *Bus) answerInput(ctx context.Context, f func(context.Context, *Delivery) (Message, error), q *Delivery) {
 	answer, err := f(ctx, q)
-	if err != nil {
+	switch {
+	case err != nil:
 		answer = Message{Type: TypeInputDeclined, ContentType: "text/plain", Data: []byte(err.Error())}
+	case answer.Type == "":
+		answer.Type = TypeInputAnswer
 	}
 	if _, err := b.Reply(ctx, &q.Message, answer); err != nil {
 		b.opts.onError(fmt.Errorf("answer the question %s on request %s: %w", q.ID, q.CausationID, err))

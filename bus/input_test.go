@@ -49,6 +49,9 @@ func TestAskInput(t *testing.T) {
 	}{
 		{"merge-1", "merged into main", func() (bus.Message, error) { return bus.Message{Type: "ANSWER", Data: []byte("main")}, nil }},
 		{"merge-2", "not merged: no branch is ready", func() (bus.Message, error) { return bus.Message{}, errors.New("no branch is ready") }},
+		// Without a type, the answer is TypeInputAnswer; before, Reply
+		// refused it, and the handler waited for its deadline.
+		{"merge-3", "merged into dev", func() (bus.Message, error) { return bus.Message{Data: []byte("dev")}, nil }},
 	} {
 		t.Run(tt.id, func(t *testing.T) {
 			asked := 0
