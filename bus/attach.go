@@ -93,19 +93,20 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 		return nil, err
 	}
 	defer b.req.forget(id)
+	var questions []*Delivery
 	reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
-		switch {
-		case d.IsProgress():
-			if ro.onProgress != nil {
-				b.req.markTaken(d.ID)
-				ro.onProgress(d)
-			}
-		case !b.answered(ctx, d): // a question: to OnInput or OnProgress, as Request hands it
-			b.handOver(d)
+		if !d.IsProgress() {
+			questions = append(questions, d)
+		} else if ro.onProgress != nil {
+			b.req.markTaken(d.ID)
+			ro.onProgress(d)
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("attach to %s: %w", id, err)
+	}
+	if reply == nil {
+		b.handOverQuestions(ctx, questions)
 	}
 	if reply != nil {
 		b.req.forget(id)
@@ -126,7 +127,8 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 // readAnswers reads the messages stored for this agent from the recipient
 // of request st since the request, hands each progress update and question
 // (Delivery.AskInput) on it to update, in order, and returns its reply if
-// one is stored.
+// one is stored. update runs with b.history held: it must not read the
+// agent's history, as Status may (see handOverQuestions).
 func (b *Bus) readAnswers(ctx context.Context, st Status, update func(*Delivery)) (*Delivery, error) {
 	name, filter, err := b.opts.scheme.HistoryConsumer(b.agent, st.To)
 	if err != nil {
@@ -165,9 +167,22 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, update func(*Delivery)
 	return reply, nil
 }
 
+// handOverQuestions hands the questions (Delivery.AskInput) read from the
+// stream for a request this process waits for to the waiting Request or
+// Attach, as the listener would, unless answered already: an answer given
+// (by the process that sent the request, say) is not asked for again.
+// Called once readAnswers is done: the look-up may read the agent's
+// history, which readAnswers holds.
+func (b *Bus) handOverQuestions(ctx context.Context, questions []*Delivery) {
+	for _, q := range questions {
+		if !b.answered(ctx, q) {
+			b.handOver(q)
+		}
+	}
+}
+
 // answered reports whether question q (Delivery.AskInput), which this
-// agent was asked, has had its answer, by its status: an answer already
-// given is not asked for again.
+// agent was asked, has had its answer, by its status.
 func (b *Bus) answered(ctx context.Context, q *Delivery) bool {
 	sts, err := b.Status(ctx, q.ID)
 	if err != nil {

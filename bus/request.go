@@ -788,18 +788,23 @@ func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) 
 				continue
 			}
 			ctx, cancel := context.WithTimeout(lasting, defaultTimeout)
+			var questions []*Delivery
 			reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
-				if _, question := d.IsInputRequest(); !question || !b.answered(ctx, d) {
+				if d.IsProgress() {
 					b.handOver(d)
+				} else {
+					questions = append(questions, d)
 				}
 			})
-			cancel()
 			switch {
 			case err != nil && lasting.Err() == nil:
 				b.opts.onError(fmt.Errorf("read the answers to request %s missed while the connection was down: %w", st.ID, err))
 			case reply != nil:
-				b.handOver(reply)
+				b.handOver(reply) // the questions before it are moot
+			default:
+				b.handOverQuestions(ctx, questions)
 			}
+			cancel()
 		}
 	}
 }
