@@ -307,8 +307,9 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return b.watchEnded()
-		case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			return fmt.Errorf("watch dead letters: %w", err)
+		case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrMsgIteratorClosed) ||
+			errors.Is(err, nats.ErrConnectionClosed):
+			return fmt.Errorf("watch dead letters: %w", b.closedOr(err))
 		case err != nil:
 			b.opts.onError(fmt.Errorf("watch dead letters: %w", err))
 			continue
