@@ -107,21 +107,19 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 	}
 	if reply == nil {
 		b.handOverQuestions(ctx, questions)
+		return b.await(ctx, w, m, replyBy, ro, nil)
 	}
-	if reply != nil {
-		b.req.forget(id)
-		b.req.markTaken(reply.ID)
-		b.recordTaken(reply)
-		// Taken meanwhile: the progress updates, all seen, and the
-		// questions, which the reply makes moot.
-		for _, u := range b.req.updates(w) {
-			if _, question := u.IsInputRequest(); ro.onProgress != nil && (!question || ro.onInput == nil) {
-				ro.onProgress(u)
-			}
+	b.req.forget(id)
+	b.req.markTaken(reply.ID)
+	b.recordTaken(reply)
+	// Taken meanwhile: the progress updates, all seen, and the questions,
+	// which the reply makes moot.
+	for _, u := range b.req.updates(w) {
+		if _, question := u.IsInputRequest(); ro.onProgress != nil && (!question || ro.onInput == nil) {
+			ro.onProgress(u)
 		}
-		return reply, nil
 	}
-	return b.await(ctx, w, m, replyBy, ro, nil)
+	return reply, nil
 }
 
 // readAnswers reads the messages stored for this agent from the recipient
