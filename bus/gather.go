@@ -74,8 +74,8 @@ func (r *GatherResult) Replied(agent string) bool {
 // The result says who replied, who failed (their copies ended without a
 // reply), who was offline (by the registry; not asked unless
 // GatherOffline) and who did not answer in time. Fewer replies than wanted
-// return the result with an error wrapping ErrTooFewReplies, or ErrClosed
-// when Close ended the wait. A reply that comes after Gather ended is not
+// return the result with an error wrapping ErrTooFewReplies (and ctx's
+// error when ctx ended the wait), or ErrClosed when Close ended it. A reply that comes after Gather ended is not
 // lost: it reaches the agent's handler (marked Late once the reply-by
 // passed), and Attach reads it by the copy's ID (GatherResult.Requests).
 func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...GatherOption) (*GatherResult, error) {
@@ -210,8 +210,12 @@ collect:
 		res.TimedOut = append(res.TimedOut, a)
 	}
 	if len(res.Replies) < want {
-		return res, fmt.Errorf("%w: request %s: %d of %d wanted (%d asked, %d failed, %d offline, %d timed out)",
+		err := fmt.Errorf("%w: request %s: %d of %d wanted (%d asked, %d failed, %d offline, %d timed out)",
 			ErrTooFewReplies, m.ID, len(res.Replies), want, len(asked), len(res.Failed), len(res.Offline), len(res.TimedOut))
+		if ctx.Err() != nil { // canceled, or the reply-by passed; not a stall
+			err = fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		return res, err
 	}
 	return res, nil
 }

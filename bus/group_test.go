@@ -206,8 +206,17 @@ func TestGatherReviewRound(t *testing.T) {
 	// Wanting more than can come: the round ends at its stall timeout
 	// with what it got.
 	res, err = lead.Gather(rctx, bus.Message{Type: "REVIEW_REQUEST"}, []string{"fast-1", "fast-2", "failing"}, bus.StallTimeout(500*time.Millisecond))
-	if !errors.Is(err, bus.ErrTooFewReplies) || len(res.Replies) != 2 || rctx.Err() != nil {
+	if !errors.Is(err, bus.ErrTooFewReplies) || errors.Is(err, context.DeadlineExceeded) || len(res.Replies) != 2 || rctx.Err() != nil {
 		t.Errorf("Gather wanting 3 of which 2 can = %+v, %v", res, err)
+	}
+
+	// Ended by its context's deadline, the copies' reply-by, with an
+	// agent that never answers: the error says so too.
+	dctx, cancel := context.WithTimeout(rctx, 2*time.Second)
+	defer cancel()
+	res, err = lead.Gather(dctx, bus.Message{Type: "REVIEW_REQUEST"}, []string{"fast-1", "fast-2", "absent"})
+	if !errors.Is(err, bus.ErrTooFewReplies) || !errors.Is(err, context.DeadlineExceeded) || len(res.Replies) != 2 {
+		t.Errorf("Gather to its deadline = %+v, %v; want 2 replies, ErrTooFewReplies and context.DeadlineExceeded", res, err)
 	}
 }
 
