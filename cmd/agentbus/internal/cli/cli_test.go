@@ -125,6 +125,16 @@ func checkOneErrorLine(t *testing.T, r result) {
 	}
 }
 
+// checkUsageError checks that r is a usage error (exit 2, one line on
+// stderr, nothing on stdout) whose message contains want.
+func checkUsageError(t *testing.T, r result, want string) {
+	t.Helper()
+	checkOneErrorLine(t, r)
+	if r.code != exitUsage || !strings.Contains(r.stderr, want) || r.stdout != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d with %q", r.code, r.stdout, r.stderr, exitUsage, want)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for one writer and a polling reader.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -181,11 +191,7 @@ func TestUnknownSubcommand(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
-			r := runIn(t, "", tt.args...)
-			checkOneErrorLine(t, r)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
-				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d with %q", r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
-			}
+			checkUsageError(t, runIn(t, "", tt.args...), tt.wantErr)
 		})
 	}
 	for _, parent := range []string{"dlq", "group", "auth"} {
@@ -235,11 +241,7 @@ func TestInvalidArguments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[:2], " "), func(t *testing.T) {
 			t.Parallel()
-			r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
-			checkOneErrorLine(t, r)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
-				t.Errorf("agentbus %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tt.args, r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
-			}
+			checkUsageError(t, runIn(t, "", append([]string{"--server", url}, tt.args...)...), tt.wantErr)
 		})
 	}
 }
@@ -272,11 +274,7 @@ func TestRootAndShardsFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[:3], " "), func(t *testing.T) {
 			t.Parallel()
-			r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
-			checkOneErrorLine(t, r)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
-				t.Errorf("agentbus %q: exit %d, stdout %q, stderr %q; want exit %d with %q", tt.args, r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
-			}
+			checkUsageError(t, runIn(t, "", append([]string{"--server", url}, tt.args...)...), tt.wantErr)
 		})
 	}
 }

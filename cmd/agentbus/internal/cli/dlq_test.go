@@ -88,11 +88,7 @@ func TestDeadLetterFilterFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := runIn(t, "", append([]string{"--server", url}, tt.args...)...)
-			checkOneErrorLine(t, r)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.wantErr) || r.stdout != "" {
-				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d naming %q", r.code, r.stdout, r.stderr, exitUsage, tt.wantErr)
-			}
+			checkUsageError(t, runIn(t, "", append([]string{"--server", url}, tt.args...)...), tt.wantErr)
 		})
 	}
 }
