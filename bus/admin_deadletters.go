@@ -63,7 +63,7 @@ func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLett
 	}
 	var out []DeadLetter
 	stream := b.opts.scheme.DeadLetterStream()
-	err = readStream(ctx, b.js, stream, cfg, b.opts.onError, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+	err = b.reads.readStream(ctx, stream, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
 		return f.Limit > 0 && len(out) >= f.Limit, nil
 	})
@@ -208,27 +208,13 @@ func (b *Admin) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint6
 // firstSince returns the sequence of the first message on filter stored at
 // or after t, or 0 if there is none.
 func (c *client) firstSince(ctx context.Context, stream, filter string, t time.Time) (uint64, error) {
-	cons, err := newReader(ctx, c.js, stream, jetstream.ConsumerConfig{
-		FilterSubject: filter,
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
-		OptStartTime:  &t,
+	var first uint64
+	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t, HeadersOnly: true}
+	err := c.reads.readStream(ctx, stream, cfg, func(_ jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+		first = md.Sequence.Stream
+		return true, nil
 	})
-	if err != nil {
-		return 0, err
-	}
-	defer deleteReader(ctx, c.js, stream, cons, c.opts.onError)
-	if cons.CachedInfo().NumPending == 0 {
-		return 0, nil
-	}
-	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-	if err != nil {
-		return 0, err
-	}
-	md, err := m.Metadata()
-	if err != nil {
-		return 0, err
-	}
-	return md.Sequence.Stream, nil
+	return first, err
 }
 
 // readDeadLetter splits a stored dead letter into what it says and the

@@ -40,6 +40,11 @@ type client struct {
 	// shard (bus/shards.go).
 	shards *Shards
 
+	// reads makes the handle's reads through consumers of their own; its
+	// live context ends in closeConn (endLive).
+	reads   streamReads
+	endLive context.CancelFunc
+
 	mu     sync.Mutex
 	closed bool
 	// closing is closed with closed set: it ends the calls that run until
@@ -93,20 +98,24 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}
+	live, endLive := context.WithCancel(context.Background())
 	var status *tracker // nil when lifecycle tracking is off
 	if o.lifecycle {
 		var err error
-		if status, err = newTracker(nc, &o); err != nil {
+		if status, err = newTracker(nc, &o, live); err != nil {
+			endLive()
 			return nil, fmt.Errorf("new bus: %w", err)
 		}
 	}
 	plain, err := jetstream.New(nc)
 	if err != nil {
+		endLive()
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
 	js := askingJS{plain}
 	tel, err := newTelemetry(&o, agent)
 	if err != nil {
+		endLive()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	po := asyncpub.Options{
@@ -124,7 +133,7 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	}
 	pub := asyncpub.New(nc, po)
 	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r,
-		closing: make(chan struct{})}, nil
+		reads: streamReads{js: js, onError: o.onError, live: live}, endLive: endLive, closing: make(chan struct{})}, nil
 }
 
 // Subjects returns the subject scheme of the bus.
@@ -203,10 +212,12 @@ func (c *client) closeFlushed(ctx context.Context) {
 // and the offline report.
 const closeFlushTimeout = 5 * time.Second
 
-// closeConn stops the asynchronous publishers, the bus's and the lifecycle
-// tracker's, failing what they still have in flight, and closes the
-// connection if the handle dialled it.
+// closeConn ends the reads under way (ErrClosed), stops the asynchronous
+// publishers, the bus's and the lifecycle tracker's, failing what they
+// still have in flight, and closes the connection if the handle dialled
+// it.
 func (c *client) closeConn() {
+	c.endLive()
 	c.pub.Close()
 	c.status.close()
 	if c.opts.ownsConn {
@@ -260,15 +271,30 @@ func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg j
 	})
 }
 
+// streamReads makes the reads of a handle, or of its lifecycle tracker,
+// through consumers of their own (newReader): js creates and deletes them,
+// onError hears of a delete that failed, and live ends when the handle
+// closes its connection (closeConn). That ends a read under way with
+// ErrClosed: its batch would otherwise wait out batchWait, and one more
+// second, for messages that can no longer come.
+type streamReads struct {
+	js      jetstream.JetStream
+	onError func(error)
+	live    context.Context
+}
+
 // deleteReader deletes c, a reader of stream (asReader), once its
-// read is done, even if ctx has ended, and reports a failure to onError.
-// At once, not left to expire: every consumer costs the server memory and
-// goroutines while it lasts, and a tool polling a status once a second
-// would otherwise keep sixty of them.
-func deleteReader(ctx context.Context, js jetstream.JetStream, stream string, c jetstream.Consumer, onError func(error)) {
+// read is done, even if ctx has ended, and reports a failure to onError,
+// unless the handle has closed its connection: the server removes the
+// reader a minute after its last use then. At once, not left to expire:
+// every consumer costs the server memory and goroutines while it lasts,
+// and a tool polling a status once a second would otherwise keep sixty of
+// them.
+func (r streamReads) deleteReader(ctx context.Context, stream string, c jetstream.Consumer) {
 	name := c.CachedInfo().Name
-	if err := js.DeleteConsumer(context.WithoutCancel(ctx), stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		onError(fmt.Errorf("delete reader %s of %s: %w", name, stream, err))
+	err := r.js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && r.live.Err() == nil {
+		r.onError(fmt.Errorf("delete reader %s of %s: %w", name, stream, err))
 	}
 }
 
@@ -276,34 +302,47 @@ func deleteReader(ctx context.Context, js jetstream.JetStream, stream string, c 
 // own (newReader) that it deletes once read (deleteReader), passing each
 // message to each as readPending does. Its error is the create's or the
 // read's.
-func readStream(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, onError func(error),
+func (r streamReads) readStream(ctx context.Context, stream string, cfg jetstream.ConsumerConfig,
 	each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
-	return readAfresh(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return newReader(ctx, js, stream, cfg) },
-		func(c jetstream.Consumer) { deleteReader(ctx, js, stream, c, onError) }, each)
+	return r.readAfresh(ctx, stream, func(ctx context.Context) (jetstream.Consumer, error) { return newReader(ctx, r.js, stream, cfg) }, each)
 }
 
-// readAfresh reads with a consumer that open makes, as readPending does,
-// and has done delete it. A read whose first messages a dropped connection
-// lost (errReadGap before any reached each: nothing of the caller's is
-// half done) is made again with a new consumer, up to apiAttempts reads in
-// all.
-func readAfresh(ctx context.Context, open func(context.Context) (jetstream.Consumer, error), done func(jetstream.Consumer),
+// readAfresh reads with a consumer of stream that open makes, as
+// readPending does, and deletes it (deleteReader). A read whose first
+// messages a dropped connection lost (errReadGap before any reached each:
+// nothing of the caller's is half done) is made again with a new consumer,
+// up to apiAttempts reads in all. A read under way when the handle closes
+// its connection ends with ErrClosed.
+func (r streamReads) readAfresh(ctx context.Context, stream string, open func(context.Context) (jetstream.Consumer, error),
 	each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(r.live, func() { cancel(ErrClosed) })()
 	for attempt := 1; ; attempt++ {
 		c, err := open(ctx)
 		if err != nil {
-			return err
+			return endedByClose(ctx, err)
 		}
 		passed := false
 		err = readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 			passed = true
 			return each(m, md)
 		})
-		done(c)
+		r.deleteReader(ctx, stream, c)
 		if err == nil || passed || attempt == apiAttempts || !errors.Is(err, errReadGap) || ctx.Err() != nil {
-			return err
+			return endedByClose(ctx, err)
 		}
 	}
+}
+
+// endedByClose returns ErrClosed if ctx ended because the handle closed
+// its connection (streamReads.readAfresh), which err is then the doing of,
+// else err.
+func endedByClose(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+		return ErrClosed
+	}
+	return err
 }
 
 // errReadGap is wrapped by readPending's error when the consumer delivered
@@ -313,15 +352,15 @@ var errReadGap = errors.New("a message of the read did not arrive")
 // readPending reads what consumer c, which acks nothing, has pending when it
 // was created, in batches, calling each with every message and its
 // metadata until each says stop or nothing is left. A batch waits at most
-// 5 s, and never past ctx's deadline. A batch that brings nothing is
-// checked against the consumer's state (readOn): messages counted as
-// pending when the consumer was created can be gone since (a presence
-// record that expired, a record deleted), and then the read ends with
-// what it got; but the pull can also have been lost with a dropped
-// connection, and then it is made again. A message the consumer delivered
-// that did not arrive (a batch that ended before its last messages came,
-// say) ends the read with an error wrapping errReadGap, never a short
-// answer.
+// batchWait, and never past ctx's deadline; ctx's end ends it at once. A
+// batch that brings nothing is checked against the consumer's state
+// (readOn): messages counted as pending when the consumer was created can
+// be gone since (a presence record that expired, a record deleted), and
+// then the read ends with what it got; but the pull can also have been
+// lost with a dropped connection, and then it is made again. A message the
+// consumer delivered that did not arrive (a batch that ended before its
+// last messages came, say) ends the read with an error wrapping
+// errReadGap, never a short answer.
 func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
 	var delivered uint64 // the consumer's sequence of the last message read
 	empty := 0           // batches in a row that brought nothing
@@ -333,29 +372,28 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 		if wait <= 0 {
 			return fmt.Errorf("%d pending: %w", pending, context.DeadlineExceeded)
 		}
-		batch, err := c.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(wait))
-		if err != nil {
-			return err
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
+		n, done, err := fetch(ctx, c, int(min(pending, 256)), wait, func(m jetstream.Msg) (bool, error) {
 			md, err := m.Metadata()
 			if err != nil {
-				return err
+				return true, err
 			}
 			if md.Sequence.Consumer != delivered+1 {
-				return fmt.Errorf("%w: delivery %d came after %d", errReadGap, md.Sequence.Consumer, delivered)
+				return true, fmt.Errorf("%w: delivery %d came after %d", errReadGap, md.Sequence.Consumer, delivered)
 			}
 			delivered = md.Sequence.Consumer
 			pending = md.NumPending
-			if stop, err := each(m, md); err != nil || stop {
-				return err
-			}
-		}
-		if err := batch.Error(); err != nil {
+			return each(m, md)
+		})
+		switch {
+		case done:
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("%d pending: %w", pending, context.Cause(ctx))
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
 			return err
 		}
+		// A batch whose end never came (its wait ran out) is over, as one
+		// the server ended.
 		if n > 0 {
 			empty = 0
 			continue
@@ -368,6 +406,30 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 		}
 	}
 	return nil
+}
+
+// fetch pulls a batch of up to size messages from c, waiting for them at
+// most wait and until ctx ends, and passes each that comes to each until
+// it says stop or fails: done then, with each's error. n is how many came;
+// err is the batch's error otherwise, context.DeadlineExceeded when its
+// wait ran out before the server ended it.
+func fetch(ctx context.Context, c jetstream.Consumer, size int, wait time.Duration, each func(jetstream.Msg) (stop bool, err error)) (n int, done bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	batch, err := c.Fetch(size, jetstream.FetchContext(ctx))
+	if d, _ := ctx.Deadline(); errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(d) {
+		err = context.DeadlineExceeded // the wait ran out as the pull was made
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	for m := range batch.Messages() {
+		n++
+		if stop, err := each(m); err != nil || stop {
+			return n, true, err
+		}
+	}
+	return n, false, batch.Error()
 }
 
 // readOn tells readPending, after a batch of reader c brought nothing,

@@ -137,7 +137,7 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 	defer stop()
 	cfg := jetstream.ConsumerConfig{FilterSubject: c.registry.prefix + filter, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
 	out := map[string][]string{}
-	err := readStream(ctx, c.js, c.registry.stream, cfg, c.opts.onError, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+	err := c.reads.readStream(ctx, c.registry.stream, cfg, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
 		ch, ok := groupChangeOf(c.registry.prefix, m)
 		if ok && ch.Joined {
 			out[ch.Group] = append(out[ch.Group], ch.Agent)

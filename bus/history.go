@@ -559,18 +559,17 @@ func (b *Bus) storedBetween(ctx context.Context, filter, recipient, sender strin
 }
 
 // readHistory reads what the consumer cfg describes, made a reader
-// (asReader), has pending, passing each message to each as readPending
-// does, and deletes the consumer (deleteReader), as readAfresh does. Its name is one of the
-// agent's history consumers
-// (subjects.Scheme.HistoryConsumer and the like), of which the agent has
-// one each: the caller holds b.history, and createHistory keeps other
-// processes of the agent out while this one reads.
+// (asReader), as streamReads.readAfresh does: it passes each message to
+// each as readPending does, and deletes the consumer. Its name is one of
+// the agent's history consumers (subjects.Scheme.HistoryConsumer and the
+// like), of which the agent has one each: the caller holds b.history, and
+// createHistory keeps other processes of the agent out while this one
+// reads.
 func (b *Bus) readHistory(ctx context.Context, cfg jetstream.ConsumerConfig, each func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error)) error {
 	stream := b.opts.scheme.Stream()
-	return readAfresh(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+	return b.reads.readAfresh(ctx, stream, func(ctx context.Context) (jetstream.Consumer, error) {
 		return b.createHistory(ctx, stream, asReader(cfg))
-	},
-		func(c jetstream.Consumer) { deleteReader(ctx, b.js, stream, c, b.opts.onError) }, each)
+	}, each)
 }
 
 // createHistory creates history consumer cfg for this read alone. Every

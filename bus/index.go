@@ -300,7 +300,7 @@ func (t *tracker) pendingOf(subject string, h nats.Header, data []byte) (Status,
 func (t *tracker) storedIn(ctx context.Context, filter string) ([]Status, error) {
 	var out []Status
 	cfg := jetstream.ConsumerConfig{FilterSubject: filter, HeadersOnly: true}
-	err := readStream(ctx, t.js, t.stream, cfg, t.onError, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+	err := t.reads.readStream(ctx, t.stream, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		if st, ok := t.statusOfStored(m.Subject(), m.Headers(), nil, md.Sequence.Stream, md.Timestamp); ok {
 			out = append(out, st)
 		}

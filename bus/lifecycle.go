@@ -183,6 +183,7 @@ type tracker struct {
 	streamGet string // "$JS.API.DIRECT.GET.<stream>.", then an indexed subject or filter
 	nc        *nats.Conn
 	js        jetstream.JetStream
+	reads     streamReads
 	pub       *asyncpub.Publisher // writes the records
 	onError   func(error)
 	missing   atomic.Bool // the bucket was found missing and reported once
@@ -216,7 +217,7 @@ type tracker struct {
 	window func(ctx context.Context, filter, recipient, sender string) ([]Status, error)
 }
 
-func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
+func newTracker(nc *nats.Conn, o *options, live context.Context) (*tracker, error) {
 	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, onError: o.onError, acking: make(map[string]Status),
 		scheme: o.scheme, stream: o.scheme.Stream()}
 	t.prefix = o.scheme.StatusSubjectPrefix()
@@ -227,6 +228,7 @@ func newTracker(nc *nats.Conn, o *options) (*tracker, error) {
 		return nil, err
 	}
 	t.js = askingJS{js}
+	t.reads = streamReads{js: t.js, onError: t.onError, live: live}
 	t.pub = asyncpub.New(nc, asyncpub.Options{
 		MaxPending: o.maxAsyncPending,
 		Timeout:    o.asyncTimeout,
@@ -681,7 +683,7 @@ func (t *tracker) settle(ctx context.Context, out []Status) {
 // filter, so that server permissions can pin it.
 func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.DeliverPolicy, add func(subject string, s Status)) error {
 	cfg := jetstream.ConsumerConfig{FilterSubject: t.prefix + filter, DeliverPolicy: policy}
-	err := readStream(ctx, t.js, "KV_"+t.bucket, cfg, t.onError, recordsTo(add))
+	err := t.reads.readStream(ctx, "KV_"+t.bucket, cfg, recordsTo(add))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return &notProvisionedError{stream: t.bucket, bucket: true, cause: err}

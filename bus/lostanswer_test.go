@@ -153,7 +153,8 @@ func TestLostAnswerEveryCall(t *testing.T) {
 // the connection pulls again and answers in full. It answered short, with
 // no error: a batch that brought nothing ended the read, as if what was
 // left had been deleted since. One whose first delivery is lost reads
-// again with a new consumer; it failed with errReadGap.
+// again with a new consumer; it failed with errReadGap. One under way when
+// its handle closes ends with ErrClosed.
 func TestLostPullOfEveryRead(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
@@ -236,6 +237,26 @@ func TestLostPullOfEveryRead(t *testing.T) {
 				if err != nil || got != want {
 					t.Errorf("%s cut: %d, %v; want %d", c.what, got, err, want)
 				}
+			}
+
+			// Closed while it waits for the batch of a pull that was lost,
+			// the read ends with ErrClosed. It waited out the batch (6 s)
+			// and failed with nats.go's "connection closed".
+			cut := p.cutOn("$JS.API.CONSUMER.MSG.NEXT.")
+			returned := make(chan error, 1)
+			go func() {
+				_, err := r.read(testContext(t), b, a)
+				returned <- err
+			}()
+			select {
+			case <-cut:
+			case err := <-returned:
+				t.Fatalf("the pull was not cut: the read returned %v", err)
+			}
+			b.Close()
+			a.Close()
+			if err := <-returned; !errors.Is(err, bus.ErrClosed) {
+				t.Errorf("closed during the read: %v, want ErrClosed", err)
 			}
 		})
 	}

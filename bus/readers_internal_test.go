@@ -63,8 +63,9 @@ func TestReadPendingGap(t *testing.T) {
 		t.Fatalf("read after a lost delivery = %d messages, %v; want errReadGap", n, err)
 	}
 
+	reads := streamReads{js: js, onError: func(err error) { t.Error(err) }, live: context.Background()}
 	for _, c := range []jetstream.Consumer{whole, gap} {
-		deleteReader(ctx, js, "GAP", c, func(err error) { t.Error(err) })
+		reads.deleteReader(ctx, "GAP", c)
 	}
 	stream, err := js.Stream(ctx, "GAP")
 	if err != nil {

@@ -756,7 +756,7 @@ func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]Ag
 		return a
 	}
 	silentAt := map[string]time.Time{}
-	err := readStream(ctx, c.js, c.registry.stream, cfg, c.opts.onError, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+	err := c.reads.readStream(ctx, c.registry.stream, cfg, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
 		kind, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
 		if err != nil {
 			return false, nil // not a key the bus writes
