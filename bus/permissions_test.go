@@ -250,6 +250,16 @@ func TestAgentPermissionsAllowNormalWork(t *testing.T) {
 	if got := discover(t, srv.admin.Conn(), 2); !slices.Equal(got, []string{"build worker", "lead"}) {
 		t.Errorf("discovered %v", got)
 	}
+	// A second process of the worker closes, and the worker stays online:
+	// the closing process asks for the other, which answers.
+	second := srv.agentBus(t, "build worker", workerErrs.add)
+	if err := second.Register(ctx, bus.AgentCard{Description: "build worker"}); err != nil {
+		t.Fatalf("second process: Register: %v", err)
+	}
+	second.Close()
+	if a, err := lead.LookupAgent(ctx, "build worker"); err != nil || a.Presence.Status != bus.Online {
+		t.Errorf("one process of the worker closed: %+v, %v; want online", a.Presence, err)
+	}
 
 	for agent, errs := range map[string]*errorTally{"lead": &leadErrs, "build worker": &workerErrs} {
 		if errs.total() != 0 {
@@ -420,6 +430,8 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		{"subscribe to alice's inbox", "_INBOX.alice.>"},
 		{"subscribe to every message", "agentbus.>"},
 		{"subscribe to the dead letters", "agentbus.dlq.>"},
+		// Answering there would keep alice online when she closes.
+		{"answer for alice's processes", "agentbus.processes.alice"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sub, err := mallory.nc.SubscribeSync(tt.subject)

@@ -105,6 +105,41 @@ func BenchmarkPresenceServerMemory(b *testing.B) {
 	}
 }
 
+// BenchmarkPresenceProcessesSubscriptions reports what answering on their
+// processes subjects (subjects.Scheme.ProcessesSubject) costs the server
+// for 10,000 registered processes, in a process of its own: one core
+// subscription each, as Register makes it.
+//
+//	go test -run '^$' -bench PresenceProcessesSubscriptions -benchtime 1x ./bus
+func BenchmarkPresenceProcessesSubscriptions(b *testing.B) {
+	const n = 10_000
+	srv := startServerProcess(b, buildNATSServer(b))
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	for b.Loop() {
+		before := srv.stats(b)
+		subs := make([]*nats.Subscription, n)
+		for i := range subs {
+			subject, _ := subjects.Default().ProcessesSubject(fmt.Sprintf("agent-%05d", i))
+			if subs[i], err = nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond(nil) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		after := srv.stats(b)
+		b.ReportMetric((after.heap-before.heap)/n, "server-heap-B/process")
+		b.ReportMetric((after.rss-before.rss)/n, "server-rss-B/process")
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}
+}
+
 // heartbeats returns one presence record of each of n agents, as
 // Bus.Register writes them, with a TTL of ttl seconds.
 func heartbeats(n int, ttl string) []*nats.Msg {

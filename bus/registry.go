@@ -506,6 +506,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
 	}
 	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
+	hb.processes = b.answerProcesses()
 	// NATS micro discovery: `nats micro ls agentbus` lists the agent.
 	version := card.Version
 	if !semver.MatchString(version) {
@@ -532,12 +533,52 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 // semver is the version form NATS micro accepts.
 var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
 
-// heartbeat is a registered bus's presence reporting, and its answering
-// NATS micro discovery.
+// heartbeat is a registered bus's presence reporting, its answering the
+// agent's other processes, and its answering NATS micro discovery.
 type heartbeat struct {
 	stop, done chan struct{}
-	micro      micro.Service // nil if it could not be added
+	processes  *nats.Subscription // nil if it could not be made
+	micro      micro.Service      // nil if it could not be added
 }
+
+// answerProcesses answers the requests on the agent's processes subject
+// (subjects.Scheme.ProcessesSubject) until unsubscribed: this process
+// keeps the agent online (anotherProcess). A failure goes to the error
+// handler, and the subscription is then nil.
+func (b *Bus) answerProcesses() *nats.Subscription {
+	subject, err := b.opts.scheme.ProcessesSubject(b.agent)
+	if err == nil {
+		var sub *nats.Subscription
+		if sub, err = b.nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond(nil) }); err == nil {
+			return sub
+		}
+	}
+	b.opts.onError(fmt.Errorf("answer the other processes of %s: %w", b.agent, err))
+	return nil
+}
+
+// anotherProcess reports whether another process of the agent answers on
+// its processes subject, within processesWait: a registered process that
+// runs on, whose heartbeats keep the agent online. No answer, or none
+// that can come (no responders, a refusal), is no.
+func (b *Bus) anotherProcess(ctx context.Context) bool {
+	subject, err := b.opts.scheme.ProcessesSubject(b.agent)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, processesWait)
+	defer cancel()
+	ctx, stop := b.watchRefusals(ctx, subject)
+	defer stop()
+	_, err = b.nc.RequestWithContext(ctx, subject, nil)
+	return err == nil
+}
+
+// processesWait bounds how long a closing process waits for another
+// process of its agent to answer (anotherProcess). A running process
+// answers within a round trip, and with none running the server says so
+// at once (no responders).
+const processesWait = time.Second
 
 // heartbeats reports the agent online every interval until hb is stopped.
 func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
@@ -566,8 +607,10 @@ func (b *Bus) beat(ctx context.Context, since time.Time) error {
 }
 
 // goOffline stops the heartbeats of a registered bus and reports the agent
-// offline (ReasonShutdown), waiting for the report until ctx ends. Close
-// calls it.
+// offline (ReasonShutdown), waiting for the report until ctx ends, unless
+// another process of the agent answers (anotherProcess): the agent is not
+// gone while its other processes run, and an offline report would fail
+// the requests sent to it until their next heartbeat. Close calls it.
 func (b *Bus) goOffline(ctx context.Context) {
 	b.mu.Lock()
 	hb := b.heartbeat
@@ -578,10 +621,16 @@ func (b *Bus) goOffline(ctx context.Context) {
 	}
 	close(hb.stop)
 	<-hb.done
+	if hb.processes != nil {
+		_ = hb.processes.Unsubscribe() // this process no longer answers itself
+	}
 	if hb.micro != nil {
 		if err := hb.micro.Stop(); err != nil {
 			b.opts.onError(fmt.Errorf("leave NATS micro discovery: %w", err))
 		}
+	}
+	if b.anotherProcess(ctx) {
+		return // its heartbeats keep the agent online
 	}
 	now := time.Now().UTC()
 	if err := b.writePresence(ctx, presenceData{Agent: b.agent, Status: Offline, Since: now, Interval: Duration(b.opts.heartbeat), Reason: ReasonShutdown}, 0); err != nil {

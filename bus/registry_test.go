@@ -263,6 +263,42 @@ func TestRequestToOfflineAgent(t *testing.T) {
 	}
 }
 
+// TestCloseOfOneProcessOfTwo: an agent that runs in two processes stays
+// online when one of them closes, and a request to it goes to the other;
+// it goes offline when the last closes. Before, the first Close reported
+// the agent offline, and requests to it failed with ErrAgentOffline until
+// the other process's next heartbeat, 10 s by default.
+func TestCloseOfOneProcessOfTwo(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	var processes []*bus.Bus
+	for range 2 {
+		p := newBus(t, s, "worker")
+		if err := p.Register(ctx, bus.AgentCard{}); err != nil {
+			t.Fatal(err)
+		}
+		subscribe(t, p, func(ctx context.Context, d *bus.Delivery) error {
+			_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+			return err
+		})
+		processes = append(processes, p)
+	}
+	orch := newBus(t, s, "orchestrator")
+
+	processes[0].Close()
+	if a, err := orch.LookupAgent(ctx, "worker"); err != nil || a.Presence.Status != bus.Online {
+		t.Errorf("one process of two closed: %+v, %v; want online", a.Presence, err)
+	}
+	if d, err := orch.Request(ctx, bus.Message{To: "worker", Type: "WORK"}); err != nil || d.Type != "DONE" {
+		t.Errorf("request after one process of two closed: %+v, %v", d, err)
+	}
+
+	processes[1].Close()
+	if a, err := orch.LookupAgent(ctx, "worker"); err != nil || a.Presence.Status != bus.Offline || a.Presence.Reason != bus.ReasonShutdown {
+		t.Errorf("both processes closed: %+v, %v; want offline (shutdown)", a.Presence, err)
+	}
+}
+
 // TestRequestToAgentGoneSinceLastRequest: a request right after one that
 // was answered, to an agent that shut down in between, fails with
 // ErrAgentOffline, whether it was sent on the presence the first request

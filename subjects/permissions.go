@@ -95,7 +95,9 @@ func InboxPrefix(agent string) (string, error) {
 //     of any group ([GroupKey]), to join and leave;
 //   - $JS.API.DIRECT.GET.KV_A.$KV.A.>, $JS.API.CONSUMER.CREATE.KV_A.*.$KV.A.>,
 //     $JS.API.CONSUMER.MSG.NEXT.KV_A.* and $JS.API.CONSUMER.DELETE.KV_A.*:
-//     read every agent's card and presence, which the registry is for.
+//     read every agent's card and presence, which the registry is for;
+//   - R.processes.t: ask whether another process of the agent is running
+//     ([Scheme.ProcessesSubject]) before reporting the agent offline.
 //
 // No stream information: it would list every key of the bucket.
 //
@@ -103,8 +105,8 @@ func InboxPrefix(agent string) (string, error) {
 // R.agent.t.>, where Request listens for replies while it waits and a
 // subscriber hears that a priority's consumer is due, to R.firing.agent.t.>,
 // the firing notices of the messages scheduled to it
-// ([Scheme.FiringFilter]), and to
-// the NATS micro discovery subjects of the service [MicroService]
+// ([Scheme.FiringFilter]), to R.processes.t, which its registered processes
+// answer ([Scheme.ProcessesSubject]), and to the NATS micro discovery subjects of the service [MicroService]
 // ($SRV.<verb>, $SRV.<verb>.agentbus and $SRV.<verb>.agentbus.<id>), which
 // it answers once registered, as it may answer any request it receives
 // (Responses).
@@ -174,11 +176,13 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 		jsConsumerCreate+regStream+"."+anyToken+"."+regKV+tail,
 		jsConsumerNext+regStream+"."+anyToken,
 		jsConsumerDelete+regStream+"."+anyToken,
+		root+"."+kindProcesses+"."+tok,
 	)
 	return Permissions{
 		Publish: pub,
 		Subscribe: []string{inbox + "." + tail, root + "." + kindAgent + "." + tok + "." + tail,
 			root + "." + kindFiring + "." + kindAgent + "." + tok + "." + tail,
+			root + "." + kindProcesses + "." + tok,
 			microPrefix + anyToken, microPrefix + anyToken + "." + MicroService, microPrefix + anyToken + "." + MicroService + "." + anyToken},
 		Responses: true,
 	}, nil

@@ -58,6 +58,7 @@ func TestAgentPermissionsGolden(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.KV_AGENTBUS_AGENTS.*.$KV.AGENTBUS_AGENTS.>",
 		"$JS.API.CONSUMER.MSG.NEXT.KV_AGENTBUS_AGENTS.*",
 		"$JS.API.CONSUMER.DELETE.KV_AGENTBUS_AGENTS.*",
+		"agentbus.processes.a",
 	)
 	if !slices.Equal(p.Publish, want) {
 		t.Errorf("Publish =\n%s\nwant\n%s", strings.Join(p.Publish, "\n"), strings.Join(want, "\n"))
@@ -65,7 +66,7 @@ func TestAgentPermissionsGolden(t *testing.T) {
 	if !p.Responses {
 		t.Error("Responses = false, want true: an agent answers NATS micro discovery")
 	}
-	if want := []string{"_INBOX.a.>", "agentbus.agent.a.>", "agentbus.firing.agent.a.>", "$SRV.*", "$SRV.*.agentbus", "$SRV.*.agentbus.*"}; !slices.Equal(p.Subscribe, want) {
+	if want := []string{"_INBOX.a.>", "agentbus.agent.a.>", "agentbus.firing.agent.a.>", "agentbus.processes.a", "$SRV.*", "$SRV.*.agentbus", "$SRV.*.agentbus.*"}; !slices.Equal(p.Subscribe, want) {
 		t.Errorf("Subscribe = %q, want %q", p.Subscribe, want)
 	}
 }
@@ -88,7 +89,7 @@ func TestAgentPermissionsTokens(t *testing.T) {
 			t.Errorf("Publish lacks %q", want)
 		}
 	}
-	if want := []string{"_INBOX.build%20orchestrator.>", "prod.bus-1.agent.build%20orchestrator.>", "prod.bus-1.firing.agent.build%20orchestrator.>", "$SRV.*", "$SRV.*.agentbus", "$SRV.*.agentbus.*"}; !slices.Equal(p.Subscribe, want) {
+	if want := []string{"_INBOX.build%20orchestrator.>", "prod.bus-1.agent.build%20orchestrator.>", "prod.bus-1.firing.agent.build%20orchestrator.>", "prod.bus-1.processes.build%20orchestrator", "$SRV.*", "$SRV.*.agentbus", "$SRV.*.agentbus.*"}; !slices.Equal(p.Subscribe, want) {
 		t.Errorf("Subscribe = %q, want %q", p.Subscribe, want)
 	}
 	// Every subject is a valid NATS subject: no empty token, wildcards only

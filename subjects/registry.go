@@ -61,6 +61,19 @@ func PresenceKey(agent string) (string, error) {
 	return presenceKeyPrefix + keyToken(agent), nil
 }
 
+// ProcessesSubject returns the subject on which every running process of
+// agent that registered it (bus.Bus.Register) answers a request,
+// "<root>.processes.<agent>". A process that closes asks it whether
+// another process of the agent is still there, whose heartbeats keep the
+// agent online, before it reports the agent offline. No stream takes it
+// in. The error wraps [ErrInvalidAgentID].
+func (s Scheme) ProcessesSubject(agent string) (string, error) {
+	if err := ValidateID(agent); err != nil {
+		return "", err
+	}
+	return s.Root() + "." + kindProcesses + "." + EncodeToken(agent), nil
+}
+
 // OutageKey returns the registry key that records the escalation (kind
 // "escalated") or the recovery (kind "recovered") of agent's outage that
 // began at since, a Unix time in nanoseconds: "<kind>.<agent>.<since>".

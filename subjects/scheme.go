@@ -38,6 +38,8 @@ const (
 	kindAll   = "all"   // token after the root in a broadcast subject
 	kindDLQ   = "dlq"   // token after the root in a dead-letter subject
 
+	kindProcesses = "processes" // token after the root in an agent's processes subject
+
 	priorityPrefix  = "p"          // "p1".."p5"
 	directSep       = "_p"         // direct consumer name: <token>_p<N>
 	broadcastSep    = "_b"         // broadcast consumer name: <token>_b

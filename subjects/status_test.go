@@ -165,3 +165,14 @@ func TestRegistryKeys(t *testing.T) {
 		t.Errorf("RegistryBucket() = %q", got)
 	}
 }
+
+func TestProcessesSubject(t *testing.T) {
+	for agent, want := range map[string]string{"worker-1": "agentbus.processes.worker-1", "build orchestrator": "agentbus.processes.build%20orchestrator"} {
+		if got, err := Default().ProcessesSubject(agent); got != want || err != nil {
+			t.Errorf("ProcessesSubject(%q) = %q, %v; want %q", agent, got, err, want)
+		}
+	}
+	if _, err := Default().ProcessesSubject("*"); !errors.Is(err, ErrInvalidAgentID) {
+		t.Errorf("ProcessesSubject(*) error %v, want ErrInvalidAgentID", err)
+	}
+}

@@ -46,7 +46,7 @@ func Example() {
 	// agent "planner"    user planner   account AGENTBUS
 	// agent "worker-1"   user worker-1  account AGENTBUS
 	// worker-1 sends on: [agentbus.agent.*.*.worker-1.* agentbus.agent.*.*.worker-1.*.*.* agentbus.all.*.worker-1.*]
-	// worker-1 receives on: [_INBOX.worker-1.> agentbus.agent.worker-1.> agentbus.firing.agent.worker-1.> $SRV.* $SRV.*.agentbus $SRV.*.agentbus.*]
+	// worker-1 receives on: [_INBOX.worker-1.> agentbus.agent.worker-1.> agentbus.firing.agent.worker-1.> agentbus.processes.worker-1 $SRV.* $SRV.*.agentbus $SRV.*.agentbus.*]
 	// file: auth.conf
 	// file: admin.env
 	// file: sys.env
