@@ -501,7 +501,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	if b.heartbeat != nil {
 		return nil
 	}
-	since := time.Now().UTC()
+	since := b.onlineSince(ctx)
 	if err := b.beat(ctx, since); err != nil {
 		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
 	}
@@ -555,6 +555,23 @@ func (b *Bus) answerProcesses() *nats.Subscription {
 	}
 	b.opts.onError(fmt.Errorf("answer the other processes of %s: %w", b.agent, err))
 	return nil
+}
+
+// onlineSince returns when the agent came online, for a process that
+// registers: now, unless another process of the agent runs
+// (anotherProcess) and the registry has the agent online since earlier.
+// Every process then writes the same Since, and readers and watchers see
+// one stretch online, not a new one at each heartbeat of another process.
+func (b *Bus) onlineSince(ctx context.Context) time.Time {
+	now := time.Now().UTC()
+	if !b.anotherProcess(ctx) {
+		return now
+	}
+	p, _, err := b.presenceOf(ctx, b.agent)
+	if err != nil || p.Status != Online || p.Since.IsZero() || p.Since.After(now) {
+		return now
+	}
+	return p.Since
 }
 
 // anotherProcess reports whether another process of the agent answers on
@@ -859,8 +876,9 @@ type PresenceChange struct {
 
 // WatchPresence calls f with every agent's presence as it stands and then
 // with every change, in order, until ctx ends (it returns nil then) or the
-// handle closes (ErrClosed). A heartbeat is no change; an agent that
-// restarted (online again, with a new since) is. The changes come from the
+// handle closes (ErrClosed). A heartbeat is no change, nor one of another
+// process of the agent that came online while the agent was; an agent that
+// restarted (online again, since after the last heartbeat seen) is. The changes come from the
 // registry bucket, where the server itself records an agent gone silent,
 // so the watch needs no process to sweep for silent agents and sees the
 // same as every other watcher. f runs on the watch's goroutine; a slow f
@@ -914,10 +932,13 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 			continue
 		}
 		prev, seen := last[name]
-		if seen && prev.Status == p.Status && prev.Since.Equal(p.Since) {
-			continue // a heartbeat
-		}
 		last[name] = p
+		if seen && prev.Status == p.Status && (prev.Since.Equal(p.Since) || p.Status == Online && !p.Since.After(prev.LastSeen)) {
+			// A heartbeat; or one of another process of the agent, which
+			// came online before the last heartbeat seen, while the agent
+			// was online: the same stretch online.
+			continue
+		}
 		change := PresenceChange{Agent: name, Presence: p, Previous: Unknown}
 		if seen {
 			change.Previous = prev.Status

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
+	"github.com/agentbus/agentbus/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -414,6 +415,85 @@ func TestWatchPresence(t *testing.T) {
 	case c := <-changes:
 		t.Errorf("unexpected change %+v", c)
 	default:
+	}
+}
+
+// TestWatchPresenceOfTwoProcesses: an agent that runs in two processes is
+// one stretch online. The second process takes the first's Since, and a
+// watcher sees the agent come online once and go offline once, when the
+// last process closes. Before, each heartbeat of either process was a
+// change (online, Previous online), since their Since differed. A process
+// that came online on its own while the agent was online (two starting at
+// once, neither finding the other) is no change either.
+func TestWatchPresenceOfTwoProcesses(t *testing.T) {
+	s := newServer(t)
+	admin := adminOf(t, s)
+	ctx, cancel := context.WithCancel(testContext(t))
+	changes := make(chan bus.PresenceChange, 64)
+	watched := make(chan error, 1)
+	go func() { watched <- admin.WatchPresence(ctx, func(c bus.PresenceChange) { changes <- c }) }()
+	defer func() { cancel(); <-watched }()
+
+	var processes []*bus.Bus
+	var since time.Time
+	for i := range 2 {
+		p := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
+		if err := p.Register(testContext(t), bus.AgentCard{}); err != nil {
+			t.Fatal(err)
+		}
+		processes = append(processes, p)
+		a, err := admin.LookupAgent(testContext(t), "worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			since = a.Presence.Since
+		} else if !a.Presence.Since.Equal(since) {
+			t.Errorf("the second process has the agent online since %v, the first since %v", a.Presence.Since, since)
+		}
+	}
+	// Another process's record, online since just before the last
+	// heartbeat, as written by a process that started beside the first.
+	last, err := admin.LookupAgent(testContext(t), "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := subjects.PresenceKey("worker")
+	record, _ := json.Marshal(map[string]any{
+		"specversion": "1.0", "id": "p-3", "source": "/agents/worker", "type": bus.EventPresenceOnline,
+		"time": time.Now().UTC(), "datacontenttype": "application/json",
+		"data": map[string]any{"agent": "worker", "status": "online", "since": last.Presence.LastSeen.Add(-time.Millisecond), "interval": "1s"},
+	})
+	if err := admin.Conn().Publish(subjects.Default().RegistrySubjectPrefix()+key, record); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three heartbeats of both", func() (bool, string) {
+		a, err := admin.LookupAgent(testContext(t), "worker")
+		if err != nil {
+			return false, err.Error()
+		}
+		return a.Presence.LastSeen.Sub(last.Presence.LastSeen) >= 3*time.Second, a.Presence.LastSeen.String()
+	})
+	for _, p := range processes {
+		p.Close()
+	}
+	want := []string{"online unknown", "offline online"}
+	var got []string
+	for len(got) < len(want) {
+		select {
+		case c := <-changes:
+			got = append(got, string(c.Presence.Status)+" "+string(c.Previous))
+		case <-time.After(testTimeout):
+			t.Fatalf("changes %q, want %q", got, want)
+		}
+	}
+	select {
+	case c := <-changes:
+		got = append(got, string(c.Presence.Status)+" "+string(c.Previous))
+	default:
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("changes %q, want %q", got, want)
 	}
 }
 
