@@ -39,7 +39,9 @@ var ErrFinal = errors.New("bus: message already finished")
 //
 // The recipient learns of the cancel from its record, which only the
 // sender, the recipient and an operator may write, and from a notice
-// (TypeCancel, priority 1) that overtakes its queued work: a request is
+// (TypeCancel, priority 1) that overtakes its queued work; the sender gets
+// a notice too, which ends a Request waiting for the message in any of its
+// processes (in the one that cancels, Cancel ends it at once). A request is
 // checked against its record when it is delivered anyway, but a plain
 // message queued at priority 1 ahead of the notice can start before the
 // notice arrives, and is then cancelled while it runs. A process whose
@@ -185,10 +187,11 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	if err != nil {
 		return canceled, err
 	}
-	// The recipient, to stop the work; the sender, unless it cancels, to
-	// end a Request waiting for the reply.
+	// The recipient, to stop the work; the sender, to end a Request
+	// waiting for the reply: in another process of the sender's too, when
+	// the sender cancels (Cancel ends one of its own process at once).
 	to := []string{st.To}
-	if st.From != by && st.From != st.To && subjects.ValidateID(st.From) == nil {
+	if st.From != st.To && subjects.ValidateID(st.From) == nil {
 		to = append(to, st.From)
 	}
 	for _, agent := range to {

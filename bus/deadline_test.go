@@ -209,8 +209,8 @@ func TestConversationTimeout(t *testing.T) {
 }
 
 // TestRequestCanceledWhileWaiting: a Request ends with a *CanceledError
-// as soon as its request is canceled, by its recipient or by an operator,
-// and the record names who did.
+// as soon as its request is canceled, by its recipient, by an operator or
+// by another process of its own agent, and the record names who did.
 func TestRequestCanceledWhileWaiting(t *testing.T) {
 	s := newServer(t)
 	orch := newBus(t, s, "orchestrator")
@@ -228,6 +228,9 @@ func TestRequestCanceledWhileWaiting(t *testing.T) {
 	}{
 		{"by-recipient", "worker", worker.Cancel},
 		{"by-operator", "agentbus", admin.Cancel},
+		// Before, no notice went to the sender when it canceled, and the
+		// Request waited out its context.
+		{"by-another-process-of-the-sender", "orchestrator", newBus(t, s, "orchestrator").Cancel},
 	} {
 		t.Run(tt.id, func(t *testing.T) {
 			requested := make(chan error, 1)
