@@ -952,15 +952,28 @@ func (b *Bus) canceledRecord(ctx context.Context, m *Message) bool {
 	return canceled
 }
 
-// recordTaken marks a reply a Request took as completed, so the stored copy
-// never reaches a handler.
+// recordTaken marks a reply or progress update a Request took as
+// completed, and a question it answers (OnInput) as working until its
+// answer records it replied, so that the stored copy never reaches a
+// handler, in another process of the agent either (settledElsewhere).
 func (b *Bus) recordTaken(d *Delivery) {
+	state := StateCompleted
 	if _, ok := d.IsInputRequest(); ok {
-		return // its answer records it replied
+		state = StateWorking
 	}
-	s := statusOf(&d.Message, b.agent, StateCompleted, b.agent).withDelivery(d)
-	s.Reason = "taken by Request"
+	s := statusOf(&d.Message, b.agent, state, b.agent).withDelivery(d)
+	s.Reason = reasonTaken
 	b.status.record(s, false)
+}
+
+// reasonTaken is the reason of the record of an answer a Request took
+// (recordTaken).
+const reasonTaken = "taken by Request"
+
+// takenElsewhere reports whether record s says a Request took its message
+// (recordTaken): completed, or, for a question, working.
+func takenElsewhere(s Status) bool {
+	return s.Reason == reasonTaken && (s.State == StateCompleted || s.State == StateWorking)
 }
 
 // settledElsewhere decides what happens to a delivery before the handler
@@ -973,10 +986,12 @@ func (b *Bus) recordTaken(d *Delivery) {
 // a request answered with Reply from outside its handler. A request
 // delivered again is also skipped when its handler replied before (its
 // reply, under the derived ID, writes no record). The stored copy of a
-// reply to a request this process did not send, without a record, is put
-// off once for otherTakerWait (with a delivery to spare), for the record
-// of another process's Request that took it (tookFromListener). Otherwise
-// a reply after the requester's deadline is marked Late.
+// answer to a request this process did not send (a reply under the
+// derived ID, a progress update or a question) whose record neither ends
+// it nor says taken is put off once for otherTakerWait (with a delivery to
+// spare), for the record of another process's Request that took it
+// (tookFromListener). Otherwise a reply after the requester's deadline is
+// marked Late.
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, maxDeliver int) (skip bool, wait time.Duration) {
 	derivedReply := exchange && d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
@@ -994,7 +1009,7 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, 
 	}
 	if b.status != nil {
 		s, err := b.status.get(ctx, &d.Message, b.agent)
-		if err == nil && s.State.Final() {
+		if err == nil && (s.State.Final() || takenElsewhere(s)) {
 			return true, 0
 		}
 		if d.Deliveries > 1 && !derivedReply && d.Type != TypeProgress {
@@ -1002,7 +1017,9 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, 
 				return true, 0
 			}
 		}
-		if err != nil && derivedReply && d.Deliveries == 1 && (maxDeliver <= 0 || maxDeliver > 1) && !b.req.sentHere(d.CausationID) {
+		_, question := d.IsInputRequest()
+		answer := d.CausationID != "" && (derivedReply || d.IsProgress() || question)
+		if answer && d.Deliveries == 1 && (maxDeliver <= 0 || maxDeliver > 1) && !b.req.sentHere(d.CausationID) {
 			return false, otherTakerWait
 		}
 	}

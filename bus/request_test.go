@@ -246,6 +246,69 @@ func TestRequestTakenReplyAcrossProcesses(t *testing.T) {
 	}
 }
 
+// TestRequestTakenAnswersAcrossProcesses: the progress updates and
+// questions a Request of one process took (OnProgress, OnInput) never
+// reach the handler of another process of the agent that meets their
+// stored copies, however long the answer takes. Before, that handler got
+// some progress updates, and the questions the Request was still
+// answering: the questions' records said nothing until answered.
+func TestRequestTakenAnswersAcrossProcesses(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	worker := newBus(t, s, "worker")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if err := d.Progress(ctx, bus.Progress{Message: "started"}); err != nil {
+			return err
+		}
+		a, err := d.AskInput(ctx, bus.Message{Type: "QUESTION", Data: []byte("which branch?")})
+		if err != nil {
+			return err
+		}
+		_, err = d.Reply(ctx, bus.Message{Type: "DONE", Data: a.Data})
+		return err
+	})
+	asker, other := newBus(t, s, "orchestrator"), newBus(t, s, "orchestrator")
+	askerSaw, otherSaw := newRecorder(), newRecorder()
+	subscribe(t, asker, askerSaw.handle)
+	subscribe(t, other, otherSaw.handle)
+	for i := range 4 {
+		var updates, questions int
+		d, err := asker.Request(ctx, bus.Message{ID: fmt.Sprintf("ask-%d", i), To: "worker", Type: "MERGE"},
+			bus.OnProgress(func(*bus.Delivery) { updates++ }),
+			bus.OnInput(func(ctx context.Context, q *bus.Delivery) (bus.Message, error) {
+				questions++
+				if i%2 == 1 {
+					// Longer than the other process puts a copy off.
+					select {
+					case <-ctx.Done():
+					case <-time.After(1500 * time.Millisecond):
+					}
+				}
+				return bus.Message{Data: []byte("main")}, nil
+			}))
+		if err != nil || string(d.Data) != "main" || updates != 1 || questions != 1 {
+			t.Fatalf("request %d: %+v, %v; %d updates, %d questions", i, d, err, updates, questions)
+		}
+	}
+	waitFor(t, "every stored answer settled by one of the orchestrator's processes", func() (bool, string) {
+		var infos []string
+		for p := 1; p <= 5; p++ {
+			info, err := consumerInfo(t, asker, fmt.Sprintf("orchestrator_p%d", p))
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			}
+			if err != nil || info.NumPending != 0 || info.NumAckPending != 0 || info.AckFloor.Stream != info.Delivered.Stream {
+				return false, fmt.Sprint(info, err)
+			}
+			infos = append(infos, fmt.Sprint(info.Name, info.AckFloor.Stream))
+		}
+		return len(infos) > 0, fmt.Sprint(infos)
+	})
+	if got := append(askerSaw.types(), otherSaw.types()...); len(got) != 0 {
+		t.Errorf("the orchestrator's handlers got %v, want nothing: every update and question was taken", got)
+	}
+}
+
 // TestRequestRepliedOutsideHandler: a request answered from another
 // process of its recipient while its handler runs (as 'agentbus reply'
 // from a subscribe --exec command) keeps its replied record when the
