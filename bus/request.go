@@ -40,8 +40,9 @@ const ExtReplyBy = "replyby"
 // passes: the reply-by, a do-by
 // (DoBy: the handler's context ends there too) or an idle timeout
 // (IdleTimeout, reset by each progress update). A request canceled while
-// Request waits (Cancel, by its recipient or an operator too) returns a
-// *CanceledError (errors.Is ErrCanceled). Close ends a Request still
+// Request waits (Cancel, by its recipient, an operator or another process
+// of the agent too) returns a *CanceledError (errors.Is ErrCanceled).
+// Close ends a Request still
 // waiting with an error wrapping ErrClosed; its reply, when it comes, goes
 // to a handler of the agent like any late reply.
 //
@@ -53,8 +54,11 @@ const ExtReplyBy = "replyby"
 // instead of running its handler; and after a reconnect the process reads
 // from the stream, as Attach does, the answers that came while its
 // connection was down, which no listener heard. Either way the stored copy
-// is recorded completed and later never reaches a handler (with
-// WithoutLifecycle that holds only within this process). A reply that
+// is recorded completed and later never reaches a handler: the
+// subscription of another process of the agent that meets it puts it off
+// once, a second, for that record. The same holds for the progress
+// updates OnProgress takes and the questions OnInput answers (with
+// WithoutLifecycle, all that holds only within this process). A reply that
 // comes after Request gave up goes to the agent's handler, with
 // Delivery.Late set.
 //
