@@ -39,9 +39,10 @@ var ErrFinal = errors.New("bus: message already finished")
 //
 // The recipient learns of the cancel from its record, which only the
 // sender, the recipient and an operator may write, and from a notice
-// (TypeCancel, priority 1) that overtakes its queued work; the sender gets
-// a notice too, which ends a Request waiting for the message in any of its
-// processes (in the one that cancels, Cancel ends it at once). A request is
+// (TypeCancel, priority 1) that overtakes its queued work; the sender of a
+// request gets a notice too, until the request's reply-by, which ends a
+// Request waiting for it in any of its processes (in the one that cancels,
+// Cancel ends it at once). A request is
 // checked against its record when it is delivered anyway, but a plain
 // message queued at priority 1 ahead of the notice can start before the
 // notice arrives, and is then cancelled while it runs. A process whose
@@ -135,11 +136,15 @@ func cancelable(st Status) bool {
 const operatorSender = "agentbus"
 
 // cancelNotice is the data of a TypeCancel notice: the canceled message,
-// whose record the recipient reads to trust the notice.
+// whose record its recipient and its sender read to trust the notice.
 type cancelNotice struct {
 	ID   string `json:"id"`
 	From string `json:"from"`
-	By   string `json:"by"`
+	// To is the message's recipient, whose record the sender reads; a
+	// notice without it (from before 2026-11-27) names the agent it is
+	// sent to.
+	To string `json:"to,omitempty"`
+	By string `json:"by"`
 }
 
 // cancel writes st canceled, unless a state was written since it was read
@@ -183,20 +188,26 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	if st.To == Broadcast {
 		return canceled, nil
 	}
-	data, err := json.Marshal(cancelNotice{ID: st.ID, From: st.From, By: by})
+	data, err := json.Marshal(cancelNotice{ID: st.ID, From: st.From, To: st.To, By: by})
 	if err != nil {
 		return canceled, err
 	}
-	// The recipient, to stop the work; the sender, to end a Request
-	// waiting for the reply: in another process of the sender's too, when
-	// the sender cancels (Cancel ends one of its own process at once).
+	// The recipient, to stop the work; and the sender of a request, to end
+	// a Request waiting for the reply, in any of its processes (in the one
+	// that cancels, Cancel ends it at once). The sender's notice expires at
+	// the request's reply-by, after which no Request waits: an agent that
+	// only sends requests, and never takes its inbox, is left none.
 	to := []string{st.To}
-	if st.From != st.To && subjects.ValidateID(st.From) == nil {
+	untilReplyBy := time.Until(st.ReplyBy)
+	if st.From != st.To && subjects.ValidateID(st.From) == nil && untilReplyBy > 0 {
 		to = append(to, st.From)
 	}
 	for _, agent := range to {
 		notice := Message{To: agent, Type: TypeCancel, Priority: 1, CorrelationID: st.CorrelationID, CausationID: st.ID,
 			ContentType: "application/json", Data: data}
+		if agent != st.To {
+			notice.TTL = max(untilReplyBy, time.Second)
+		}
 		if _, err := publish(context.WithoutCancel(ctx), notice); err != nil {
 			return canceled, fmt.Errorf("cancel %s: recorded, but the notice to %s failed: %w", st.ID, agent, err)
 		}
@@ -266,18 +277,31 @@ func (c *cancels) apply(id string) {
 
 // takeNotice applies a cancel notice m, once the record of the message it
 // names says canceled (so nobody but its sender, its recipient or an
-// operator can cancel it).
+// operator can cancel it): at its recipient, a handler running it stops;
+// at its sender, a Request waiting for it ends.
 func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	var n cancelNotice
 	if err := json.Unmarshal(m.Data, &n); err != nil || n.ID == "" || b.status == nil {
 		return
 	}
-	canceled, err := b.status.canceled(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, b.agent)
+	// The notice is about a message to this agent, or, naming its
+	// recipient, about one this agent sent; never one between others.
+	to := b.agent
+	if n.From == b.agent && n.To != "" {
+		to = n.To
+	}
+	at, err := b.busOf(to) // the message's records are on its recipient's shard
+	canceled := false
+	if err == nil {
+		canceled, err = at.status.canceled(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, to)
+	}
 	if !canceled {
 		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record is not canceled (%v)", n.ID, m.From, err))
 		return
 	}
-	b.cancels.apply(n.ID)
+	if to == b.agent {
+		b.cancels.apply(n.ID)
+	}
 	b.req.cancel(n.ID, n.By)
 }
 

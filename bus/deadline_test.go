@@ -210,10 +210,15 @@ func TestConversationTimeout(t *testing.T) {
 
 // TestRequestCanceledWhileWaiting: a Request ends with a *CanceledError
 // as soon as its request is canceled, by its recipient, by an operator or
-// by another process of its own agent, and the record names who did.
+// by another process of its own agent, and the record names who did. The
+// requester's subscription takes the stored copy of the notice without a
+// word to the error handler: it reported the notice as forged, reading
+// the record of a message to itself.
 func TestRequestCanceledWhileWaiting(t *testing.T) {
 	s := newServer(t)
-	orch := newBus(t, s, "orchestrator")
+	var orchErrs errorTally
+	orch := newBus(t, s, "orchestrator", bus.WithErrorHandler(orchErrs.add))
+	subscribe(t, orch, func(context.Context, *bus.Delivery) error { return nil })
 	worker := newBus(t, s, "worker")
 	admin := adminOf(t, s)
 	started := make(chan string, 2)
@@ -254,6 +259,13 @@ func TestRequestCanceledWhileWaiting(t *testing.T) {
 				t.Fatalf("Request error %v, want a *CanceledError by %s", err, tt.by)
 			}
 			waitState(t, orch, tt.id, bus.StateCanceled)
+			waitFor(t, "the notice to the orchestrator taken", func() (bool, string) {
+				info, err := consumerInfo(t, orch, "orchestrator_p1")
+				return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
+			})
+			if orchErrs.total() != 0 {
+				t.Errorf("the orchestrator's background errors: %v", &orchErrs)
+			}
 		})
 	}
 }

@@ -367,20 +367,20 @@ func (d *demo) trace(ctx context.Context) (string, error) {
 			own++
 		}
 	}
-	return fmt.Sprintf("%d messages of two protocols and %d of the bus's own (progress updates, a cancel notice), one conversation, trace %s",
+	return fmt.Sprintf("%d messages of two protocols and %d of the bus's own (progress updates, cancel notices), one conversation, trace %s",
 		len(records)-own, own, traceID), nil
 }
 
 // settled reports whether every expected message has a record in a final
-// state.
+// state, or in the state expected of it.
 func settled(sts []bus.Status, expected map[string]expectation) bool {
-	final := 0
+	done := 0
 	for _, st := range sts {
-		if _, ok := expected[st.ID]; ok && st.State.Final() {
-			final++
+		if want, ok := expected[st.ID]; ok && (st.State.Final() || st.State == want.state) {
+			done++
 		}
 	}
-	return final == len(expected)
+	return done == len(expected)
 }
 
 // describe lists the records' states, for an error.
@@ -690,26 +690,34 @@ wait:
 	}
 	d.emit(messageEvent(m, EventCanceled, fmt.Sprintf("lifecycle record %s; it is not delivered again", st.State)))
 
-	// The cancel notice (bus.TypeCancel) is a message of the conversation
-	// too, with an ID the bus makes. The reviewer is to have taken it
-	// before it goes offline, or it would wait for the reviewer's return.
-	var notice bus.Status
-	err = reread(ctx, "cancel notice of "+m.ID, func(ctx context.Context) (bool, string, error) {
+	// The cancel notices (bus.TypeCancel) are messages of the conversation
+	// too, with IDs the bus makes: one to the reviewer, which is to have
+	// taken it before it goes offline, or it would wait for its return;
+	// and one to the orchestrator, for a Request of another of its
+	// processes, which waits unread in its inbox until the request's
+	// reply-by: the orchestrator takes no inbox.
+	notices := map[string]bus.Status{} // by recipient
+	err = reread(ctx, "cancel notices of "+m.ID, func(ctx context.Context) (bool, string, error) {
 		sts, err := d.operator.Conversation(ctx, Conversation)
 		for _, st := range sts {
 			if st.Type == bus.TypeCancel && st.CausationID == m.ID {
-				notice = st
-				return true, "", nil
+				notices[st.To] = st
 			}
 		}
-		return false, "no notice", err
+		return len(notices) == 2, fmt.Sprintf("notices to %d agents", len(notices)), err
 	})
 	if err != nil {
 		return 0, err
 	}
-	d.expect(notice.ID, bus.StateCompleted, 1)
-	if _, err := awaitState(ctx, d.orch.bus, notice.ID, reviewer, bus.StateCompleted); err != nil {
-		return 0, err
+	for to, notice := range notices {
+		state, deliveries := bus.StateCompleted, 1
+		if to == orchestrator {
+			state, deliveries = bus.StatePending, 0
+		}
+		d.expect(notice.ID, state, deliveries)
+		if _, err := awaitState(ctx, d.orch.bus, notice.ID, to, state); err != nil {
+			return 0, err
+		}
 	}
 	return len(got), nil
 }
