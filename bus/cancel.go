@@ -39,15 +39,15 @@ var ErrFinal = errors.New("bus: message already finished")
 //
 // The recipient learns of the cancel from its record, which only the
 // sender, the recipient and an operator may write, and from a notice
-// (TypeCancel, priority 1) that overtakes its queued work; the sender of a
-// request gets a notice too, until the request's reply-by, which ends a
-// Request waiting for it in any of its processes (in the one that cancels,
-// Cancel ends it at once). A request is
+// (TypeCancel, priority 1) that overtakes its queued work: a request is
 // checked against its record when it is delivered anyway, but a plain
 // message queued at priority 1 ahead of the notice can start before the
-// notice arrives, and is then cancelled while it runs. A process whose
-// connection was down when the notice went out looks up the records of
-// the messages it runs once it is back.
+// notice arrives, and is then cancelled while it runs. The sender of a
+// request gets a notice too, until the request's reply-by, which ends a
+// Request waiting for it in any of its processes (in the one that cancels,
+// Cancel ends it at once). A process whose connection was down when the
+// notice went out looks up the records of the messages it runs once it is
+// back.
 //
 // A scheduled message (Schedule), direct or broadcast, canceled by its
 // sender never fires: its schedule is removed. Canceled by its recipient,

@@ -877,11 +877,11 @@ type PresenceChange struct {
 // WatchPresence calls f with every agent's presence as it stands and then
 // with every change, in order, until ctx ends (it returns nil then) or the
 // handle closes (ErrClosed). A heartbeat is no change, nor one of another
-// process of the agent that came online while the agent was; an agent that
-// restarted (online again, since after the last heartbeat seen) is. The changes come from the
-// registry bucket, where the server itself records an agent gone silent,
-// so the watch needs no process to sweep for silent agents and sees the
-// same as every other watcher. f runs on the watch's goroutine; a slow f
+// process of the agent that came online while the agent was; an agent
+// that restarted (online again, since after the last heartbeat seen) is.
+// The changes come from the registry bucket, where the server itself
+// records an agent gone silent, so the watch needs no process to sweep
+// for silent agents and sees the same as every other watcher. f runs on the watch's goroutine; a slow f
 // delays the next change. The Bus of a Shards watches every shard's
 // registry: each agent's changes come in order, and f is never called
 // twice at once.

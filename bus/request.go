@@ -42,9 +42,9 @@ const ExtReplyBy = "replyby"
 // (IdleTimeout, reset by each progress update). A request canceled while
 // Request waits (Cancel, by its recipient, an operator or another process
 // of the agent too) returns a *CanceledError (errors.Is ErrCanceled).
-// Close ends a Request still
-// waiting with an error wrapping ErrClosed; its reply, when it comes, goes
-// to a handler of the agent like any late reply.
+// Close ends a Request still waiting with an error wrapping ErrClosed; its
+// reply, when it comes, goes to a handler of the agent like any late
+// reply.
 //
 // The reply travels through JetStream like any message, and is processed
 // once: Request takes it as it is published, from a subscription of the
