@@ -72,7 +72,9 @@ func BenchmarkPresenceHeartbeats(b *testing.B) {
 // BenchmarkPresenceServerMemory reports what the presence of 10,000
 // agents costs the server, in a process of its own: the growth of its heap
 // after a GC and of its resident memory per agent once each agent's
-// presence record (with its TTL) is stored.
+// presence record (with its TTL) is stored, and then per process once each
+// answers on its agent's processes subject (subjects.Scheme.ProcessesSubject),
+// one core subscription as Register makes it.
 //
 //	go test -run '^$' -bench PresenceServerMemory -benchtime 1x ./bus
 func BenchmarkPresenceServerMemory(b *testing.B) {
@@ -102,25 +104,8 @@ func BenchmarkPresenceServerMemory(b *testing.B) {
 		after := srv.stats(b)
 		b.ReportMetric((after.heap-before.heap)/n, "server-heap-B/agent")
 		b.ReportMetric((after.rss-before.rss)/n, "server-rss-B/agent")
-	}
-}
 
-// BenchmarkPresenceProcessesSubscriptions reports what answering on their
-// processes subjects (subjects.Scheme.ProcessesSubject) costs the server
-// for 10,000 registered processes, in a process of its own: one core
-// subscription each, as Register makes it.
-//
-//	go test -run '^$' -bench PresenceProcessesSubscriptions -benchtime 1x ./bus
-func BenchmarkPresenceProcessesSubscriptions(b *testing.B) {
-	const n = 10_000
-	srv := startServerProcess(b, buildNATSServer(b))
-	nc, err := nats.Connect(srv.url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	for b.Loop() {
-		before := srv.stats(b)
+		before = after
 		subs := make([]*nats.Subscription, n)
 		for i := range subs {
 			subject, _ := subjects.Default().ProcessesSubject(fmt.Sprintf("agent-%05d", i))
@@ -131,7 +116,7 @@ func BenchmarkPresenceProcessesSubscriptions(b *testing.B) {
 		if err := nc.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		after := srv.stats(b)
+		after = srv.stats(b)
 		b.ReportMetric((after.heap-before.heap)/n, "server-heap-B/process")
 		b.ReportMetric((after.rss-before.rss)/n, "server-rss-B/process")
 		for _, sub := range subs {
