@@ -367,16 +367,35 @@ func TestRequestFailsWhenAgentGoesSilent(t *testing.T) {
 	}
 }
 
+// watchPresence watches presence with admin until the test ends, and
+// returns the changes.
+func watchPresence(t *testing.T, admin *bus.Admin) <-chan bus.PresenceChange {
+	ctx, cancel := context.WithCancel(testContext(t))
+	changes := make(chan bus.PresenceChange, 64)
+	watched := make(chan error, 1)
+	go func() { watched <- admin.WatchPresence(ctx, func(c bus.PresenceChange) { changes <- c }) }()
+	t.Cleanup(func() { cancel(); <-watched })
+	return changes
+}
+
+// waitLastSeen waits until agent's last heartbeat is at or after at.
+func waitLastSeen(t *testing.T, admin *bus.Admin, agent string, at time.Time) {
+	t.Helper()
+	waitFor(t, agent+"'s heartbeats until "+at.String(), func() (bool, string) {
+		a, err := admin.LookupAgent(testContext(t), agent)
+		if err != nil {
+			return false, err.Error()
+		}
+		return !a.Presence.LastSeen.Before(at), a.Presence.LastSeen.String()
+	})
+}
+
 // TestWatchPresence: a watcher sees an agent come online and go offline,
 // and no heartbeat in between.
 func TestWatchPresence(t *testing.T) {
 	s := newServer(t)
 	admin := adminOf(t, s)
-	ctx, cancel := context.WithCancel(testContext(t))
-	changes := make(chan bus.PresenceChange, 16)
-	watched := make(chan error, 1)
-	go func() { watched <- admin.WatchPresence(ctx, func(c bus.PresenceChange) { changes <- c }) }()
-	defer func() { cancel(); <-watched }()
+	changes := watchPresence(t, admin)
 	next := func() bus.PresenceChange {
 		t.Helper()
 		select {
@@ -400,13 +419,7 @@ func TestWatchPresence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "two heartbeats", func() (bool, string) {
-		a, err := admin.LookupAgent(testContext(t), "worker")
-		if err != nil {
-			return false, err.Error()
-		}
-		return a.Presence.LastSeen.Sub(first.Presence.LastSeen) >= 2*time.Second, a.Presence.LastSeen.String()
-	})
+	waitLastSeen(t, admin, "worker", first.Presence.LastSeen.Add(2*time.Second))
 	worker.Close()
 	if c := next(); c.Agent != "worker" || c.Presence.Status != bus.Offline || c.Presence.Reason != bus.ReasonShutdown || c.Previous != bus.Online {
 		t.Fatalf("second change %+v, want worker offline after a shutdown", c)
@@ -428,11 +441,7 @@ func TestWatchPresence(t *testing.T) {
 func TestWatchPresenceOfTwoProcesses(t *testing.T) {
 	s := newServer(t)
 	admin := adminOf(t, s)
-	ctx, cancel := context.WithCancel(testContext(t))
-	changes := make(chan bus.PresenceChange, 64)
-	watched := make(chan error, 1)
-	go func() { watched <- admin.WatchPresence(ctx, func(c bus.PresenceChange) { changes <- c }) }()
-	defer func() { cancel(); <-watched }()
+	changes := watchPresence(t, admin)
 
 	var processes []*bus.Bus
 	var since time.Time
@@ -467,13 +476,7 @@ func TestWatchPresenceOfTwoProcesses(t *testing.T) {
 	if err := admin.Conn().Publish(subjects.Default().RegistrySubjectPrefix()+key, record); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "three heartbeats of both", func() (bool, string) {
-		a, err := admin.LookupAgent(testContext(t), "worker")
-		if err != nil {
-			return false, err.Error()
-		}
-		return a.Presence.LastSeen.Sub(last.Presence.LastSeen) >= 3*time.Second, a.Presence.LastSeen.String()
-	})
+	waitLastSeen(t, admin, "worker", last.Presence.LastSeen.Add(3*time.Second)) // three heartbeats of both
 	for _, p := range processes {
 		p.Close()
 	}
