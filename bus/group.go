@@ -265,15 +265,18 @@ func (b *Bus) PublishGroup(ctx context.Context, group string, m Message) ([]Grou
 }
 
 // publishCopies sends m to each of members, as PublishGroup describes,
-// asynchronously, and waits for every copy.
+// asynchronously, and waits for every copy. A copy whose ack a dropped
+// connection lost (nats.ErrDisconnected: it may be stored) is sent again,
+// as Publish sends, with its ID, which the stream stores once.
 func (b *Bus) publishCopies(ctx context.Context, m Message, members []string) ([]GroupAck, error) {
 	acks := make([]GroupAck, len(members))
+	copies := make([]Message, len(members))
 	futures := make([]*PublishFuture, len(members))
 	var errs []error
 	for i, member := range members {
-		c := copyFor(m, member)
+		copies[i] = copyFor(m, member)
 		acks[i].Member = member
-		f, err := b.PublishAsync(ctx, c)
+		f, err := b.PublishAsync(ctx, copies[i])
 		if err != nil {
 			acks[i].Err = err
 			errs = append(errs, fmt.Errorf("member %q: %w", member, err))
@@ -286,6 +289,9 @@ func (b *Bus) publishCopies(ctx context.Context, m Message, members []string) ([
 			continue
 		}
 		ack, err := f.Wait(ctx)
+		if errors.Is(err, nats.ErrDisconnected) {
+			ack, err = b.Publish(ctx, copies[i])
+		}
 		acks[i].PubAck, acks[i].Err = ack, err
 		if err != nil {
 			errs = append(errs, fmt.Errorf("member %q: %w", acks[i].Member, err))

@@ -148,6 +148,63 @@ func TestLostAnswerEveryCall(t *testing.T) {
 	}
 }
 
+// TestLostAckOfGroupCopies: a copy of PublishGroup or Gather whose ack is
+// lost with the connection is sent again, and its member handles it once.
+// The call failed for that member with nats.ErrDisconnected, though the
+// copy was stored: the asynchronous publish fails what is in flight at a
+// disconnect.
+func TestLostAckOfGroupCopies(t *testing.T) {
+	s := newServer(t)
+	handled := newRecorder()
+	member := newBus(t, s, "member")
+	if err := member.JoinGroup(testContext(t), "crew"); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, member, func(ctx context.Context, d *bus.Delivery) error {
+		if err := handled.handle(ctx, d); err != nil {
+			return err
+		}
+		if _, ok := d.Extensions[bus.ExtReplyBy]; ok {
+			_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+			return err
+		}
+		return nil
+	})
+	p, lead, _ := throughCutProxy(t, s, "lead")
+	for i, c := range []struct {
+		name string
+		send func(ctx context.Context) error
+	}{
+		{"PublishGroup", func(ctx context.Context) error {
+			_, err := lead.PublishGroup(ctx, "crew", bus.Message{Type: "NOTE"})
+			return err
+		}},
+		{"Gather", func(ctx context.Context) error {
+			res, err := lead.GatherGroup(ctx, "crew", bus.Message{Type: "ASK"})
+			if err == nil && !res.Replied("member") {
+				err = fmt.Errorf("no reply from the member: %+v", res)
+			}
+			return err
+		}},
+	} {
+		cut := p.cutOnDelivery(`{"stream":"AGENTBUS","seq"`) // the server's ack of the copy
+		if err := c.send(testContext(t)); err != nil {
+			t.Errorf("%s, the ack of its copy lost: %v", c.name, err)
+		}
+		if !wasCut(cut) {
+			t.Errorf("%s: its ack was not cut: the test tested nothing", c.name)
+		}
+		handled.waitCount(t, i+1)
+	}
+	waitFor(t, "every copy settled", func() (bool, string) {
+		info, err := consumerInfo(t, member, "member_p3")
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0, fmt.Sprint(info, err)
+	})
+	if got := handled.types(); !slices.Equal(got, []string{"NOTE", "ASK"}) {
+		t.Errorf("the member handled %v, want each copy once", got)
+	}
+}
+
 // TestLostPullOfEveryRead: a read through a consumer of its own (the
 // registry, groups, history, dead letters, records) whose pull is lost with
 // the connection pulls again and answers in full. It answered short, with
