@@ -233,6 +233,11 @@ func newTracker(nc *nats.Conn, o *options, live context.Context) (*tracker, erro
 		MaxPending: o.maxAsyncPending,
 		Timeout:    o.asyncTimeout,
 		OnError:    func(m *nats.Msg, err error) { t.failed(m.Subject, err) },
+		// A record is the same when stored twice (a put; a create or an
+		// update that expects a sequence fails the second time, which
+		// failed passes over): one lost with a dropped connection would
+		// otherwise leave a wrong state for good.
+		SendAgainOnReconnect: true,
 	})
 	return t, nil
 }

@@ -309,6 +309,37 @@ func TestRequestTakenAnswersAcrossProcesses(t *testing.T) {
 	}
 }
 
+// TestTakenRecordAcrossADroppedConnection: the record of a reply a Request
+// took is written again when the connection drops with it in flight, and
+// the reply's stored copy, which another process of the agent meets, never
+// reaches that process's handler. The record was lost with the connection
+// (the write failed with nats.ErrDisconnected), and the other process ran
+// its handler with the reply.
+func TestTakenRecordAcrossADroppedConnection(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	replier(t, newBus(t, s, "worker"))
+	// The asker has no subscription: it writes the taken record at once.
+	p, asker, _ := throughCutProxy(t, s, "orchestrator")
+	other := newBus(t, s, "orchestrator")
+	otherSaw := newRecorder()
+	subscribe(t, other, otherSaw.handle)
+
+	cut := p.cutOn("PUB $KV.AGENTBUS_STATUS.")
+	if _, err := asker.Request(ctx, bus.Message{ID: "ask-1", To: "worker", Type: "REQUEST"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the taken record's write cut", func() (bool, string) { return wasCut(cut), "not yet" })
+	waitFor(t, "the stored reply settled by the other process", func() (bool, string) {
+		info, err := consumerInfo(t, other, "orchestrator_p3")
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream > 0 &&
+			info.AckFloor.Stream == info.Delivered.Stream, fmt.Sprint(info, err)
+	})
+	if got := otherSaw.types(); len(got) != 0 {
+		t.Errorf("the other process's handler got %v, want nothing: the reply was taken", got)
+	}
+}
+
 // TestRequestRepliedOutsideHandler: a request answered from another
 // process of its recipient while its handler runs (as 'agentbus reply'
 // from a subscribe --exec command) keeps its replied record when the

@@ -46,6 +46,13 @@ type Options struct {
 	// failed after it went out (an error ack, a timeout, a disconnect),
 	// after its future resolved.
 	OnError func(m *nats.Msg, err error)
+	// SendAgainOnReconnect keeps the publishes in flight when the
+	// connection drops, and sends them again once it is back, where they
+	// would otherwise fail with nats.ErrDisconnected: for messages that are
+	// the same when stored twice (a record put again, one with a
+	// Nats-Msg-Id or an expected last sequence). Their wait for an ack
+	// (Timeout) starts again.
+	SendAgainOnReconnect bool
 }
 
 // timeoutTicks is how many sweeps a publish's ack is waited for: the sweep
@@ -232,7 +239,7 @@ func (p *Publisher) subscribeLocked() error {
 		return err
 	}
 	p.sub, p.prefix = sub, prefix
-	p.status = p.nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	p.status = p.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
 	p.watching.Add(1)
 	go p.watch(p.status)
 	return nil
@@ -248,16 +255,35 @@ func lastToken(subject string) string {
 	return subject
 }
 
-// watch fails every publish in flight when the connection drops, until the
+// watch fails every publish in flight when the connection drops, or with
+// SendAgainOnReconnect sends them again once it is back, until the
 // connection closes or Close closes status.
 func (p *Publisher) watch(status chan nats.Status) {
 	defer p.watching.Done()
 	for s := range status {
-		if s == nats.CLOSED {
+		switch {
+		case s == nats.CLOSED:
 			p.failAll(nats.ErrConnectionClosed)
 			return
+		case s == nats.CONNECTED && p.opts.SendAgainOnReconnect:
+			p.resendAll()
+		case s == nats.RECONNECTING && !p.opts.SendAgainOnReconnect:
+			p.failAll(nats.ErrDisconnected)
 		}
-		p.failAll(nats.ErrDisconnected)
+	}
+}
+
+// resendAll sends every publish in flight again (resend): the connection
+// is back, and what went out before it dropped may never have arrived.
+func (p *Publisher) resendAll() {
+	p.mu.Lock()
+	inFlight := make([]*Future, 0, len(p.pending))
+	for _, f := range p.pending {
+		inFlight = append(inFlight, f)
+	}
+	p.mu.Unlock()
+	for _, f := range inFlight {
+		p.resend(f)
 	}
 }
 

@@ -296,6 +296,53 @@ func TestDisconnectFailsWhatIsInFlight(t *testing.T) {
 	}
 }
 
+// TestSendAgainOnReconnect: with SendAgainOnReconnect, a publish in flight
+// when the connection drops is not failed, and goes out again once the
+// connection is back.
+func TestSendAgainOnReconnect(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc, err := nats.Connect(s.ClientURL(), nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("silent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p := New(nc, Options{Timeout: time.Minute, SendAgainOnReconnect: true})
+	defer p.Close()
+	f, err := p.Publish(&nats.Msg{Subject: "silent", Data: []byte("record")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("the first copy: %v", err)
+	}
+	opts := s.Options()
+	s.Shutdown()
+	again, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Shutdown()
+	if m, err := sub.NextMsg(10 * time.Second); err != nil || string(m.Data) != "record" {
+		t.Fatalf("sent again after the reconnect: %v, %v", m, err)
+	}
+	select {
+	case <-f.Done():
+		_, err := f.Result()
+		t.Errorf("resolved by the disconnect: %v, want still in flight", err)
+	default:
+	}
+	if pending(p) != 1 {
+		t.Errorf("%d in flight, want 1", pending(p))
+	}
+}
+
 func TestPublishRefusesReply(t *testing.T) {
 	nc, _ := withStream(t)
 	p := New(nc, Options{})

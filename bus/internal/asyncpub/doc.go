@@ -15,6 +15,11 @@
 //     publishes in flight; nats.go draws a random token and checks it is
 //     free.
 //
+// For messages that are the same when stored twice, such as the bus's
+// lifecycle records, Options.SendAgainOnReconnect keeps what is in flight
+// across a dropped connection and sends it again once the connection is
+// back.
+//
 // A Publisher subscribes to its acks on an inbox of its own with its first
 // Publish, watches the connection from then on, and stops both at Close:
 //
