@@ -3,6 +3,7 @@ package asyncpub
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -111,6 +112,9 @@ type Future struct {
 	token   uint64
 	epoch   uint64 // the sweep count when it was sent
 	retries int
+	// sent is set once Publish has sent msg, which it no longer changes
+	// then: resendAll sends only such a message again.
+	sent atomic.Bool
 
 	// Guarded by p.mu until resolved; read-only after.
 	resolved bool
@@ -172,6 +176,7 @@ func (p *Publisher) Publish(m *nats.Msg) (*Future, error) {
 		m.Reply = ""
 		return nil, err
 	}
+	f.sent.Store(true)
 	return f, nil
 }
 
@@ -274,12 +279,15 @@ func (p *Publisher) watch(status chan nats.Status) {
 }
 
 // resendAll sends every publish in flight again (resend): the connection
-// is back, and what went out before it dropped may never have arrived.
+// is back, and what went out before it dropped may never have arrived. A
+// publish still being sent by Publish is left to it.
 func (p *Publisher) resendAll() {
 	p.mu.Lock()
 	inFlight := make([]*Future, 0, len(p.pending))
 	for _, f := range p.pending {
-		inFlight = append(inFlight, f)
+		if f.sent.Load() {
+			inFlight = append(inFlight, f)
+		}
 	}
 	p.mu.Unlock()
 	for _, f := range inFlight {

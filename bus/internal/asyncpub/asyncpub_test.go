@@ -322,6 +322,19 @@ func TestSendAgainOnReconnect(t *testing.T) {
 	if _, err := sub.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("the first copy: %v", err)
 	}
+	// More publishes go out meanwhile. One still being sent when the
+	// connection comes back is left to Publish: a resend of it raced with
+	// Publish setting its reply subject, which a stress run under -race
+	// found (this loop gives the race detector the chance, rarely taken).
+	more := make(chan struct{})
+	go func() {
+		defer close(more)
+		for range 2000 {
+			if _, err := p.Publish(&nats.Msg{Subject: "silent"}); err != nil {
+				return
+			}
+		}
+	}()
 	opts := s.Options()
 	s.Shutdown()
 	again, err := embedded.Start(opts)
@@ -329,8 +342,16 @@ func TestSendAgainOnReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Shutdown()
-	if m, err := sub.NextMsg(10 * time.Second); err != nil || string(m.Data) != "record" {
-		t.Fatalf("sent again after the reconnect: %v, %v", m, err)
+	<-more
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		m, err := sub.NextMsg(time.Until(waitFor))
+		if err != nil {
+			t.Fatalf("not sent again after the reconnect: %v", err)
+		}
+		if string(m.Data) == "record" {
+			break // the others are the loop's
+		}
 	}
 	select {
 	case <-f.Done():
@@ -338,8 +359,8 @@ func TestSendAgainOnReconnect(t *testing.T) {
 		t.Errorf("resolved by the disconnect: %v, want still in flight", err)
 	default:
 	}
-	if pending(p) != 1 {
-		t.Errorf("%d in flight, want 1", pending(p))
+	if pending(p) == 0 {
+		t.Errorf("nothing in flight, want the first publish still")
 	}
 }
 
