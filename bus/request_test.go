@@ -500,7 +500,9 @@ func storedMessage(t *testing.T, s *embedded.Server, filter string) (*jetstream.
 // on its first delivery and replied on its second reads replied with two
 // deliveries, as a completion after a redelivery does. Its reply under the
 // derived ID wrote no record, and the lookup, which finds the reply, said
-// one.
+// one. A lookup made before the handler's record is stored may still say
+// one, and says two once it is: the test waits for the record, as the
+// requester has the reply before it.
 func TestReplyAfterRedeliveryCountsDeliveries(t *testing.T) {
 	s := newServer(t)
 	orch := newBus(t, s, "orchestrator")
@@ -514,7 +516,8 @@ func TestReplyAfterRedeliveryCountsDeliveries(t *testing.T) {
 	if _, err := orch.Request(testContext(t), bus.Message{ID: "twice", To: "worker", Type: "ASK"}); err != nil {
 		t.Fatal(err)
 	}
-	if st := waitState(t, orch, "twice", bus.StateReplied); st.Deliveries != 2 {
-		t.Errorf("replied after %d deliveries, want 2: %+v", st.Deliveries, st)
-	}
+	waitFor(t, "twice replied after two deliveries", func() (bool, string) {
+		st := waitState(t, orch, "twice", bus.StateReplied)
+		return st.Deliveries == 2, fmt.Sprintf("replied after %d deliveries: %+v", st.Deliveries, st)
+	})
 }
