@@ -315,13 +315,13 @@ func (r streamReads) readStream(ctx context.Context, stream string, cfg jetstrea
 // its connection ends with ErrClosed.
 func (r streamReads) readAfresh(ctx context.Context, stream string, open func(context.Context) (jetstream.Consumer, error),
 	each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	defer context.AfterFunc(r.live, func() { cancel(ErrClosed) })()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.live, cancel)()
 	for attempt := 1; ; attempt++ {
 		c, err := open(ctx)
 		if err != nil {
-			return endedByClose(ctx, err)
+			return r.closedOr(err)
 		}
 		passed := false
 		err = readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
@@ -330,16 +330,15 @@ func (r streamReads) readAfresh(ctx context.Context, stream string, open func(co
 		})
 		r.deleteReader(ctx, stream, c)
 		if err == nil || passed || attempt == apiAttempts || !errors.Is(err, errReadGap) || ctx.Err() != nil {
-			return endedByClose(ctx, err)
+			return r.closedOr(err)
 		}
 	}
 }
 
-// endedByClose returns ErrClosed if ctx ended because the handle closed
-// its connection (streamReads.readAfresh), which err is then the doing of,
-// else err.
-func endedByClose(ctx context.Context, err error) error {
-	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+// closedOr returns ErrClosed for a read that failed once the handle closed
+// its connection, which the failure is then the doing of, else err.
+func (r streamReads) closedOr(err error) error {
+	if err != nil && r.live.Err() != nil {
 		return ErrClosed
 	}
 	return err

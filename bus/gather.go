@@ -75,9 +75,10 @@ func (r *GatherResult) Replied(agent string) bool {
 // reply), who was offline (by the registry; not asked unless
 // GatherOffline) and who did not answer in time. Fewer replies than wanted
 // return the result with an error wrapping ErrTooFewReplies (and ctx's
-// error when ctx ended the wait), or ErrClosed when Close ended it. A reply that comes after Gather ended is not
-// lost: it reaches the agent's handler (marked Late once the reply-by
-// passed), and Attach reads it by the copy's ID (GatherResult.Requests).
+// error when ctx ended the wait), or ErrClosed when Close ended it. A reply
+// that comes after Gather ended is not lost: it reaches the agent's
+// handler (marked Late once the reply-by passed), and Attach reads it by
+// the copy's ID (GatherResult.Requests).
 func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...GatherOption) (*GatherResult, error) {
 	var o gatherOptions
 	for _, opt := range opts {

@@ -83,9 +83,9 @@ func (d *Delivery) IsInputRequest() (requestID string, ok bool) {
 // OnInput answers the questions the handler of the request asks its
 // sender while Request waits (Delivery.AskInput): f's message is sent as
 // the reply to the question, of TypeInputAnswer unless it has a type; an
-// error from f is sent as a TypeInputDeclined reply with its text. f runs on Request's goroutine, in
-// order with the progress updates. Without OnInput the questions reach the
-// agent's handler like any request.
+// error from f is sent as a TypeInputDeclined reply with its text. f runs
+// on Request's goroutine, in order with the progress updates. Without
+// OnInput the questions reach the agent's handler like any request.
 func OnInput(f func(ctx context.Context, question *Delivery) (Message, error)) RequestOption {
 	return func(o *requestOptions) { o.onInput = f }
 }

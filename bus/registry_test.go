@@ -278,10 +278,7 @@ func TestCloseOfOneProcessOfTwo(t *testing.T) {
 		if err := p.Register(ctx, bus.AgentCard{}); err != nil {
 			t.Fatal(err)
 		}
-		subscribe(t, p, func(ctx context.Context, d *bus.Delivery) error {
-			_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
-			return err
-		})
+		replier(t, p)
 		processes = append(processes, p)
 	}
 	orch := newBus(t, s, "orchestrator")
@@ -290,7 +287,7 @@ func TestCloseOfOneProcessOfTwo(t *testing.T) {
 	if a, err := orch.LookupAgent(ctx, "worker"); err != nil || a.Presence.Status != bus.Online {
 		t.Errorf("one process of two closed: %+v, %v; want online", a.Presence, err)
 	}
-	if d, err := orch.Request(ctx, bus.Message{To: "worker", Type: "WORK"}); err != nil || d.Type != "DONE" {
+	if d, err := orch.Request(ctx, bus.Message{To: "worker", Type: "REQUEST"}); err != nil || d.Type != "RESULT" {
 		t.Errorf("request after one process of two closed: %+v, %v", d, err)
 	}
 

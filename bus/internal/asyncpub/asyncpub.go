@@ -112,8 +112,9 @@ type Future struct {
 	token   uint64
 	epoch   uint64 // the sweep count when it was sent
 	retries int
-	// sent is set once Publish has sent msg, which it no longer changes
-	// then: resendAll sends only such a message again.
+	// sent is set, with SendAgainOnReconnect, once Publish has sent msg,
+	// which it no longer changes then: resendAll sends only such a message
+	// again.
 	sent atomic.Bool
 
 	// Guarded by p.mu until resolved; read-only after.
@@ -176,7 +177,9 @@ func (p *Publisher) Publish(m *nats.Msg) (*Future, error) {
 		m.Reply = ""
 		return nil, err
 	}
-	f.sent.Store(true)
+	if p.opts.SendAgainOnReconnect {
+		f.sent.Store(true)
+	}
 	return f, nil
 }
 
