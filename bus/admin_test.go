@@ -10,6 +10,7 @@ import (
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -62,6 +63,55 @@ func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
 	}
 	if _, err := admin.Provision(ctx, bus.StreamConfig{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("dedup window over max age: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestProvisionOfARegistryWithPresence: a registry bucket provisioned
+// before presence had a bucket of its own (subject delete markers, so
+// rollups that let any agent purge it) is updated by Provision to allow
+// no rollups, keeping its cards; a second Provision leaves it so. Presence
+// is read from its own bucket.
+func TestProvisionOfARegistryWithPresence(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := subjects.Default()
+	// The registry as Provision made it until 2026-11-27.
+	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: scheme.RegistryBucket(), History: 1, LimitMarkerTTL: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "card.alice", []byte(`{"name":"alice","description":"from before"}`)); err != nil {
+		t.Fatal(err)
+	}
+	admin := newAdmin(t, nc)
+	for i := range 2 {
+		if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
+			t.Fatalf("provision %d: %v", i+1, err)
+		}
+		st, err := js.Stream(ctx, "KV_"+scheme.RegistryBucket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.CachedInfo().Config; c.AllowRollup || c.SubjectDeleteMarkerTTL != 0 {
+			t.Errorf("provision %d: registry allows rollups %v, delete markers %v; want neither", i+1, c.AllowRollup, c.SubjectDeleteMarkerTTL)
+		}
+	}
+	m := &nats.Msg{Subject: scheme.RegistrySubjectPrefix() + "card.mallory", Header: nats.Header{"Nats-Rollup": []string{"all"}}}
+	if _, err := js.PublishMsg(ctx, m); err == nil {
+		t.Error("a rollup on the registry was stored")
+	}
+	b := newBus(t, s, "worker")
+	if err := b.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := admin.Agents(ctx)
+	if err != nil || len(agents) != 2 || agents[0].Card.Description != "from before" || agents[1].Presence.Status != bus.Online {
+		t.Errorf("Agents = %+v, %v; want alice's card from before and worker online", agents, err)
 	}
 }
 

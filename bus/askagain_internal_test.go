@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // TestAskAgain: a request whose answer does not come is made again, up to
@@ -121,12 +122,14 @@ func TestNewReaderAsksAgain(t *testing.T) {
 	if err != nil || len(agents) != 1 || agents[0].Card.Description != "reads" {
 		t.Fatalf("Agents after %d lost answers = %+v, %v", apiAttempts-1, agents, err)
 	}
-	s, err := lossy.JetStream.Stream(ctx, b.registry.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := s.Info(ctx); err != nil || info.State.Consumers != 0 {
-		t.Errorf("after the read: %d consumers, %v; want none", info.State.Consumers, err)
+	for _, stream := range []string{b.registry.stream, b.presence.stream} {
+		s, err := lossy.JetStream.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := s.Info(ctx); err != nil || info.State.Consumers != 0 {
+			t.Errorf("after the read: %s has %d consumers, %v; want none", stream, info.State.Consumers, err)
+		}
 	}
 }
 
@@ -208,11 +211,11 @@ func (j *racedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyV
 
 // TestProvisionRacingAnotherProcess: a provision whose buckets another
 // process creates, and denies rollups on, between its look and its create
-// succeeds, and leaves rollups denied on the status bucket. Its create
-// asked for rollups allowed, which the server refused as "stream name
-// already in use" (six processes provisioning at once failed so in 3
-// rounds of 5). The registry keeps rollups on whatever provision asks
-// (docs/security.md, "The agent registry allows rollups").
+// succeeds, and leaves rollups denied on the status and registry buckets.
+// Its create asked for rollups allowed, which the server refused as
+// "stream name already in use" (six processes provisioning at once failed
+// so in 3 rounds of 5). The presence bucket keeps rollups on whatever
+// provision asks (docs/security.md).
 func TestProvisionRacingAnotherProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -221,18 +224,17 @@ func TestProvisionRacingAnotherProcess(t *testing.T) {
 	if _, err := provision(ctx, nc, raced, StreamConfig{}, func(err error) { t.Error(err) }); err != nil {
 		t.Fatalf("provision racing another process: %v", err)
 	}
-	status, err := StreamConfig{}.StatusBucketConfig()
-	if err != nil {
-		t.Fatal(err)
+	scheme := subjects.Default()
+	for _, bucket := range []string{scheme.StatusBucket(), scheme.RegistryBucket()} {
+		st, err := js.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CachedInfo().Config.AllowRollup {
+			t.Errorf("%s allows rollups", bucket)
+		}
 	}
-	st, err := js.Stream(ctx, "KV_"+status.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.CachedInfo().Config.AllowRollup {
-		t.Errorf("the status bucket allows rollups")
-	}
-	if len(raced.raced) != 2 {
-		t.Errorf("raced buckets %v, want the status bucket and the registry", raced.raced)
+	if len(raced.raced) != 3 {
+		t.Errorf("raced buckets %v, want the status, registry and presence buckets", raced.raced)
 	}
 }

@@ -25,8 +25,9 @@ type client struct {
 	pub      *asyncpub.Publisher
 	opts     options
 	tel      *telemetry
-	status   *tracker // nil when lifecycle tracking is off
-	registry registry
+	status   *tracker   // nil when lifecycle tracking is off
+	registry kvSubjects // cards, groups, outages
+	presence kvSubjects
 	directs  directSubjects // the plain direct subjects it sent on
 
 	// refusals are the server's refusals of this connection's requests;
@@ -132,7 +133,7 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 		po.OnAck = status.acked
 	}
 	pub := asyncpub.New(nc, po)
-	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: newRegistry(o.scheme), refusals: r,
+	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: registrySubjects(o.scheme), presence: presenceSubjects(o.scheme), refusals: r,
 		reads: streamReads{js: js, onError: o.onError, live: live}, endLive: endLive, closing: make(chan struct{})}, nil
 }
 

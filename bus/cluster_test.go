@@ -92,7 +92,7 @@ func storedEverywhere(t *testing.T, nodes []*embedded.Server, ack bus.PubAck) {
 // it finds by the derived ID on a replica.
 func TestClusterRequestReply(t *testing.T) {
 	scheme := subjects.Default()
-	nodes := replicatedCluster(t, "KV_"+scheme.StatusBucket(), "KV_"+scheme.RegistryBucket()).Servers()
+	nodes := replicatedCluster(t, "KV_"+scheme.StatusBucket(), "KV_"+scheme.RegistryBucket(), "KV_"+scheme.PresenceBucket()).Servers()
 	worker := newBus(t, nodes[2], "worker")
 	replier(t, worker)
 	orch := newBus(t, nodes[1], "orchestrator")
@@ -257,7 +257,7 @@ func TestClusterQuorumLossIsUnavailable(t *testing.T) {
 // creates: before the registry's reads asked again (askAgain in newReader),
 // one read in four here waited out its whole context.
 func TestClusterPresence(t *testing.T) {
-	c := replicatedCluster(t, "KV_AGENTBUS_AGENTS")
+	c := replicatedCluster(t, "KV_AGENTBUS_AGENTS", "KV_AGENTBUS_PRESENCE")
 	nodes := c.Servers()
 	observer := newBus(t, nodes[0], "observer")
 

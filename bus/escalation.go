@@ -253,18 +253,8 @@ func (w *escalations) send(ctx context.Context, kind string, o *outage, e Escala
 
 // registryHas reports whether the registry holds key.
 func (c *client) registryHas(ctx context.Context, key string) (bool, error) {
-	resp, err := directGet(ctx, c.nc, c.registry.directGet+key)
-	if err != nil {
-		return false, err
-	}
-	switch code := resp.Header.Get("Status"); code {
-	case "":
-		return true, nil
-	case "404":
-		return false, nil
-	default:
-		return false, fmt.Errorf("registry key %s: server answered %s %s", key, code, resp.Header.Get("Description"))
-	}
+	resp, err := c.getKey(ctx, c.registry, key)
+	return resp != nil, err
 }
 
 // escalationMessage makes the message of e under policy p.

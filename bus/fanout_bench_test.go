@@ -172,7 +172,7 @@ func benchGatherBus(b *testing.B, env *benchEnv, base *baselines, gopts []bus.Ga
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := qb.Conn().Request(qb.Subjects().RegistryDirectGetPrefix()+key, nil, 10*time.Second); err != nil {
+		if _, err := qb.Conn().Request(qb.Subjects().PresenceDirectGetPrefix()+key, nil, 10*time.Second); err != nil {
 			b.Fatal(err)
 		}
 	}

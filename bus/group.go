@@ -97,7 +97,7 @@ func (c *client) setMember(ctx context.Context, group, agent string, join bool, 
 		if !join {
 			verb = "leave"
 		}
-		return refusedCall(ctx, fmt.Errorf("%s group %s as %s: %w", verb, group, agent, c.registryMissing(err)))
+		return refusedCall(ctx, fmt.Errorf("%s group %s as %s: %w", verb, group, agent, c.registryMissing(c.registry, err)))
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 		return false, nil
 	})
 	if err != nil {
-		return nil, refusedCall(ctx, fmt.Errorf("read groups: %w", c.registryMissing(err)))
+		return nil, refusedCall(ctx, fmt.Errorf("read groups: %w", c.registryMissing(c.registry, err)))
 	}
 	for _, members := range out {
 		slices.Sort(members)
@@ -187,7 +187,7 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return c.closedOr(fmt.Errorf("watch groups: %w", c.registryMissing(err)))
+		return c.closedOr(fmt.Errorf("watch groups: %w", c.registryMissing(c.registry, err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {

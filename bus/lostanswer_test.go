@@ -73,7 +73,7 @@ func TestLostAnswerOfPresence(t *testing.T) {
 	})
 	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
 	lead := dialBus(t, p.URL(), "lead")
-	cut := p.cutOn("$JS.API.DIRECT.GET.KV_AGENTBUS_AGENTS.")
+	cut := p.cutOn("$JS.API.DIRECT.GET.KV_AGENTBUS_PRESENCE.")
 	ctx, cancel := context.WithTimeout(testContext(t), 10*time.Second)
 	defer cancel()
 	if _, err := lead.Request(ctx, bus.Message{To: "worker", Type: "TASK"}); err != nil {

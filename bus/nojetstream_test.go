@@ -9,8 +9,10 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 // TestErrorsSayTheFix: a publish to a server without JetStream says so and
@@ -65,6 +67,27 @@ func TestErrorsSayTheFix(t *testing.T) {
 		_, err = b.Agents(testContext(t))
 		if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "FRESH_AGENTS") || !strings.Contains(err.Error(), "agentbus provision") {
 			t.Errorf("Agents: %v, want ErrNotProvisioned naming the bucket FRESH_AGENTS and agentbus provision", err)
+		}
+	})
+	t.Run("presence bucket missing", func(t *testing.T) {
+		// As a version before the presence bucket left it provisioned.
+		s := newServer(t)
+		js, err := jetstream.New(embeddedtest.Connect(t, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := js.DeleteStream(testContext(t), "KV_AGENTBUS_PRESENCE"); err != nil {
+			t.Fatal(err)
+		}
+		b := newBus(t, s, "w")
+		for name, call := range map[string]func(ctx context.Context) error{
+			"Register":    func(ctx context.Context) error { return b.Register(ctx, bus.AgentCard{}) },
+			"Agents":      func(ctx context.Context) error { _, err := b.Agents(ctx); return err },
+			"LookupAgent": func(ctx context.Context) error { _, err := b.LookupAgent(ctx, "w"); return err },
+		} {
+			if err := call(testContext(t)); !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "AGENTBUS_PRESENCE") {
+				t.Errorf("%s: %v, want ErrNotProvisioned naming the bucket AGENTBUS_PRESENCE", name, err)
+			}
 		}
 	})
 }

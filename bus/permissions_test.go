@@ -397,7 +397,7 @@ func (in *intruder) deniedRequest(t *testing.T, subject string, body any) {
 func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	srv := newAuthServer(t, "alice", "bob", "mallory")
 	var aliceErrs, bobErrs errorTally
-	alice := srv.agentBus(t, "alice", aliceErrs.add)
+	alice := srv.agentBus(t, "alice", aliceErrs.add, bus.WithHeartbeat(time.Second))
 	bob := srv.agentBus(t, "bob", bobErrs.add)
 	mallory := newIntruder(t, srv, "mallory")
 	ctx := testContext(t)
@@ -411,6 +411,13 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	}
 	sub.Stop()
 	<-sub.Done()
+	// And her card and membership, which mallory's rollups must not purge.
+	if err := alice.Register(ctx, bus.AgentCard{Description: "alice's card"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.JoinGroup(ctx, "crew"); err != nil {
+		t.Fatal(err)
+	}
 	sent := publish(t, bob, bus.Message{To: "alice", Type: "secret", Data: []byte("for alice")})
 	key, err := subjects.StatusKey(sent.ID, sent.ID, "bob", "alice")
 	if err != nil {
@@ -683,8 +690,7 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		})
 	})
 	t.Run("write alice's card or presence", func(t *testing.T) {
-		for _, key := range []string{"card.alice", "presence.alice"} {
-			subject := "$KV." + s.RegistryBucket() + "." + key
+		for _, subject := range []string{s.RegistrySubjectPrefix() + "card.alice", s.PresenceSubjectPrefix() + "presence.alice"} {
 			mallory.denied(t, subject, func(ctx context.Context) error {
 				_, err := mallory.js.Publish(ctx, subject, []byte(`{"name":"alice","description":"forged"}`))
 				return err
@@ -698,12 +704,14 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 	t.Run("roll up a stream", func(t *testing.T) {
 		// mallory may write to subjects of each stream, but not purge the
 		// stream with a rollup: the message streams allow none, and
-		// Provision turns them off on the status bucket.
+		// Provision turns them off on the status and registry buckets.
+		// (The presence bucket must allow them: docs/security.md.)
 		own, err := subjects.StatusKey("c", "m", "mallory", "bob")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, subject := range []string{"$KV." + s.StatusBucket() + "." + own, "agentbus.agent.bob.p1.mallory.x", "agentbus.dlq.mallory.bob.x"} {
+		for _, subject := range []string{"$KV." + s.StatusBucket() + "." + own, "agentbus.agent.bob.p1.mallory.x", "agentbus.dlq.mallory.bob.x",
+			s.RegistrySubjectPrefix() + "card.mallory", s.RegistrySubjectPrefix() + "group.crew.mallory"} {
 			m := &nats.Msg{Subject: subject, Header: nats.Header{"Nats-Rollup": []string{"all"}}}
 			_, err = mallory.js.PublishMsg(ctx, m)
 			var apiErr *jetstream.APIError
@@ -713,9 +721,29 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 		}
 	})
 
-	// Nothing mallory tried reached alice's message or its record.
+	t.Run("roll up the presence bucket", func(t *testing.T) {
+		// The presence bucket must allow rollups (subject delete markers),
+		// so mallory can purge every presence record: alice reads unknown
+		// until her next heartbeat writes hers again (docs/security.md).
+		subject := s.PresenceSubjectPrefix() + "presence.mallory"
+		m := &nats.Msg{Subject: subject, Header: nats.Header{"Nats-Rollup": []string{"all"}}}
+		if _, err := mallory.js.PublishMsg(ctx, m); err != nil {
+			t.Fatalf("rollup on %s: %v", subject, err)
+		}
+		purged := time.Now()
+		waitLastSeen(t, srv.admin, "alice", purged)
+	})
+
+	// Nothing mallory tried reached alice's message or its record, her card
+	// or her membership.
 	if sts, err := srv.admin.Status(ctx, sent.ID); err != nil || len(sts) != 1 {
 		t.Errorf("bob's message to alice has records %+v, %v; want its one record", sts, err)
+	}
+	if info, err := srv.admin.LookupAgent(ctx, "alice"); err != nil || info.Card.Description != "alice's card" {
+		t.Errorf("alice's card %+v, %v; want hers", info.Card, err)
+	}
+	if members, err := srv.admin.GroupMembers(ctx, "crew"); err != nil || !slices.Equal(members, []string{"alice"}) {
+		t.Errorf("crew's members %q, %v; want alice", members, err)
 	}
 	r := newRecorder()
 	subscribe(t, alice, r.handle)

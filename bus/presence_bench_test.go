@@ -54,7 +54,7 @@ func BenchmarkPresenceHeartbeats(b *testing.B) {
 				round()
 			}
 			perBeat := time.Since(start) / time.Duration(b.N*n)
-			st, err := js.Stream(ctx, "KV_"+scheme.RegistryBucket())
+			st, err := js.Stream(ctx, "KV_"+scheme.PresenceBucket())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func BenchmarkPresenceServerMemory(b *testing.B) {
 // heartbeats returns one presence record of each of n agents, as
 // Bus.Register writes them, with a TTL of ttl seconds.
 func heartbeats(n int, ttl string) []*nats.Msg {
-	prefix := subjects.Default().RegistrySubjectPrefix()
+	prefix := subjects.Default().PresenceSubjectPrefix()
 	msgs := make([]*nats.Msg, n)
 	for i := range msgs {
 		agent := fmt.Sprintf("agent-%05d", i)

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -225,10 +226,9 @@ const (
 )
 
 // RegistryConfig returns the KeyValue bucket Provision creates for the
-// agent registry: one card and one presence record per agent, presence
-// records written with a TTL (three heartbeats) and the server's delete
-// markers kept for a day, so that an agent that went silent reads offline
-// with when, and not unknown.
+// agent registry: each agent's card and group memberships, and the
+// records of escalated outages. It allows no rollups (Provision turns
+// them off), so no agent that may write its own keys can purge the others.
 func (c StreamConfig) RegistryConfig() (jetstream.KeyValueConfig, error) {
 	cfg, err := c.JetStream()
 	if err != nil {
@@ -236,52 +236,81 @@ func (c StreamConfig) RegistryConfig() (jetstream.KeyValueConfig, error) {
 	}
 	s, _ := subjects.New(c.Root) // checked by JetStream
 	return jetstream.KeyValueConfig{
-		Bucket:         s.RegistryBucket(),
-		Description:    "agentbus agent registry under " + s.Root() + ": cards and presence",
+		Bucket:      s.RegistryBucket(),
+		Description: "agentbus agent registry under " + s.Root() + ": cards, groups and outages",
+		History:     1,
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+		Placement:   cfg.Placement,
+	}, nil
+}
+
+// PresenceConfig returns the KeyValue bucket Provision creates for the
+// agents' presence: one record per agent, written with a TTL (three
+// heartbeats) and the server's delete markers kept for a day, so that an
+// agent that went silent reads offline with when, and not unknown. The
+// server requires a bucket with delete markers to allow rollups, which is
+// why presence has a bucket of its own (docs/security.md).
+func (c StreamConfig) PresenceConfig() (jetstream.KeyValueConfig, error) {
+	cfg, err := c.JetStream()
+	if err != nil {
+		return jetstream.KeyValueConfig{}, err
+	}
+	s, _ := subjects.New(c.Root) // checked by JetStream
+	return jetstream.KeyValueConfig{
+		Bucket:         s.PresenceBucket(),
+		Description:    "agentbus presence under " + s.Root(),
 		History:        1,
 		Storage:        cfg.Storage,
 		Replicas:       cfg.Replicas,
 		Placement:      cfg.Placement,
-		LimitMarkerTTL: registryMarkerTTL,
+		LimitMarkerTTL: presenceMarkerTTL,
 	}, nil
 }
 
-// registryMarkerTTL is how long the registry remembers that an agent went
-// silent.
-const registryMarkerTTL = 24 * time.Hour
+// presenceMarkerTTL is how long the presence bucket remembers that an
+// agent went silent.
+const presenceMarkerTTL = 24 * time.Hour
 
-// registry is a bus's view of the agent registry bucket.
-type registry struct {
+// kvSubjects are the subjects by which a handle reads and writes one
+// KeyValue bucket.
+type kvSubjects struct {
 	prefix    string // "$KV.<bucket>."
 	stream    string // "KV_<bucket>"
 	directGet string // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", then the key
 }
 
-func newRegistry(s subjects.Scheme) registry {
-	return registry{prefix: s.RegistrySubjectPrefix(), stream: "KV_" + s.RegistryBucket(), directGet: s.RegistryDirectGetPrefix()}
+func registrySubjects(s subjects.Scheme) kvSubjects {
+	return kvSubjects{prefix: s.RegistrySubjectPrefix(), stream: "KV_" + s.RegistryBucket(), directGet: s.RegistryDirectGetPrefix()}
+}
+
+func presenceSubjects(s subjects.Scheme) kvSubjects {
+	return kvSubjects{prefix: s.PresenceSubjectPrefix(), stream: "KV_" + s.PresenceBucket(), directGet: s.PresenceDirectGetPrefix()}
 }
 
 // presenceOf reads agent's presence record directly (one request): its
 // presence and heartbeat interval. An agent that never reported one, or
-// a registry that does not exist, is Unknown.
+// a presence bucket that does not exist, is Unknown.
 func (c *client) presenceOf(ctx context.Context, agent string) (Presence, time.Duration, error) {
-	key, err := subjects.PresenceKey(agent)
-	if err != nil {
-		return Presence{}, 0, err
-	}
-	resp, err := directGet(ctx, c.nc, c.registry.directGet+key)
+	p, interval, err := c.readPresence(ctx, agent)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return Presence{Status: Unknown}, 0, nil // no registry: nobody reports presence
+		return Presence{Status: Unknown}, 0, nil // no presence bucket: nobody reports presence
 	}
 	if err != nil {
 		return Presence{}, 0, fmt.Errorf("presence of %s: %w", agent, err)
 	}
-	switch code := resp.Header.Get("Status"); code {
-	case "":
-	case "404":
-		return Presence{Status: Unknown}, 0, nil
-	default:
-		return Presence{}, 0, fmt.Errorf("presence of %s: server answered %s %s", agent, code, resp.Header.Get("Description"))
+	return p, interval, nil
+}
+
+// readPresence is presenceOf, with the error of a missing bucket.
+func (c *client) readPresence(ctx context.Context, agent string) (Presence, time.Duration, error) {
+	key, err := subjects.PresenceKey(agent)
+	if err != nil {
+		return Presence{}, 0, err
+	}
+	resp, err := c.getKey(ctx, c.presence, key)
+	if err != nil || resp == nil {
+		return Presence{Status: Unknown}, 0, err
 	}
 	if resp.Header.Get(jetstream.MarkerReasonHeader) != "" || resp.Header.Get("KV-Operation") != "" {
 		at, _ := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer))
@@ -292,6 +321,23 @@ func (c *client) presenceOf(ctx context.Context, agent string) (Presence, time.D
 		return Presence{Status: Unknown}, 0, nil
 	}
 	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, time.Duration(r.Data.Interval), nil
+}
+
+// getKey reads the last record of key in kv directly (one request): nil,
+// and no error, if the key has none.
+func (c *client) getKey(ctx context.Context, kv kvSubjects, key string) (*nats.Msg, error) {
+	resp, err := directGet(ctx, c.nc, kv.directGet+key)
+	if err != nil {
+		return nil, err
+	}
+	switch code := resp.Header.Get("Status"); code {
+	case "":
+		return resp, nil
+	case "404":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("key %s: server answered %s %s", key, code, resp.Header.Get("Description"))
+	}
 }
 
 // presenceFresh is how long a Request trusts the presence it last read of
@@ -489,7 +535,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if _, err := publishAgain(ctx, b.js, &nats.Msg{Subject: b.registry.prefix + key, Data: data}); err != nil {
-		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
+		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.registry, err))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -503,7 +549,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	}
 	since := b.onlineSince(ctx)
 	if err := b.beat(ctx, since); err != nil {
-		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(err))
+		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.presence, err))
 	}
 	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
 	hb.processes = b.answerProcesses()
@@ -673,7 +719,7 @@ func (b *Bus) writePresence(ctx context.Context, d presenceData, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	m := &nats.Msg{Subject: b.registry.prefix + key, Data: data, Header: nats.Header{}}
+	m := &nats.Msg{Subject: b.presence.prefix + key, Data: data, Header: nats.Header{}}
 	if ttl > 0 {
 		m.Header[jetstream.MsgTTLHeader] = []string{ttlSeconds(ttl)}
 	}
@@ -681,16 +727,16 @@ func (b *Bus) writePresence(ctx context.Context, d presenceData, ttl time.Durati
 	return err
 }
 
-// registryMissing says what to do when no stream answers on the registry:
-// provision its bucket if the server says the bucket's stream does not
-// exist, and otherwise what streamMissing finds (JetStream off, the stream
-// unavailable).
-func (c *client) registryMissing(err error) error {
-	err = c.streamMissing(c.registry.stream, err)
+// registryMissing says what to do when no stream answers on kv, a bucket
+// of the registry (the registry bucket or the presence bucket): provision
+// the bucket if the server says its stream does not exist, and otherwise
+// what streamMissing finds (JetStream off, the stream unavailable).
+func (c *client) registryMissing(kv kvSubjects, err error) error {
+	err = c.streamMissing(kv.stream, err)
 	var missing *notProvisionedError
 	if errors.As(err, &missing) {
-		return fmt.Errorf("%w: the agent registry bucket %s does not exist; run 'agentbus provision' (or Admin.Provision) with this version: %w",
-			ErrNotProvisioned, c.opts.scheme.RegistryBucket(), missing.cause)
+		return fmt.Errorf("%w: the bucket %s does not exist; run 'agentbus provision' (or Admin.Provision) with this version: %w",
+			ErrNotProvisioned, strings.TrimPrefix(kv.stream, "KV_"), missing.cause)
 	}
 	return err
 }
@@ -703,7 +749,7 @@ var ErrAgentNotFound = errors.New("bus: agent not registered")
 // presence. An agent that reported its presence without a card has a card
 // with only its Name.
 func (c *client) Agents(ctx context.Context) ([]AgentInfo, error) {
-	return c.readRegistry(ctx, ">")
+	return c.readRegistry(ctx)
 }
 
 // LookupAgent returns the card and presence of agent, or ErrAgentNotFound.
@@ -711,16 +757,36 @@ func (c *client) LookupAgent(ctx context.Context, agent string) (AgentInfo, erro
 	if err := subjects.ValidateID(agent); err != nil {
 		return AgentInfo{}, err
 	}
-	key, _ := subjects.CardKey(agent) // "card.<token>"
-	_, tok, _ := strings.Cut(key, ".")
-	infos, err := c.readRegistry(ctx, "*."+tok)
-	if err != nil {
-		return AgentInfo{}, err
+	if c.isClosed() {
+		return AgentInfo{}, ErrClosed
 	}
-	if len(infos) == 0 {
+	at := c
+	if c.shards != nil {
+		b, err := c.shards.of(agent) // where it registers
+		if err != nil {
+			return AgentInfo{}, err
+		}
+		at = b.client
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	key, _ := subjects.CardKey(agent) // agent is valid
+	resp, err := at.getKey(ctx, at.registry, key)
+	if err != nil {
+		return AgentInfo{}, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.registry, err))
+	}
+	p, _, err := at.readPresence(ctx, agent)
+	if err != nil {
+		return AgentInfo{}, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.presence, err))
+	}
+	if resp == nil && p.Status == Unknown {
 		return AgentInfo{}, fmt.Errorf("%w: %s", ErrAgentNotFound, agent)
 	}
-	return infos[0], nil
+	var card AgentCard
+	if resp != nil {
+		card = cardOf(resp.Data)
+	}
+	return agentInfo(agent, card, p), nil
 }
 
 // AgentQuery selects agents by what their cards say. Empty fields select
@@ -791,18 +857,18 @@ func (q AgentQuery) matches(a AgentInfo) bool {
 	return true
 }
 
-// readRegistry reads the last record of every registry key that matches
-// "<card|presence>.<tokenFilter>" (tokenFilter ">" for all) and returns
-// the agents they describe, by name.
-func (c *client) readRegistry(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
+// readRegistry reads the last card (registry bucket) and presence record
+// (presence bucket) of every agent and returns the agents they describe,
+// by name.
+func (c *client) readRegistry(ctx context.Context) ([]AgentInfo, error) {
 	if c.shards != nil {
-		return c.shards.readRegistry(ctx, tokenFilter)
+		return c.shards.readRegistry(ctx)
 	}
-	return c.readRegistryHere(ctx, tokenFilter)
+	return c.readRegistryHere(ctx)
 }
 
 // readRegistryHere is readRegistry on this handle's own root.
-func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
+func (c *client) readRegistryHere(ctx context.Context) ([]AgentInfo, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
@@ -810,59 +876,83 @@ func (c *client) readRegistryHere(ctx context.Context, tokenFilter string) ([]Ag
 	defer cancel()
 	ctx, stop := c.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	filter := c.registry.prefix + tokenFilter
-	cfg := jetstream.ConsumerConfig{FilterSubject: filter, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
-	byName := map[string]*AgentInfo{}
-	get := func(name string) *AgentInfo {
-		a := byName[name]
-		if a == nil {
-			a = &AgentInfo{Card: AgentCard{Name: name}, Presence: Presence{Status: Unknown}}
-			byName[name] = a
-		}
-		return a
-	}
-	silentAt := map[string]time.Time{}
-	err := c.reads.readStream(ctx, c.registry.stream, cfg, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
-		kind, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
-		if err != nil {
-			return false, nil // not a key the bus writes
-		}
-		a := get(name)
-		switch kind {
-		case subjects.RegistryCard:
-			if json.Unmarshal(m.Data(), &a.Card) == nil {
-				a.Card.Name = name
-			}
-		case subjects.RegistryPresence:
-			if p, ok := presenceOfMsg(m); ok {
-				a.Presence = p
-				if p.Reason == ReasonSilent {
-					silentAt[name] = p.Since
-				}
-			}
-		}
-		return false, nil
+	// The two buckets are read at once: a read is a few round trips.
+	var cards map[string]AgentCard
+	var cardsErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		cards, cardsErr = readKeys(ctx, c, c.registry, subjects.CardKeys, func(m jetstream.Msg) AgentCard { return cardOf(m.Data()) })
 	})
-	if err != nil {
-		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", c.registryMissing(err)))
-	}
-	// A silent agent was last seen three of its intervals before the
-	// server removed its presence, at most one interval after the last
-	// heartbeat.
-	for name, at := range silentAt {
-		a := byName[name]
-		interval := time.Duration(a.Card.Heartbeat)
-		if interval <= 0 {
-			interval = DefaultHeartbeat
+	presences, err := readKeys(ctx, c, c.presence, subjects.PresenceKeys, func(m jetstream.Msg) Presence {
+		if p, ok := presenceOfMsg(m); ok {
+			return p
 		}
-		a.Presence.LastSeen = at.Add(-presenceMisses * interval)
+		return Presence{Status: Unknown}
+	})
+	wg.Wait()
+	if err = cmp.Or(cardsErr, err); err != nil {
+		return nil, err
 	}
-	out := make([]AgentInfo, 0, len(byName))
-	for _, a := range byName {
-		out = append(out, *a)
+	out := make([]AgentInfo, 0, max(len(cards), len(presences)))
+	for name, card := range cards {
+		p, ok := presences[name]
+		if !ok {
+			p = Presence{Status: Unknown}
+		}
+		out = append(out, agentInfo(name, card, p))
+	}
+	for name, p := range presences {
+		if _, ok := cards[name]; !ok {
+			out = append(out, agentInfo(name, AgentCard{}, p))
+		}
 	}
 	slices.SortFunc(out, func(x, y AgentInfo) int { return strings.Compare(x.Card.Name, y.Card.Name) })
 	return out, nil
+}
+
+// cardOf reads a card record: the zero card if it is not one.
+func cardOf(data []byte) AgentCard {
+	var card AgentCard
+	if json.Unmarshal(data, &card) != nil {
+		return AgentCard{}
+	}
+	return card
+}
+
+// agentInfo is agent's card and presence as read from the registry. A
+// silent agent was last seen three of its intervals before the server
+// removed its presence, at most one interval after its last heartbeat.
+func agentInfo(agent string, card AgentCard, p Presence) AgentInfo {
+	card.Name = agent
+	if p.Reason == ReasonSilent {
+		interval := time.Duration(card.Heartbeat)
+		if interval <= 0 {
+			interval = DefaultHeartbeat
+		}
+		p.LastSeen = p.Since.Add(-presenceMisses * interval)
+	}
+	return AgentInfo{Card: card, Presence: p}
+}
+
+// readKeys reads the last record of every key of the registry's bucket kv
+// that matches filter, a card or presence key filter, and returns what
+// parse makes of each, by agent. A key the bus does not write is passed
+// over.
+func readKeys[T any](ctx context.Context, c *client, kv kvSubjects, filter string, parse func(jetstream.Msg) T) (map[string]T, error) {
+	found := map[string]T{}
+	cfg := jetstream.ConsumerConfig{FilterSubject: kv.prefix + filter, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
+	err := c.reads.readStream(ctx, kv.stream, cfg, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+		_, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), kv.prefix))
+		if err != nil {
+			return false, nil // not a key the bus writes
+		}
+		found[name] = parse(m)
+		return false, nil
+	})
+	if err != nil {
+		return nil, refusedCall(ctx, fmt.Errorf("read the agent registry: %w", c.registryMissing(kv, err)))
+	}
+	return found, nil
 }
 
 // PresenceChange is an agent coming online or going offline.
@@ -901,12 +991,12 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 	}
 	ctx, stopWatch := c.whileOpen(ctx)
 	defer stopWatch()
-	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.registry.prefix + subjects.PresenceKeys},
+	cons, err := c.js.OrderedConsumer(ctx, c.presence.stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.presence.prefix + subjects.PresenceKeys},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
-		return c.closedOr(fmt.Errorf("watch presence: %w", c.registryMissing(err)))
+		return c.closedOr(fmt.Errorf("watch presence: %w", c.registryMissing(c.presence, err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
@@ -923,7 +1013,7 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 		if err != nil {
 			return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
 		}
-		_, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.registry.prefix))
+		_, name, err := subjects.ParseRegistryKey(strings.TrimPrefix(m.Subject(), c.presence.prefix))
 		if err != nil {
 			continue
 		}

@@ -470,7 +470,7 @@ func TestWatchPresenceOfTwoProcesses(t *testing.T) {
 		"time": time.Now().UTC(), "datacontenttype": "application/json",
 		"data": map[string]any{"agent": "worker", "status": "online", "since": last.Presence.LastSeen.Add(-time.Millisecond), "interval": "1s"},
 	})
-	if err := admin.Conn().Publish(subjects.Default().RegistrySubjectPrefix()+key, record); err != nil {
+	if err := admin.Conn().Publish(subjects.Default().PresenceSubjectPrefix()+key, record); err != nil {
 		t.Fatal(err)
 	}
 	waitLastSeen(t, admin, "worker", last.Presence.LastSeen.Add(3*time.Second)) // three heartbeats of both

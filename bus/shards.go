@@ -31,9 +31,10 @@ import (
 // shards: a message sent to the wrong shard waits for a consumer that is
 // never made.
 //
-// The registry spans the shards: Agents, FindAgents, LookupAgent,
-// GroupMembers, Groups and the watches of presence and groups read every
-// shard's, where each agent registers and joins groups on its own; so does
+// The registry spans the shards: Agents, FindAgents, GroupMembers, Groups
+// and the watches of presence and groups read every shard's, where each
+// agent registers and joins groups on its own (LookupAgent reads the
+// agent's shard); so does
 // History, which finds what the agent sent on its recipients' shards. An
 // operator's Admin (Status, Conversation, History) reads one shard, the
 // root it was made with.
@@ -433,11 +434,10 @@ func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
 	return nil, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)
 }
 
-// readRegistry is the agents of every shard's registry that match
-// tokenFilter (client.readRegistry), by name: each agent registers on its
-// own shard.
-func (s *Shards) readRegistry(ctx context.Context, tokenFilter string) ([]AgentInfo, error) {
-	found, err := onEvery(s, func(b *Bus) ([]AgentInfo, error) { return b.readRegistryHere(ctx, tokenFilter) })
+// readRegistry is the agents of every shard's registry
+// (client.readRegistry), by name: each agent registers on its own shard.
+func (s *Shards) readRegistry(ctx context.Context) ([]AgentInfo, error) {
+	found, err := onEvery(s, func(b *Bus) ([]AgentInfo, error) { return b.readRegistryHere(ctx) })
 	if err != nil {
 		return nil, err
 	}

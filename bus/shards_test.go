@@ -285,9 +285,10 @@ func TestStreamConfigTags(t *testing.T) {
 	sched, _ := c.ScheduleJetStream()
 	status, _ := c.StatusBucketConfig()
 	registry, _ := c.RegistryConfig()
+	presence, _ := c.PresenceConfig()
 	for name, p := range map[string]*jetstream.Placement{
 		"stream": main.Placement, "dead letters": dlq.Placement, "schedules": sched.Placement,
-		"status bucket": status.Placement, "registry": registry.Placement,
+		"status bucket": status.Placement, "registry": registry.Placement, "presence": presence.Placement,
 	} {
 		if p == nil || !slices.Equal(p.Tags, c.Tags) {
 			t.Errorf("%s placed %+v, want tags %v", name, p, c.Tags)

@@ -301,6 +301,10 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	if err != nil {
 		return nil, err
 	}
+	presence, err := c.PresenceConfig()
+	if err != nil {
+		return nil, err
+	}
 	streams := []jetstream.StreamConfig{cfg, dlq, unsettled}
 	if v, ok := parseVersion(nc.ConnectedServerVersion()); ok && atLeast(v, minScheduleServer) {
 		sched, err := c.ScheduleJetStream()
@@ -334,16 +338,49 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
-	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, reg) }); err != nil {
+	if err := provisionRegistry(ctx, js, reg); err != nil {
 		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
-	// The server keeps rollups on for the registry, whose presence records
-	// need subject delete markers (docs/security.md, "The agent registry
-	// allows rollups"); this turns them off should a server ever allow it.
-	if err := denyRollups(ctx, js, "KV_"+reg.Bucket); err != nil {
-		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
+	// The presence bucket allows rollups: the server keeps them on for a
+	// stream with subject delete markers (docs/security.md).
+	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, presence) }); err != nil {
+		return nil, fmt.Errorf("provision presence bucket %s: %w", presence.Bucket, err)
 	}
 	return info, nil
+}
+
+// provisionRegistry creates or updates the registry bucket cfg and turns
+// its rollups off. A registry provisioned before presence had a bucket of
+// its own (2026-11-27) has subject delete markers, with which the server
+// keeps rollups on, and per-message TTLs, which it cannot turn off; nats.go
+// would update it with TTLs off, which the server refuses. Such a bucket's
+// stream is updated here instead: cfg's description, replicas and
+// placement, no markers, no rollups. Its presence records, written with a
+// TTL, expire there unread.
+func provisionRegistry(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	_, err := askAgain(ctx, func(ctx context.Context) (struct{}, error) {
+		s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = createOrUpdateBucket(ctx, js, cfg)
+			return struct{}{}, err
+		}
+		if err != nil {
+			return struct{}{}, err
+		}
+		sc := s.CachedInfo().Config
+		if !sc.AllowMsgTTL {
+			_, err = createOrUpdateBucket(ctx, js, cfg)
+			return struct{}{}, err
+		}
+		sc.Description, sc.Replicas, sc.Placement = cfg.Description, max(cfg.Replicas, 1), cfg.Placement
+		sc.SubjectDeleteMarkerTTL, sc.AllowRollup = 0, false
+		_, err = js.UpdateStream(ctx, sc)
+		return struct{}{}, err
+	})
+	if err != nil {
+		return err
+	}
+	return denyRollups(ctx, js, "KV_"+cfg.Bucket)
 }
 
 // createOrUpdateBucket is js.CreateOrUpdateKeyValue, made once more when

@@ -89,13 +89,15 @@ func InboxPrefix(agent string) (string, error) {
 //     $JS.API.CONSUMER.MSG.NEXT.KV_B.* and $JS.API.CONSUMER.DELETE.KV_B.*:
 //     the short-lived consumers that look records up by message ID
 //     (described "agentbus read", random names, each deleted once read);
-//   - with A the registry bucket ([Scheme.RegistryBucket]): $KV.A.card.k
-//     and $KV.A.presence.k, k the agent's key token: its own card and
+//   - with A the registry bucket ([Scheme.RegistryBucket]) and P the
+//     presence bucket ([Scheme.PresenceBucket]): $KV.A.card.k and
+//     $KV.P.presence.k, k the agent's key token: its own card and
 //     presence, and no other agent's; $KV.A.group.*.k: its own membership
 //     of any group ([GroupKey]), to join and leave;
-//   - $JS.API.DIRECT.GET.KV_A.$KV.A.>, $JS.API.CONSUMER.CREATE.KV_A.*.$KV.A.>,
-//     $JS.API.CONSUMER.MSG.NEXT.KV_A.* and $JS.API.CONSUMER.DELETE.KV_A.*:
-//     read every agent's card and presence, which the registry is for;
+//   - for each of A and P, $JS.API.DIRECT.GET.KV_A.$KV.A.>,
+//     $JS.API.CONSUMER.CREATE.KV_A.*.$KV.A.>, $JS.API.CONSUMER.MSG.NEXT.KV_A.*
+//     and $JS.API.CONSUMER.DELETE.KV_A.*: read every agent's card and
+//     presence, which the registry is for;
 //   - R.processes.t: ask whether another process of the agent is running
 //     ([Scheme.ProcessesSubject]) before reporting the agent offline.
 //
@@ -165,19 +167,23 @@ func (s Scheme) AgentPermissions(agent string) (Permissions, error) {
 		jsConsumerNext+kvStream+"."+anyToken,
 		jsConsumerDelete+kvStream+"."+anyToken,
 	)
-	reg := s.RegistryBucket()
-	regStream, regKV := kvStreamPrefix+reg, kvPrefix+reg+"."
 	ktok := keyToken(agent)
+	regKV, presenceKV := s.RegistrySubjectPrefix(), s.PresenceSubjectPrefix()
 	pub = append(pub,
 		regKV+cardKeyPrefix+ktok,
-		regKV+presenceKeyPrefix+ktok,
 		regKV+groupKeyPrefix+anyToken+"."+ktok,
-		jsDirectGet+regStream+"."+regKV+tail,
-		jsConsumerCreate+regStream+"."+anyToken+"."+regKV+tail,
-		jsConsumerNext+regStream+"."+anyToken,
-		jsConsumerDelete+regStream+"."+anyToken,
-		root+"."+kindProcesses+"."+tok,
+		presenceKV+presenceKeyPrefix+ktok,
 	)
+	for _, bucket := range []string{s.RegistryBucket(), s.PresenceBucket()} {
+		stream := kvStreamPrefix + bucket
+		pub = append(pub,
+			kvDirectGetPrefix(bucket)+tail,
+			jsConsumerCreate+stream+"."+anyToken+"."+kvSubjectPrefix(bucket)+tail,
+			jsConsumerNext+stream+"."+anyToken,
+			jsConsumerDelete+stream+"."+anyToken,
+		)
+	}
+	pub = append(pub, root+"."+kindProcesses+"."+tok)
 	return Permissions{
 		Publish: pub,
 		Subscribe: []string{inbox + "." + tail, root + "." + kindAgent + "." + tok + "." + tail,

@@ -6,19 +6,31 @@ import (
 	"strings"
 )
 
-// The agent registry lives in a JetStream KeyValue bucket, two keys per
-// agent:
+// The agent registry lives in two JetStream KeyValue buckets. The registry
+// bucket holds each agent's card and group memberships, and the outage
+// records of escalations:
 //
 //	card.<agent>      the agent's card: what it is and what it accepts
+//
+// The presence bucket holds one key per agent:
+//
 //	presence.<agent>  its presence: written with every heartbeat, with a
 //	                  per-key TTL, so the server itself removes it (and
 //	                  leaves a delete marker) when the heartbeats stop
+//
+// Presence has a bucket of its own because subject delete markers need a
+// stream that allows rollups (nats-server turns them on), and an agent
+// that may write one key of such a bucket may purge all of it with one
+// "Nats-Rollup: all" header. The registry bucket allows none, so no agent
+// can wipe the cards and groups; the presence it could wipe comes back
+// with the next heartbeats (docs/security.md).
 //
 // <agent> is the agent's key token, as in the status keys ('%' written
 // '='), so server permissions can limit an agent to its own two keys
 // (see [Scheme.AgentPermissions]).
 const (
 	registryBucketSuffix = "_AGENTS"
+	presenceBucketSuffix = "_PRESENCE"
 	cardKeyPrefix        = "card."
 	presenceKeyPrefix    = "presence."
 )
@@ -33,14 +45,43 @@ func (s Scheme) RegistryBucket() string {
 // RegistrySubjectPrefix returns the subject prefix of the registry's keys:
 // "$KV.<bucket>.", followed by a key.
 func (s Scheme) RegistrySubjectPrefix() string {
-	return kvPrefix + s.RegistryBucket() + "."
+	return kvSubjectPrefix(s.RegistryBucket())
 }
 
 // RegistryDirectGetPrefix returns the prefix of the JetStream API subject
 // that reads the last record of one registry key directly:
 // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", followed by the key.
 func (s Scheme) RegistryDirectGetPrefix() string {
-	return jsDirectGet + kvStreamPrefix + s.RegistryBucket() + "." + s.RegistrySubjectPrefix()
+	return kvDirectGetPrefix(s.RegistryBucket())
+}
+
+// PresenceBucket returns the name of the KeyValue bucket of the agents'
+// presence records of s: [Scheme.Stream] followed by "_PRESENCE", such as
+// "AGENTBUS_PRESENCE". Its stream is "KV_" and the name.
+func (s Scheme) PresenceBucket() string {
+	return s.Stream() + presenceBucketSuffix
+}
+
+// PresenceSubjectPrefix returns the subject prefix of the presence
+// bucket's keys: "$KV.<bucket>.", followed by a key ([PresenceKey]).
+func (s Scheme) PresenceSubjectPrefix() string {
+	return kvSubjectPrefix(s.PresenceBucket())
+}
+
+// PresenceDirectGetPrefix returns the prefix of the JetStream API subject
+// that reads one agent's presence record directly:
+// "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", followed by the key.
+func (s Scheme) PresenceDirectGetPrefix() string {
+	return kvDirectGetPrefix(s.PresenceBucket())
+}
+
+// kvSubjectPrefix is the subject prefix of bucket's keys.
+func kvSubjectPrefix(bucket string) string { return kvPrefix + bucket + "." }
+
+// kvDirectGetPrefix is the prefix of the subject that reads one of
+// bucket's keys directly.
+func kvDirectGetPrefix(bucket string) string {
+	return jsDirectGet + kvStreamPrefix + bucket + "." + kvSubjectPrefix(bucket)
 }
 
 // CardKey returns the registry key of agent's card, "card.<agent>". The
@@ -52,8 +93,8 @@ func CardKey(agent string) (string, error) {
 	return cardKeyPrefix + keyToken(agent), nil
 }
 
-// PresenceKey returns the registry key of agent's presence,
-// "presence.<agent>". The error wraps [ErrInvalidAgentID].
+// PresenceKey returns the key of agent's presence in the presence bucket
+// ([Scheme.PresenceBucket]), "presence.<agent>". The error wraps [ErrInvalidAgentID].
 func PresenceKey(agent string) (string, error) {
 	if err := ValidateID(agent); err != nil {
 		return "", err

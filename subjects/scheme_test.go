@@ -585,6 +585,12 @@ func TestRouteTemplateAndFilters(t *testing.T) {
 	if got := s.RegistryDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_AGENTS.$KV.PROD_BUS-1_AGENTS." {
 		t.Errorf("registry direct get prefix %q", got)
 	}
+	if got := s.PresenceDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_PRESENCE.$KV.PROD_BUS-1_PRESENCE." {
+		t.Errorf("presence direct get prefix %q", got)
+	}
+	if got := s.PresenceSubjectPrefix(); got != "$KV.PROD_BUS-1_PRESENCE." {
+		t.Errorf("presence prefix %q", got)
+	}
 	if got := s.StatusDirectGetPrefix(); got != "$JS.API.DIRECT.GET.KV_PROD_BUS-1_STATUS.$KV.PROD_BUS-1_STATUS." {
 		t.Errorf("direct get prefix %q", got)
 	}

@@ -41,7 +41,7 @@ func (s Scheme) StatusBucket() string {
 // StatusSubjectPrefix returns the subject prefix of the status records of
 // s: "$KV.<bucket>.", followed by a key (StatusKey).
 func (s Scheme) StatusSubjectPrefix() string {
-	return kvPrefix + s.StatusBucket() + "."
+	return kvSubjectPrefix(s.StatusBucket())
 }
 
 // StatusDirectGetPrefix returns the prefix of the JetStream API subject
@@ -49,7 +49,7 @@ func (s Scheme) StatusSubjectPrefix() string {
 // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", followed by the key. An
 // agent's permissions allow it for the keys that name it.
 func (s Scheme) StatusDirectGetPrefix() string {
-	return jsDirectGet + kvStreamPrefix + s.StatusBucket() + "." + s.StatusSubjectPrefix()
+	return kvDirectGetPrefix(s.StatusBucket())
 }
 
 // ConversationKey returns the key token of the conversation that

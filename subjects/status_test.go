@@ -164,6 +164,9 @@ func TestRegistryKeys(t *testing.T) {
 	if got := Default().RegistryBucket(); got != "AGENTBUS_AGENTS" {
 		t.Errorf("RegistryBucket() = %q", got)
 	}
+	if got := Default().PresenceBucket(); got != "AGENTBUS_PRESENCE" {
+		t.Errorf("PresenceBucket() = %q", got)
+	}
 }
 
 func TestProcessesSubject(t *testing.T) {

@@ -243,8 +243,8 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 	})
 	d.emit(Event{From: operator, Event: EventStart,
-		Detail: fmt.Sprintf("operator provisions stream %s, dead-letter stream %s, status bucket %s and agent registry %s, and watches for dead letters",
-			s.Stream(), s.DeadLetterStream(), s.StatusBucket(), s.RegistryBucket())})
+		Detail: fmt.Sprintf("operator provisions stream %s, dead-letter stream %s, status bucket %s and agent registry %s and %s, and watches for dead letters",
+			s.Stream(), s.DeadLetterStream(), s.StatusBucket(), s.RegistryBucket(), s.PresenceBucket())})
 
 	if d.orch, err = d.connect(orchestrator, orchestrator); err != nil {
 		return err
