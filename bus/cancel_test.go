@@ -160,6 +160,46 @@ func TestCancelRunningWhileDisconnected(t *testing.T) {
 	}
 }
 
+// TestCancelAcrossALostAck: a cancel whose record was stored but whose
+// ack was lost with the connection is a cancel all the same: its write,
+// sent again on reconnect, finds its own record, and the notice goes out.
+// Before, the write sent again failed on its expected revision, the cancel
+// read the record again, found it canceled, and returned ErrFinal without
+// sending the notice: the handler ran on.
+func TestCancelAcrossALostAck(t *testing.T) {
+	s := newServer(t)
+	worker := newBus(t, s, "worker")
+	started := make(chan struct{})
+	returned := make(chan error, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+			returned <- context.Cause(ctx)
+		case <-time.After(testTimeout):
+			returned <- errors.New("never cancelled")
+		}
+		return nil
+	})
+	p, orch, _ := throughCutProxy(t, s, "orchestrator")
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "LONG"})
+	<-started
+	if err := orch.Flush(testContext(t)); err != nil { // the pending record's ack is in
+		t.Fatal(err)
+	}
+	cut := p.cutOnDelivery(`"stream":"KV_AGENTBUS_STATUS"`)
+	st, err := orch.Cancel(testContext(t), ack.ID)
+	if err != nil || st.State != bus.StateCanceled || st.By != "orchestrator" {
+		t.Fatalf("Cancel = %+v, %v; want canceled by orchestrator", st, err)
+	}
+	if !wasCut(cut) {
+		t.Fatal("the cancel record's ack was not cut: the test tests nothing")
+	}
+	if err := <-returned; !errors.Is(err, bus.ErrCanceled) {
+		t.Errorf("the handler's context cause %v, want ErrCanceled", err)
+	}
+}
+
 // TestCancelAfterCompletion: a cancel after the message ended changes
 // nothing and says how it ended; another agent cannot cancel it at all;
 // an operator can cancel a queued one.

@@ -525,6 +525,11 @@ func (t *tracker) record(s Status, create bool) *asyncpub.Future {
 
 // updateStored writes s only if the record is still at revision rev and
 // waits until the bucket stored it: the error says when it was not.
+//
+// A write whose ack was lost with the connection is sent again on
+// reconnect (asyncpub.Options.SendAgainOnReconnect), and then fails on
+// its expected revision, its own record in the way. So a failed write
+// reads the record, and one that is s itself was stored.
 func (t *tracker) updateStored(ctx context.Context, s Status, rev uint64) error {
 	if t == nil {
 		return fmt.Errorf("%w: lifecycle tracking is off", ErrInvalidOption)
@@ -535,11 +540,18 @@ func (t *tracker) updateStored(ctx context.Context, s Status, rev uint64) error 
 	}
 	select {
 	case <-f.Done():
-		_, err := f.Result()
-		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	_, err := f.Result()
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		m := s.Message()
+		if now, gerr := t.get(ctx, &m, s.To); gerr == nil && now.State == s.State && now.By == s.By && now.Updated.Equal(s.Updated) {
+			return nil
+		}
+	}
+	return err
 }
 
 // recordStored writes s like record(s, false) and waits until the bucket
