@@ -537,21 +537,34 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	if _, err := publishAgain(ctx, b.js, &nats.Msg{Subject: b.registry.prefix + key, Data: data}); err != nil {
 		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.registry, err))
 	}
+	// The heartbeats are this call's from here: it holds no lock over the
+	// network calls below, which every other call of the handle would wait
+	// for, and a Register meanwhile only replaces the card.
+	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	switch {
+	case b.closed:
 		// Close ran since the check above: it found no heartbeats to
 		// stop, and none may start now.
+		b.mu.Unlock()
 		return ErrClosed
-	}
-	if b.heartbeat != nil {
+	case b.heartbeat != nil:
+		b.mu.Unlock()
 		return nil
 	}
+	b.heartbeat = hb
+	b.mu.Unlock()
 	since := b.onlineSince(ctx)
 	if err := b.beat(ctx, since); err != nil {
+		b.mu.Lock()
+		if b.heartbeat == hb {
+			b.heartbeat = nil
+		}
+		b.mu.Unlock()
+		close(hb.done) // a Close meanwhile finds nothing to report
 		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.presence, err))
 	}
-	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
+	hb.online = true
 	hb.processes = b.answerProcesses()
 	// NATS micro discovery: `nats micro ls agentbus` lists the agent.
 	version := card.Version
@@ -571,8 +584,12 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 		b.opts.onError(fmt.Errorf("announce %s to NATS micro discovery: %w", b.agent, err))
 	}
 	hb.micro = svc
-	b.heartbeat = hb
+	// Set before the heartbeats start, the fields are goOffline's to read
+	// once they stopped (hb.done).
 	go b.heartbeats(hb, since)
+	if b.isClosed() {
+		return ErrClosed // Close stops them at once
+	}
 	return nil
 }
 
@@ -583,6 +600,7 @@ var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0
 // agent's other processes, and its answering NATS micro discovery.
 type heartbeat struct {
 	stop, done chan struct{}
+	online     bool               // its first beat was written
 	processes  *nats.Subscription // nil if it could not be made
 	micro      micro.Service      // nil if it could not be added
 }
@@ -684,6 +702,9 @@ func (b *Bus) goOffline(ctx context.Context) {
 	}
 	close(hb.stop)
 	<-hb.done
+	if !hb.online {
+		return // Register failed before it reported the agent online
+	}
 	if hb.processes != nil {
 		_ = hb.processes.Unsubscribe() // this process no longer answers itself
 	}

@@ -604,3 +604,48 @@ func TestMicroDiscovery(t *testing.T) {
 		t.Errorf("discovered %v", got)
 	}
 }
+
+// TestRegisterBlocksNoOtherCall: while Register waits for another process
+// of the agent to answer (onlineSince), the bus's other calls go on.
+// Register held the handle's lock over its network calls, and a Publish
+// waited for it, up to a second for a process that answered late.
+func TestRegisterBlocksNoOtherCall(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	b := newBus(t, s, "worker")
+	// A process of worker that answers only when told.
+	asked := make(chan *nats.Msg, 1)
+	nc := embeddedtest.Connect(t, s)
+	processes, err := subjects.Default().ProcessesSubject("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe(processes, func(m *nats.Msg) { asked <- m }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	registered := make(chan error, 1)
+	go func() { registered <- b.Register(ctx, bus.AgentCard{}) }()
+	var q *nats.Msg
+	select {
+	case q = <-asked:
+	case <-ctx.Done():
+		t.Fatal("Register asked for no other process")
+	}
+	if _, err := b.Publish(ctx, bus.Message{To: "other", Type: "T"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-registered:
+		t.Fatalf("Register returned (%v) before the Publish did: the Publish waited for it", err)
+	default:
+	}
+	if err := q.Respond(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-registered; err != nil {
+		t.Fatal(err)
+	}
+}
