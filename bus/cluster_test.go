@@ -289,3 +289,41 @@ func TestClusterPresence(t *testing.T) {
 		t.Errorf("crash: %+v", a.Presence)
 	}
 }
+
+// TestClusterConsumerCreatedWhenDueReportsNothing: on a 3-node cluster, the
+// processes of an agent on two nodes, subscribed before its first message,
+// take it once the consumer is created when due, and report nothing. A
+// consumer a cluster has just created answers pulls with 503 for tens of
+// milliseconds, and the process that did not create it reported those as
+// a failed pull: 8 to 10 reports for these four agents in three runs,
+// before the dispatcher gave them a grace of a second.
+func TestClusterConsumerCreatedWhenDueReportsNothing(t *testing.T) {
+	nodes := replicatedCluster(t).Servers()
+	sender := newBus(t, nodes[0], "planner")
+	var errs errorTally
+	agents := []string{"w0", "w1", "w2", "w3"}
+	var processes []*bus.Bus
+	r := newRecorder()
+	for _, agent := range agents {
+		for _, node := range nodes[1:] {
+			b := newBus(t, node, agent, bus.WithErrorHandler(errs.add))
+			subscribe(t, b, r.handle)
+			processes = append(processes, b)
+		}
+	}
+	for _, agent := range agents {
+		publish(t, sender, bus.Message{To: agent, Type: "first"})
+	}
+	r.waitCount(t, len(agents))
+	// Both processes of each agent pull from its consumer: each had its
+	// answer from it.
+	for i, agent := range agents {
+		waitFor(t, agent+"'s processes waiting on its consumer", func() (bool, string) {
+			info, err := consumerInfo(t, processes[2*i], agent+"_p3")
+			return err == nil && info.NumWaiting == 2, fmt.Sprint(info, err)
+		})
+	}
+	if n := errs.total(); n != 0 {
+		t.Errorf("%d errors reported: %v", n, &errs)
+	}
+}

@@ -201,7 +201,7 @@ func (d *Dispatcher) pull(l *lane) {
 		return
 	}
 	retry := time.Duration(0)
-	unavailable := 0 // 503s in a row
+	var unavailableSince time.Time // of the 503s in a row, zero without
 	for {
 		room, drained, ok := d.waitRoom(l)
 		if !ok {
@@ -212,11 +212,11 @@ func (d *Dispatcher) pull(l *lane) {
 		case endStopped:
 			return
 		case endFilled: // onMessage cleared drained
-			retry, unavailable = 0, 0
+			retry, unavailableSince = 0, time.Time{}
 			continue
 		case endEmpty:
 			d.setDrained(l, true)
-			retry, unavailable = 0, 0
+			retry, unavailableSince = 0, time.Time{}
 			continue
 		case endReconnect:
 			d.setDrained(l, false)
@@ -225,14 +225,17 @@ func (d *Dispatcher) pull(l *lane) {
 		first := 100 * time.Millisecond
 		if e.kind == endUnavailable {
 			// A consumer just created, as by another process of the same
-			// agent, can take a few milliseconds to take requests, and a
-			// cluster can be electing its leader: ask again soon, then
+			// agent, can take a few milliseconds to take requests (tens
+			// on a cluster, where its replicas elect a leader first), and
+			// a cluster can be electing its leader: ask again soon, then
 			// less often, and report it only if it lasts. A 100ms wait
 			// here let the other process take a whole backlog.
 			first = 10 * time.Millisecond
-			unavailable++
+			if unavailableSince.IsZero() {
+				unavailableSince = time.Now()
+			}
 		}
-		lasts := e.kind != endUnavailable || unavailable > 1
+		lasts := e.kind != endUnavailable || time.Since(unavailableSince) >= unavailableGrace
 		if lasts {
 			d.opts.OnError(fmt.Errorf("pull from consumer %s: %w", l.name, e.err))
 		}
@@ -253,6 +256,13 @@ func (d *Dispatcher) pull(l *lane) {
 		}
 	}
 }
+
+// unavailableGrace is how long a lane's pulls may find no consumer (503)
+// before the dispatcher reports it: a consumer a cluster has just created
+// took up to about 50 ms to take requests here, and reports of every
+// agent's first message at a priority would teach operators to ignore
+// them.
+const unavailableGrace = time.Second
 
 // backOff waits before the next attempt after a failure, twice as long as
 // the last time (retry), from first up to 5s, and reports false if the
