@@ -295,8 +295,12 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	if err == nil {
 		canceled, err = at.status.canceled(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, to)
 	}
-	if !canceled {
-		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record is not canceled (%v)", n.ID, m.From, err))
+	switch {
+	case err != nil:
+		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record could not be read: %w", n.ID, m.From, err))
+		return
+	case !canceled:
+		b.opts.onError(fmt.Errorf("cancel notice for %s from %s ignored: its record is not canceled", n.ID, m.From))
 		return
 	}
 	if to == b.agent {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/agentbus/agentbus/bus"
 )
 
@@ -157,6 +159,41 @@ func TestCancelRunningWhileDisconnected(t *testing.T) {
 	p.release()
 	if err := <-returned; !errors.Is(err, bus.ErrCanceled) {
 		t.Errorf("the handler's context cause %v, want ErrCanceled", err)
+	}
+}
+
+// TestReconnectWhileHandlingReportsNothing: a connection that drops and
+// comes back while a handler runs makes the bus look whether the message
+// was canceled meanwhile (takeMissed), and a message that has no record,
+// as a direct message on its indexed subject has none while it runs, was
+// not canceled: nothing to report. Before, each reconnect reported "look
+// for a cancel of ... bus: no status recorded" for every message running.
+func TestReconnectWhileHandlingReportsNothing(t *testing.T) {
+	s := newServer(t)
+	orch := newBus(t, s, "orchestrator")
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	var errs errorTally
+	worker := dialBus(t, p.URL(), "worker", bus.WithErrorHandler(errs.add))
+	started, finish := make(chan struct{}), make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		<-finish
+		return nil
+	})
+	ack := publish(t, orch, bus.Message{To: "worker", Type: "LONG"})
+	<-started
+	reconnected := worker.Conn().StatusChanged(nats.CONNECTED)
+	p.hold()
+	waitFor(t, "the worker disconnected", func() (bool, string) { return !worker.Conn().IsConnected(), worker.Conn().Status().String() })
+	p.release()
+	<-reconnected
+	if err := worker.Conn().Flush(); err != nil { // the look for a cancel is under way
+		t.Fatal(err)
+	}
+	close(finish)
+	waitState(t, orch, ack.ID, bus.StateCompleted)
+	if n := errs.total(); n != 0 {
+		t.Errorf("%d errors reported: %v", n, &errs)
 	}
 }
 

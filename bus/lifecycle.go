@@ -636,9 +636,13 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 // record that has not ended is also looked for among the states the bucket
 // keeps of it (its history, 10 by default): a progress update of the
 // running handler, recorded just after the cancel, can have written
-// working over it.
+// working over it. A message without a record, as a direct message on its
+// indexed subject is while it runs, was not canceled: Cancel writes one.
 func (t *tracker) canceled(ctx context.Context, m *Message, to string) (bool, error) {
 	st, err := t.get(ctx, m, to)
+	if errors.Is(err, ErrNoStatus) {
+		return false, nil
+	}
 	if err != nil || st.State.Final() {
 		return err == nil && st.State == StateCanceled, err
 	}
