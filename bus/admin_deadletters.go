@@ -359,7 +359,7 @@ func (b *Admin) unsettledWatch(ctx context.Context) (jetstream.Consumer, error) 
 	if _, err := b.js.Stream(ctx, dlq); err != nil {
 		return nil, b.streamMissing(dlq, err)
 	}
-	cons, err := askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+	cons, err := askAgain(ctx, b.reconnects, func(ctx context.Context) (jetstream.Consumer, error) {
 		return b.js.CreateOrUpdateConsumer(ctx, unsettled, jetstream.ConsumerConfig{
 			Durable:     unsettledWatcher,
 			Description: "agentbus dead-letter watchers",

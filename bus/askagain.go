@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,32 +24,96 @@ import (
 // with its pull's expiry (readPending pulls again when a pull was lost).
 
 // Attempts of askAgain: each is bounded by apiAttemptTimeout when ctx
-// allows longer.
+// allows longer, and ends when its connection reconnects.
 const apiAttempts = 3
 
 var apiAttemptTimeout = 5 * time.Second // a variable for the tests
 
 // askAgain calls do, an idempotent request, with a context bounded by
-// apiAttemptTimeout, and again when its answer did not come in time, up to
+// apiAttemptTimeout, and again when its answer did not come in time or its
+// connection reconnected meanwhile (r, nil for none watched: an answer
+// the server sent while the connection was down never comes), up to
 // apiAttempts calls in all and never past ctx. Called within another's
 // attempt (ensureSpecs over askingJS), it ends with that attempt, which
 // then asks again itself.
-func askAgain[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
+func askAgain[T any](ctx context.Context, r *reconnects, do func(context.Context) (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
+		var stop func() bool
+		if next := r.next(); next != nil {
+			stop = context.AfterFunc(next, cancel)
+		}
 		v, err := do(actx)
+		reconnected := stop != nil && !stop()
 		cancel()
-		if err == nil || attempt == apiAttempts || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil || attempt == apiAttempts || ctx.Err() != nil || !reconnected && !errors.Is(err, context.DeadlineExceeded) {
 			return v, err
 		}
 	}
 }
 
+// reconnects tells askAgain that a connection reconnected: next ends at
+// the connection's next reconnect. A nil *reconnects watches nothing.
+type reconnects struct {
+	nc     *nats.Conn
+	events chan nats.Status // the connection's reconnects, until stop
+
+	mu   sync.Mutex
+	now  context.Context // ends at the next reconnect
+	ends context.CancelFunc
+}
+
+// watchReconnects watches nc's reconnects until stop, or until nc closes.
+func watchReconnects(nc *nats.Conn) *reconnects {
+	r := &reconnects{nc: nc, events: nc.StatusChanged(nats.CONNECTED, nats.CLOSED)}
+	r.now, r.ends = context.WithCancel(context.Background())
+	go func() {
+		for status := range r.events {
+			if status == nats.CLOSED {
+				r.stop() // ends the loop
+				continue
+			}
+			r.mu.Lock()
+			r.ends()
+			r.now, r.ends = context.WithCancel(context.Background())
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+// next returns a context that ends at the connection's next reconnect; nil
+// for a nil r.
+func (r *reconnects) next() context.Context {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now
+}
+
+// stop ends the watch; again, it does nothing. A nil r has none.
+func (r *reconnects) stop() {
+	if r != nil {
+		r.nc.RemoveStatusListener(r.events) // closes events
+	}
+}
+
+// reconnectsOf returns the reconnects js's requests watch: an askingJS's,
+// nil for any other.
+func reconnectsOf(js jetstream.JetStream) *reconnects {
+	if a, ok := js.(askingJS); ok {
+		return a.reconnects
+	}
+	return nil
+}
+
 // directGet asks a stream that allows direct gets for the last message on
 // subject ($JS.API.DIRECT.GET.<stream>.<subject>): the bus's look-ups of
-// records, presence and indexed messages.
-func directGet(ctx context.Context, nc *nats.Conn, subject string) (*nats.Msg, error) {
-	return askAgain(ctx, func(ctx context.Context) (*nats.Msg, error) {
+// records, presence and indexed messages. r is nc's reconnects.
+func directGet(ctx context.Context, nc *nats.Conn, r *reconnects, subject string) (*nats.Msg, error) {
+	return askAgain(ctx, r, func(ctx context.Context) (*nats.Msg, error) {
 		return nc.RequestWithContext(ctx, subject, nil)
 	})
 }
@@ -56,7 +121,7 @@ func directGet(ctx context.Context, nc *nats.Conn, subject string) (*nats.Msg, e
 // publishAgain stores msg, a write that is the same when made twice (a
 // record put again, a message with its Nats-Msg-Id), with askAgain.
 func publishAgain(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (*jetstream.PubAck, error) {
-	return askAgain(ctx, func(ctx context.Context) (*jetstream.PubAck, error) {
+	return askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (*jetstream.PubAck, error) {
 		return js.PublishMsg(ctx, msg)
 	})
 }
@@ -64,24 +129,28 @@ func publishAgain(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (*
 // askingJS is a JetStream handle whose look-ups of streams and consumers,
 // the reads of the streams it returns, and its deletes of consumers (a
 // consumer deleted already is ErrConsumerNotFound, which its callers take
-// as done) ask again (askAgain). Its other writes are as nats.go makes
-// them.
-type askingJS struct{ jetstream.JetStream }
+// as done) ask again (askAgain), also when its connection reconnects
+// (reconnects, nil for none watched). Its other writes are as nats.go
+// makes them.
+type askingJS struct {
+	jetstream.JetStream
+	reconnects *reconnects
+}
 
 func (j askingJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
-	s, err := askAgain(ctx, func(ctx context.Context) (jetstream.Stream, error) { return j.JetStream.Stream(ctx, name) })
+	s, err := askAgain(ctx, j.reconnects, func(ctx context.Context) (jetstream.Stream, error) { return j.JetStream.Stream(ctx, name) })
 	if err != nil {
 		return nil, err
 	}
-	return askingStream{s}, nil
+	return askingStream{s, j.reconnects}, nil
 }
 
 func (j askingJS) Consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
-	return askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return j.JetStream.Consumer(ctx, stream, name) })
+	return askAgain(ctx, j.reconnects, func(ctx context.Context) (jetstream.Consumer, error) { return j.JetStream.Consumer(ctx, stream, name) })
 }
 
 func (j askingJS) DeleteConsumer(ctx context.Context, stream, name string) error {
-	_, err := askAgain(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := askAgain(ctx, j.reconnects, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, j.JetStream.DeleteConsumer(ctx, stream, name)
 	})
 	return err
@@ -89,12 +158,15 @@ func (j askingJS) DeleteConsumer(ctx context.Context, stream, name string) error
 
 // askingStream is a stream whose reads ask again. A purge does not: made
 // twice, it would remove what came in between.
-type askingStream struct{ jetstream.Stream }
+type askingStream struct {
+	jetstream.Stream
+	reconnects *reconnects
+}
 
 func (s askingStream) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
-	return askAgain(ctx, func(ctx context.Context) (*jetstream.StreamInfo, error) { return s.Stream.Info(ctx, opts...) })
+	return askAgain(ctx, s.reconnects, func(ctx context.Context) (*jetstream.StreamInfo, error) { return s.Stream.Info(ctx, opts...) })
 }
 
 func (s askingStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
-	return askAgain(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return s.Stream.GetMsg(ctx, seq, opts...) })
+	return askAgain(ctx, s.reconnects, func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return s.Stream.GetMsg(ctx, seq, opts...) })
 }

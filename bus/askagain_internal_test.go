@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/consumers"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -30,23 +32,55 @@ func TestAskAgain(t *testing.T) {
 	}
 	ctx := t.Context()
 	var calls int
-	if v, err := askAgain(ctx, lost(apiAttempts-1, &calls)); err != nil || v != 42 || calls != apiAttempts {
+	if v, err := askAgain(ctx, nil, lost(apiAttempts-1, &calls)); err != nil || v != 42 || calls != apiAttempts {
 		t.Errorf("%d answers lost: %d, %v after %d calls; want 42 after %d", apiAttempts-1, v, err, calls, apiAttempts)
 	}
 	calls = 0
-	if _, err := askAgain(ctx, lost(apiAttempts, &calls)); !errors.Is(err, context.DeadlineExceeded) || calls != apiAttempts {
+	if _, err := askAgain(ctx, nil, lost(apiAttempts, &calls)); !errors.Is(err, context.DeadlineExceeded) || calls != apiAttempts {
 		t.Errorf("%d answers lost: %v after %d calls; want the deadline after %d", apiAttempts, err, calls, apiAttempts)
 	}
 	calls = 0
 	short, cancel := context.WithTimeout(ctx, apiAttemptTimeout/2)
 	defer cancel()
-	if _, err := askAgain(short, lost(apiAttempts, &calls)); !errors.Is(err, context.DeadlineExceeded) || calls != 1 {
+	if _, err := askAgain(short, nil, lost(apiAttempts, &calls)); !errors.Is(err, context.DeadlineExceeded) || calls != 1 {
 		t.Errorf("the caller's deadline first: %v after %d calls; want it after 1", err, calls)
 	}
 	calls = 0
 	refused := errors.New("refused")
-	if _, err := askAgain(ctx, func(context.Context) (int, error) { calls++; return 0, refused }); !errors.Is(err, refused) || calls != 1 {
+	if _, err := askAgain(ctx, nil, func(context.Context) (int, error) { calls++; return 0, refused }); !errors.Is(err, refused) || calls != 1 {
 		t.Errorf("another error: %v after %d calls; want it after 1", err, calls)
+	}
+}
+
+// TestAskAgainAtReconnect: an attempt under way when its connection
+// reconnects is made again at once, not when it times out: the server's
+// answer to it, if sent while the connection was down, never comes.
+func TestAskAgainAtReconnect(t *testing.T) {
+	defer func(d time.Duration) { apiAttemptTimeout = d }(apiAttemptTimeout)
+	apiAttemptTimeout = time.Hour
+	s := embeddedtest.RunServer(t)
+	nc, err := nats.Connect(s.ClientURL(), nats.ReconnectWait(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	r := watchReconnects(nc)
+	defer r.stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	calls := 0
+	v, err := askAgain(ctx, r, func(ctx context.Context) (int, error) {
+		if calls++; calls == 1 { // its answer lost with the connection
+			if err := nc.ForceReconnect(); err != nil {
+				return 0, err
+			}
+			<-ctx.Done()
+			return 0, ctx.Err()
+		}
+		return 42, nil
+	})
+	if err != nil || v != 42 || calls != 2 {
+		t.Errorf("an answer lost at a reconnect: %d, %v after %d calls; want 42 after 2", v, err, calls)
 	}
 }
 

@@ -125,9 +125,11 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 		if cfg.Root == "" {
 			cfg.Root = o.scheme.Root()
 		} else if s, err := subjects.New(cfg.Root); err != nil || s.Root() != o.scheme.Root() {
+			c.closeConn()
 			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, cfg.Root, o.scheme.Root())
 		}
 		if _, err := provision(context.Background(), nc, c.js, cfg, o.onError); err != nil {
+			c.closeConn()
 			return nil, err
 		}
 	}
@@ -136,6 +138,7 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 		c.status.window = b.storedBetween
 	}
 	if b.backlogReg, err = c.tel.meter.RegisterCallback(b.observeBacklog, c.tel.backlog, c.tel.inflight); err != nil {
+		c.closeConn()
 		return nil, fmt.Errorf("%w: register backlog callback: %w", ErrInvalidOption, err)
 	}
 	return b, nil

@@ -124,6 +124,24 @@ func TestCancelRunning(t *testing.T) {
 	}
 }
 
+// runUntilCanceled subscribes b with a handler that runs until its context
+// ends, and returns when it started and the cause it ended with.
+func runUntilCanceled(t *testing.T, b *bus.Bus) (started <-chan struct{}, cause <-chan error) {
+	t.Helper()
+	start, returned := make(chan struct{}), make(chan error, 1)
+	subscribe(t, b, func(ctx context.Context, d *bus.Delivery) error {
+		close(start)
+		select {
+		case <-ctx.Done():
+			returned <- context.Cause(ctx)
+		case <-time.After(testTimeout):
+			returned <- errors.New("never cancelled")
+		}
+		return nil
+	})
+	return start, returned
+}
+
 // TestCancelRunningWhileDisconnected: a message canceled while its
 // recipient's connection is down has its running handler cancelled once
 // the connection is back. The live notice is lost with the connection,
@@ -134,18 +152,7 @@ func TestCancelRunningWhileDisconnected(t *testing.T) {
 	orch := newBus(t, s, "orchestrator")
 	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
 	worker := dialBus(t, p.URL(), "worker")
-	started := make(chan struct{})
-	returned := make(chan error, 1)
-	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
-		close(started)
-		select {
-		case <-ctx.Done():
-			returned <- context.Cause(ctx)
-		case <-time.After(testTimeout):
-			returned <- errors.New("never cancelled")
-		}
-		return nil
-	})
+	started, returned := runUntilCanceled(t, worker)
 	ack := publish(t, orch, bus.Message{To: "worker", Type: "LONG"})
 	<-started
 	p.hold()
@@ -206,18 +213,7 @@ func TestReconnectWhileHandlingReportsNothing(t *testing.T) {
 func TestCancelAcrossALostAck(t *testing.T) {
 	s := newServer(t)
 	worker := newBus(t, s, "worker")
-	started := make(chan struct{})
-	returned := make(chan error, 1)
-	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
-		close(started)
-		select {
-		case <-ctx.Done():
-			returned <- context.Cause(ctx)
-		case <-time.After(testTimeout):
-			returned <- errors.New("never cancelled")
-		}
-		return nil
-	})
+	started, returned := runUntilCanceled(t, worker)
 	p, orch, _ := throughCutProxy(t, s, "orchestrator")
 	ack := publish(t, orch, bus.Message{To: "worker", Type: "LONG"})
 	<-started

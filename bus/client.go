@@ -28,7 +28,10 @@ type client struct {
 	status   *tracker   // nil when lifecycle tracking is off
 	registry kvSubjects // cards, groups, outages
 	presence kvSubjects
-	directs  directSubjects // the plain direct subjects it sent on
+	// reconnects ends the attempts of the handle's requests to the server
+	// (askAgain) when the connection reconnects; stopped in closeConn.
+	reconnects *reconnects
+	directs    directSubjects // the plain direct subjects it sent on
 
 	// refusals are the server's refusals of this connection's requests;
 	// nil on a connection the caller made (New, NewAdmin), whose errors
@@ -100,24 +103,27 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 		return nil, err
 	}
 	live, endLive := context.WithCancel(context.Background())
+	rc := watchReconnects(nc)
+	failed := func(err error) (*client, error) {
+		endLive()
+		rc.stop()
+		return nil, err
+	}
 	var status *tracker // nil when lifecycle tracking is off
 	if o.lifecycle {
 		var err error
-		if status, err = newTracker(nc, &o, live); err != nil {
-			endLive()
-			return nil, fmt.Errorf("new bus: %w", err)
+		if status, err = newTracker(nc, &o, live, rc); err != nil {
+			return failed(fmt.Errorf("new bus: %w", err))
 		}
 	}
 	plain, err := jetstream.New(nc)
 	if err != nil {
-		endLive()
-		return nil, fmt.Errorf("new bus: %w", err)
+		return failed(fmt.Errorf("new bus: %w", err))
 	}
-	js := askingJS{plain}
+	js := askingJS{plain, rc}
 	tel, err := newTelemetry(&o, agent)
 	if err != nil {
-		endLive()
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return failed(fmt.Errorf("%w: %w", ErrInvalidOption, err))
 	}
 	po := asyncpub.Options{
 		MaxPending: o.maxAsyncPending,
@@ -133,7 +139,7 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 		po.OnAck = status.acked
 	}
 	pub := asyncpub.New(nc, po)
-	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: registrySubjects(o.scheme), presence: presenceSubjects(o.scheme), refusals: r,
+	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: registrySubjects(o.scheme), presence: presenceSubjects(o.scheme), reconnects: rc, refusals: r,
 		reads: streamReads{js: js, onError: o.onError, live: live}, endLive: endLive, closing: make(chan struct{})}, nil
 }
 
@@ -219,6 +225,7 @@ const closeFlushTimeout = 5 * time.Second
 // it.
 func (c *client) closeConn() {
 	c.endLive()
+	c.reconnects.stop()
 	c.pub.Close()
 	c.status.close()
 	if c.opts.ownsConn {
@@ -267,7 +274,7 @@ func asReader(cfg jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	cfg = asReader(cfg)
 	cfg.Name, cfg.Description = nuid.Next(), "agentbus read"
-	return askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+	return askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateConsumer(ctx, stream, cfg)
 	})
 }
@@ -439,7 +446,7 @@ func fetch(ctx context.Context, c jetstream.Consumer, size int, wait time.Durati
 // wrapping errReadGap if the consumer delivered more than the delivered
 // that came (they were lost with the connection).
 func readOn(ctx context.Context, c jetstream.Consumer, delivered uint64) (uint64, error) {
-	info, err := askAgain(ctx, c.Info)
+	info, err := askAgain(ctx, nil, c.Info)
 	if err != nil {
 		return 0, err
 	}

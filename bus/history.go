@@ -597,7 +597,7 @@ func (b *Bus) createHistory(ctx context.Context, stream string, cfg jetstream.Co
 	start := time.Now()
 	wait := historyRetryFirst
 	for {
-		c, err := askAgain(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		c, err := askAgain(ctx, b.reconnects, func(ctx context.Context) (jetstream.Consumer, error) {
 			return b.js.CreateConsumer(ctx, stream, cfg)
 		})
 		if !errors.Is(err, jetstream.ErrConsumerExists) {

@@ -170,7 +170,7 @@ func inConversation(stored []Status, correlationID string) []Status {
 // instead.
 func (t *tracker) stored(ctx context.Context, id string, filters ...string) (out []Status, others bool, err error) {
 	for _, f := range filters {
-		resp, err := directGet(ctx, t.nc, t.streamGet+f)
+		resp, err := directGet(ctx, t.nc, t.reconnects, t.streamGet+f)
 		if err != nil {
 			return nil, false, fmt.Errorf("find %s in stream %s: %w", id, t.stream, err)
 		}
@@ -206,7 +206,7 @@ const maxBatch = 1024
 // More than maxBatch subjects are an error. An answer that does not come
 // in time is asked for again (askAgain).
 func (t *tracker) storedAll(ctx context.Context, id, filter string) ([]Status, error) {
-	return askAgain(ctx, func(ctx context.Context) ([]Status, error) { return t.storedAllOnce(ctx, id, filter) })
+	return askAgain(ctx, t.reconnects, func(ctx context.Context) ([]Status, error) { return t.storedAllOnce(ctx, id, filter) })
 }
 
 // storedAllOnce is one attempt of storedAll.

@@ -78,7 +78,7 @@ func (b *client) storedAt(ctx context.Context, specs []consumers.Spec, unanswere
 	var wg sync.WaitGroup
 	for i, spec := range specs {
 		wg.Go(func() {
-			resp, err := directGet(ctx, b.nc, prefix+spec.FilterSubject)
+			resp, err := directGet(ctx, b.nc, b.reconnects, prefix+spec.FilterSubject)
 			if err == nil {
 				switch status := resp.Header.Get("Status"); status {
 				case "": // the message itself
@@ -178,7 +178,7 @@ func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s cons
 	defer stop()
 	// The lookups, creates and updates are idempotent: askAgain makes them
 	// again when an answer does not come.
-	cs, err := askAgain(ctx, func(ctx context.Context) ([]jetstream.Consumer, error) {
+	cs, err := askAgain(ctx, b.reconnects, func(ctx context.Context) ([]jetstream.Consumer, error) {
 		return consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, s)
 	})
 	if err != nil {

@@ -177,16 +177,17 @@ func (c StreamConfig) StatusBucketConfig() (jetstream.KeyValueConfig, error) {
 // slow down or fail the message they describe; a failed write goes to the
 // error handler. A nil *tracker tracks nothing.
 type tracker struct {
-	bucket    string
-	prefix    string // "$KV.<bucket>."
-	directGet string // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", then the key
-	streamGet string // "$JS.API.DIRECT.GET.<stream>.", then an indexed subject or filter
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	reads     streamReads
-	pub       *asyncpub.Publisher // writes the records
-	onError   func(error)
-	missing   atomic.Bool // the bucket was found missing and reported once
+	bucket     string
+	prefix     string // "$KV.<bucket>."
+	directGet  string // "$JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.", then the key
+	streamGet  string // "$JS.API.DIRECT.GET.<stream>.", then an indexed subject or filter
+	nc         *nats.Conn
+	reconnects *reconnects // nc's, the client's
+	js         jetstream.JetStream
+	reads      streamReads
+	pub        *asyncpub.Publisher // writes the records
+	onError    func(error)
+	missing    atomic.Bool // the bucket was found missing and reported once
 
 	// acking holds the pending records of asynchronous publishes
 	// (needsPendingRecord) until the server's ack gives their stream
@@ -217,8 +218,8 @@ type tracker struct {
 	window func(ctx context.Context, filter, recipient, sender string) ([]Status, error)
 }
 
-func newTracker(nc *nats.Conn, o *options, live context.Context) (*tracker, error) {
-	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, onError: o.onError, acking: make(map[string]Status),
+func newTracker(nc *nats.Conn, o *options, live context.Context, rc *reconnects) (*tracker, error) {
+	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, reconnects: rc, onError: o.onError, acking: make(map[string]Status),
 		scheme: o.scheme, stream: o.scheme.Stream()}
 	t.prefix = o.scheme.StatusSubjectPrefix()
 	t.directGet = o.scheme.StatusDirectGetPrefix()
@@ -227,7 +228,7 @@ func newTracker(nc *nats.Conn, o *options, live context.Context) (*tracker, erro
 	if err != nil {
 		return nil, err
 	}
-	t.js = askingJS{js}
+	t.js = askingJS{js, rc}
 	t.reads = streamReads{js: t.js, onError: t.onError, live: live}
 	t.pub = asyncpub.New(nc, asyncpub.Options{
 		MaxPending: o.maxAsyncPending,
@@ -607,7 +608,7 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 		return Status{}, err
 	}
 	t.written(ctx, m.ID)
-	resp, err := directGet(ctx, t.nc, t.directGet+key)
+	resp, err := directGet(ctx, t.nc, t.reconnects, t.directGet+key)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return Status{}, &notProvisionedError{stream: t.bucket, bucket: true, cause: err}
 	}

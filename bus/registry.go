@@ -326,7 +326,7 @@ func (c *client) readPresence(ctx context.Context, agent string) (Presence, time
 // getKey reads the last record of key in kv directly (one request): nil,
 // and no error, if the key has none.
 func (c *client) getKey(ctx context.Context, kv kvSubjects, key string) (*nats.Msg, error) {
-	resp, err := directGet(ctx, c.nc, kv.directGet+key)
+	resp, err := directGet(ctx, c.nc, c.reconnects, kv.directGet+key)
 	if err != nil {
 		return nil, err
 	}

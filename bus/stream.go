@@ -316,7 +316,7 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	}
 	var info *jetstream.StreamInfo
 	for _, sc := range streams {
-		s, err := askAgain(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) })
+		s, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) })
 		var apiErr *jetstream.APIError
 		if sc.Name == unsettled.Name && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamSubjectOverlap {
 			onError(fmt.Errorf("stream %s not provisioned: %w; the dead-letter watcher hears the MAX_DELIVERIES advisories of %s only while it runs", sc.Name, err, cfg.Name))
@@ -332,7 +332,7 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 			info = s.CachedInfo()
 		}
 	}
-	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, kvc) }); err != nil {
+	if _, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, kvc) }); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
 	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
@@ -343,7 +343,7 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	}
 	// The presence bucket allows rollups: the server keeps them on for a
 	// stream with subject delete markers (docs/security.md).
-	if _, err := askAgain(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, presence) }); err != nil {
+	if _, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, presence) }); err != nil {
 		return nil, fmt.Errorf("provision presence bucket %s: %w", presence.Bucket, err)
 	}
 	return info, nil
@@ -358,7 +358,7 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 // placement, no markers, no rollups. Its presence records, written with a
 // TTL, expire there unread.
 func provisionRegistry(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
-	_, err := askAgain(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (struct{}, error) {
 		s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			_, err = createOrUpdateBucket(ctx, js, cfg)
@@ -403,7 +403,7 @@ func createOrUpdateBucket(ctx context.Context, js jetstream.JetStream, cfg jetst
 // (docs/security.md). The bus never rolls up a record. The message streams
 // allow no rollups from the start.
 func denyRollups(ctx context.Context, js jetstream.JetStream, stream string) error {
-	_, err := askAgain(ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (struct{}, error) {
 		s, err := js.Stream(ctx, stream)
 		if err != nil {
 			return struct{}{}, err
