@@ -19,7 +19,9 @@ import (
 // request the bus makes whose answer it waits for is made by askAgain, in
 // one of three ways: a JetStream handle whose reads ask again (askingJS),
 // a direct get (directGet), or a write that is the same when made twice
-// (publishAgain). The exceptions bound their wait otherwise: Publish, with
+// (publishAgain). An attempt ends when its answer has not come in time,
+// and at once when the connection reconnects (reconnects), whose drop may
+// have lost it. The exceptions bound their wait otherwise: Publish, with
 // its own attempts (publishAttemptTimeout), and reads through a consumer,
 // with its pull's expiry (readPending pulls again when a pull was lost).
 
