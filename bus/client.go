@@ -332,7 +332,7 @@ func (r streamReads) readAfresh(ctx context.Context, stream string, open func(co
 			return r.closedOr(err)
 		}
 		passed := false
-		err = readPending(ctx, c, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
+		err = readPending(ctx, c, reconnectsOf(r.js), func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 			passed = true
 			return each(m, md)
 		})
@@ -367,8 +367,10 @@ var errReadGap = errors.New("a message of the read did not arrive")
 // lost with a dropped connection, and then it is made again. A message the
 // consumer delivered that did not arrive (a batch that ended before its
 // last messages came, say) ends the read with an error wrapping
-// errReadGap, never a short answer.
-func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+// errReadGap, never a short answer. A batch under way when the connection
+// reconnects (rc, nil for none watched) is over then, as one whose wait ran
+// out: its pull or its messages may have been lost with the connection.
+func readPending(ctx context.Context, c jetstream.Consumer, rc *reconnects, each func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
 	var delivered uint64 // the consumer's sequence of the last message read
 	empty := 0           // batches in a row that brought nothing
 	for pending := c.CachedInfo().NumPending; pending > 0; {
@@ -379,7 +381,7 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 		if wait <= 0 {
 			return fmt.Errorf("%d pending: %w", pending, context.DeadlineExceeded)
 		}
-		n, done, err := fetch(ctx, c, int(min(pending, 256)), wait, func(m jetstream.Msg) (bool, error) {
+		n, done, err := fetch(ctx, c, rc, int(min(pending, 256)), wait, func(m jetstream.Msg) (bool, error) {
 			md, err := m.Metadata()
 			if err != nil {
 				return true, err
@@ -416,27 +418,36 @@ func readPending(ctx context.Context, c jetstream.Consumer, each func(jetstream.
 }
 
 // fetch pulls a batch of up to size messages from c, waiting for them at
-// most wait and until ctx ends, and passes each that comes to each until
-// it says stop or fails: done then, with each's error. n is how many came;
-// err is the batch's error otherwise, context.DeadlineExceeded when its
-// wait ran out before the server ended it.
-func fetch(ctx context.Context, c jetstream.Consumer, size int, wait time.Duration, each func(jetstream.Msg) (stop bool, err error)) (n int, done bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
+// most wait, until ctx ends, and until the connection reconnects (rc), and
+// passes each that comes to each until it says stop or fails: done then,
+// with each's error. n is how many came; err is the batch's error
+// otherwise, context.DeadlineExceeded when its wait ran out, or the
+// connection reconnected, before the server ended it.
+func fetch(ctx context.Context, c jetstream.Consumer, rc *reconnects, size int, wait time.Duration, each func(jetstream.Msg) (stop bool, err error)) (n int, done bool, err error) {
+	bctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	batch, err := c.Fetch(size, jetstream.FetchContext(ctx))
-	if d, _ := ctx.Deadline(); errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(d) {
+	var stop func() bool
+	if next := rc.next(); next != nil {
+		stop = context.AfterFunc(next, cancel)
+		defer stop()
+	}
+	batch, err := c.Fetch(size, jetstream.FetchContext(bctx))
+	if d, _ := bctx.Deadline(); errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(d) {
 		err = context.DeadlineExceeded // the wait ran out as the pull was made
 	}
-	if err != nil {
-		return 0, false, err
-	}
-	for m := range batch.Messages() {
-		n++
-		if stop, err := each(m); err != nil || stop {
-			return n, true, err
+	if err == nil {
+		for m := range batch.Messages() {
+			n++
+			if stop, err := each(m); err != nil || stop {
+				return n, true, err
+			}
 		}
+		err = batch.Error()
 	}
-	return n, false, batch.Error()
+	if err != nil && ctx.Err() == nil && stop != nil && !stop() {
+		err = context.DeadlineExceeded // the connection reconnected under the batch
+	}
+	return n, false, err
 }
 
 // readOn tells readPending, after a batch of reader c brought nothing,
@@ -457,7 +468,7 @@ func readOn(ctx context.Context, c jetstream.Consumer, delivered uint64) (uint64
 }
 
 // batchWait bounds how long readPending waits for one batch.
-const batchWait = 5 * time.Second
+var batchWait = 5 * time.Second // a variable for the tests
 
 // concurrently calls f(i) for each i in [0, n), at most limit calls at a
 // time, and returns when all have returned.

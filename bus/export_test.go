@@ -13,6 +13,14 @@ func WithLooks(first, every time.Duration) SubscribeOption {
 	}
 }
 
+// SetBatchWait bounds how long a read through a consumer waits for one
+// batch (readPending) by d until the test ends.
+func SetBatchWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	was := batchWait
+	batchWait = d
+	t.Cleanup(func() { batchWait = was })
+}
+
 // SetAPIAttemptTimeout bounds each attempt of a request to the server
 // whose answer may be lost (askAgain) by d until the test ends.
 func SetAPIAttemptTimeout(t interface{ Cleanup(func()) }, d time.Duration) {

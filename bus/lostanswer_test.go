@@ -210,12 +210,16 @@ func TestLostAckOfGroupCopies(t *testing.T) {
 
 // TestLostPullOfEveryRead: a read through a consumer of its own (the
 // registry, groups, history, dead letters, records) whose pull is lost with
-// the connection pulls again and answers in full. It answered short, with
-// no error: a batch that brought nothing ended the read, as if what was
-// left had been deleted since. One whose first delivery is lost reads
-// again with a new consumer; it failed with errReadGap. One under way when
-// its handle closes ends with ErrClosed.
+// the connection pulls again once the connection is back and answers in
+// full. It answered short, with no error: a batch that brought nothing
+// ended the read, as if what was left had been deleted since; then it
+// pulled again only when its batch's wait ran out, which here lasts longer
+// than the test (before 2026-11-27, 5 s). One whose first delivery is lost
+// reads again with a new consumer; it failed with errReadGap. One under
+// way when its handle closes ends with ErrClosed.
 func TestLostPullOfEveryRead(t *testing.T) {
+	bus.SetBatchWait(t, time.Hour)
+	bus.SetAPIAttemptTimeout(t, time.Hour)
 	s := newServer(t)
 	ctx := testContext(t)
 	for i := range 5 {

@@ -26,7 +26,7 @@ func TestReadPendingGap(t *testing.T) {
 	}
 	read := func(c jetstream.Consumer) (int, error) {
 		n := 0
-		err := readPending(ctx, c, func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error) {
+		err := readPending(ctx, c, nil, func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error) {
 			n++
 			return false, nil
 		})
