@@ -661,22 +661,31 @@ func (b *Bus) anotherProcess(ctx context.Context) bool {
 // at once (no responders).
 const processesWait = time.Second
 
-// heartbeats reports the agent online every interval until hb is stopped.
+// heartbeats reports the agent online every interval until hb is stopped,
+// and at once when the connection is back after a drop: the record may
+// have expired meanwhile, or another process of the agent that closed then
+// found none to answer it (anotherProcess) and reported the agent offline.
 func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
 	defer close(hb.done)
 	t := time.NewTicker(b.opts.heartbeat)
 	defer t.Stop()
 	for {
+		var back <-chan struct{}
+		if next := b.reconnects.next(); next != nil {
+			back = next.Done()
+		}
 		select {
 		case <-hb.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), b.opts.heartbeat)
-			if err := b.beat(ctx, since); err != nil {
-				b.opts.onError(fmt.Errorf("heartbeat of %s: %w", b.agent, err))
-			}
-			cancel()
+		case <-back:
+			t.Reset(b.opts.heartbeat)
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.heartbeat)
+		if err := b.beat(ctx, since); err != nil {
+			b.opts.onError(fmt.Errorf("heartbeat of %s: %w", b.agent, err))
+		}
+		cancel()
 	}
 }
 

@@ -297,6 +297,35 @@ func TestCloseOfOneProcessOfTwo(t *testing.T) {
 	}
 }
 
+// TestCloseWhileAnotherProcessIsAway: a process that closes while the
+// agent's other process is disconnected finds none to answer and reports
+// the agent offline; the other process, back, reports it online at once,
+// not at its next heartbeat. Before, requests to the agent failed with
+// ErrAgentOffline until then, up to an interval (10 s by default; an hour
+// here).
+func TestCloseWhileAnotherProcessIsAway(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	away := dialBus(t, p.URL(), "worker", bus.WithHeartbeat(time.Hour))
+	if err := away.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	closing := newBus(t, s, "worker")
+	if err := closing.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	p.hold()
+	waitFor(t, "the other process disconnected", func() (bool, string) { return !away.Conn().IsConnected(), away.Conn().Status().String() })
+	closing.Close()
+	admin := adminOf(t, s)
+	if a, err := admin.LookupAgent(ctx, "worker"); err != nil || a.Presence.Status != bus.Offline {
+		t.Fatalf("closed with the other process away: %+v, %v; want offline", a.Presence, err)
+	}
+	p.release()
+	agentInfo(t, admin, "worker", bus.Online)
+}
+
 // TestRequestToAgentGoneSinceLastRequest: a request right after one that
 // was answered, to an agent that shut down in between, fails with
 // ErrAgentOffline, whether it was sent on the presence the first request
