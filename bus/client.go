@@ -410,7 +410,7 @@ func readPending(ctx context.Context, c jetstream.Consumer, rc *reconnects, each
 		if empty++; empty == apiAttempts {
 			return fmt.Errorf("%w: %d pending, and %d pulls in a row brought none", errReadGap, pending, empty)
 		}
-		if pending, err = readOn(ctx, c, delivered); err != nil {
+		if pending, err = readOn(ctx, c, rc, delivered); err != nil {
 			return err
 		}
 	}
@@ -456,8 +456,8 @@ func fetch(ctx context.Context, c jetstream.Consumer, rc *reconnects, size int, 
 // dropped with it in flight, and the server never had it), and an error
 // wrapping errReadGap if the consumer delivered more than the delivered
 // that came (they were lost with the connection).
-func readOn(ctx context.Context, c jetstream.Consumer, delivered uint64) (uint64, error) {
-	info, err := askAgain(ctx, nil, c.Info)
+func readOn(ctx context.Context, c jetstream.Consumer, rc *reconnects, delivered uint64) (uint64, error) {
+	info, err := askAgain(ctx, rc, c.Info)
 	if err != nil {
 		return 0, err
 	}
