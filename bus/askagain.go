@@ -41,12 +41,9 @@ var apiAttemptTimeout = 5 * time.Second // a variable for the tests
 func askAgain[T any](ctx context.Context, r *reconnects, do func(context.Context) (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
-		var stop func() bool
-		if next := r.next(); next != nil {
-			stop = context.AfterFunc(next, cancel)
-		}
+		watched := r.watch(cancel)
 		v, err := do(actx)
-		reconnected := stop != nil && !stop()
+		reconnected := watched.end()
 		cancel()
 		if err == nil || attempt == apiAttempts || ctx.Err() != nil || !reconnected && !errors.Is(err, context.DeadlineExceeded) {
 			return v, err
@@ -54,45 +51,71 @@ func askAgain[T any](ctx context.Context, r *reconnects, do func(context.Context
 	}
 }
 
-// reconnects tells askAgain that a connection reconnected: next ends at
-// the connection's next reconnect. A nil *reconnects watches nothing.
+// reconnects ends the attempts under way on a connection when it
+// reconnects (watch): the answers the server sent them while it was down
+// never come. A nil *reconnects watches nothing.
 type reconnects struct {
 	nc     *nats.Conn
 	events chan nats.Status // the connection's reconnects, until stop
 
-	mu   sync.Mutex
-	now  context.Context // ends at the next reconnect
-	ends context.CancelFunc
+	mu       sync.Mutex
+	attempts map[uint64]context.CancelFunc // under way, by ticket
+	last     uint64                        // the last ticket given
+	back     chan struct{}                 // closed at the next reconnect
 }
 
 // watchReconnects watches nc's reconnects until stop, or until nc closes.
 func watchReconnects(nc *nats.Conn) *reconnects {
-	r := &reconnects{nc: nc, events: nc.StatusChanged(nats.CONNECTED, nats.CLOSED)}
-	r.now, r.ends = context.WithCancel(context.Background())
+	r := &reconnects{nc: nc, events: nc.StatusChanged(nats.CONNECTED, nats.CLOSED),
+		attempts: make(map[uint64]context.CancelFunc), back: make(chan struct{})}
 	go func() {
 		for status := range r.events {
 			if status == nats.CLOSED {
 				r.stop() // ends the loop
 				continue
 			}
-			r.mu.Lock()
-			r.ends()
-			r.now, r.ends = context.WithCancel(context.Background())
-			r.mu.Unlock()
+			r.reconnected()
 		}
 	}()
 	return r
 }
 
-// next returns a context that ends at the connection's next reconnect; nil
-// for a nil r.
-func (r *reconnects) next() context.Context {
+// reconnected ends the attempts under way and tells those waiting on
+// connected.
+func (r *reconnects) reconnected() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, cancel := range r.attempts {
+		cancel()
+		delete(r.attempts, t)
+	}
+	close(r.back)
+	r.back = make(chan struct{})
+}
+
+// watch makes the connection's next reconnect call cancel, until the
+// ticket's end. It costs a lock and a map entry, not the allocations of a
+// context.AfterFunc: a synchronous Publish makes one per attempt.
+func (r *reconnects) watch(cancel context.CancelFunc) ticket {
+	if r == nil {
+		return ticket{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last++
+	r.attempts[r.last] = cancel
+	return ticket{r, r.last}
+}
+
+// connected returns a channel closed when the connection next reconnects;
+// nil, which never is, for a nil r.
+func (r *reconnects) connected() <-chan struct{} {
 	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.now
+	return r.back
 }
 
 // stop ends the watch; again, it does nothing. A nil r has none.
@@ -100,6 +123,25 @@ func (r *reconnects) stop() {
 	if r != nil {
 		r.nc.RemoveStatusListener(r.events) // closes events
 	}
+}
+
+// ticket is an attempt watched for a reconnect (reconnects.watch).
+type ticket struct {
+	r *reconnects
+	n uint64
+}
+
+// end stops watching, and reports whether the connection reconnected
+// meanwhile and ended the attempt.
+func (t ticket) end() (reconnected bool) {
+	if t.r == nil {
+		return false
+	}
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	_, watched := t.r.attempts[t.n]
+	delete(t.r.attempts, t.n)
+	return !watched
 }
 
 // reconnectsOf returns the reconnects js's requests watch: an askingJS's,

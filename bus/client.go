@@ -426,11 +426,8 @@ func readPending(ctx context.Context, c jetstream.Consumer, rc *reconnects, each
 func fetch(ctx context.Context, c jetstream.Consumer, rc *reconnects, size int, wait time.Duration, each func(jetstream.Msg) (stop bool, err error)) (n int, done bool, err error) {
 	bctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var stop func() bool
-	if next := rc.next(); next != nil {
-		stop = context.AfterFunc(next, cancel)
-		defer stop()
-	}
+	watched := rc.watch(cancel)
+	defer watched.end()
 	batch, err := c.Fetch(size, jetstream.FetchContext(bctx))
 	if d, _ := bctx.Deadline(); errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(d) {
 		err = context.DeadlineExceeded // the wait ran out as the pull was made
@@ -444,7 +441,7 @@ func fetch(ctx context.Context, c jetstream.Consumer, rc *reconnects, size int, 
 		}
 		err = batch.Error()
 	}
-	if err != nil && ctx.Err() == nil && stop != nil && !stop() {
+	if err != nil && ctx.Err() == nil && watched.end() {
 		err = context.DeadlineExceeded // the connection reconnected under the batch
 	}
 	return n, false, err

@@ -13,6 +13,14 @@ func WithLooks(first, every time.Duration) SubscribeOption {
 	}
 }
 
+// SetPublishAttemptTimeout bounds each attempt of a Publish by d until the
+// test ends.
+func SetPublishAttemptTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
+	was := publishAttemptTimeout
+	publishAttemptTimeout = d
+	t.Cleanup(func() { publishAttemptTimeout = was })
+}
+
 // SetBatchWait bounds how long a read through a consumer waits for one
 // batch (readPending) by d until the test ends.
 func SetBatchWait(t interface{ Cleanup(func()) }, d time.Duration) {

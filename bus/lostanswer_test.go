@@ -151,6 +151,29 @@ func TestLostAnswerEveryCall(t *testing.T) {
 	}
 }
 
+// TestLostAckOfPublish: a Publish whose ack is lost with the connection
+// publishes again, with its ID, as soon as the connection is back; the
+// stream stores the message once. It waited out its attempt, 5 s (an hour
+// here), before it tried again.
+func TestLostAckOfPublish(t *testing.T) {
+	bus.SetPublishAttemptTimeout(t, time.Hour)
+	s := newServer(t)
+	p, planner, _ := throughCutProxy(t, s, "planner")
+	cut := p.cutOnDelivery(`"stream":"AGENTBUS"`)
+	ack, err := planner.Publish(testContext(t), bus.Message{To: "worker", Type: "TASK"})
+	if !wasCut(cut) {
+		t.Fatal("the publish's ack was not cut: the test tested nothing")
+	}
+	if err != nil || !ack.Duplicate {
+		t.Fatalf("Publish = %+v, %v; want the ack of the second attempt, a duplicate", ack, err)
+	}
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "worker"), r.handle)
+	if got := r.waitCount(t, 1); len(got) != 1 || got[0].ID != ack.ID {
+		t.Errorf("the worker got %v, want the message once", r.types())
+	}
+}
+
 // TestLostAckOfGroupCopies: a copy of PublishGroup or Gather whose ack is
 // lost with the connection is sent again, and its member handles it once.
 // The call failed for that member with nats.ErrDisconnected, though the

@@ -366,7 +366,9 @@ func headerSize(h nats.Header) int {
 }
 
 // publishAttemptTimeout bounds one publish attempt when ctx allows longer.
-const publishAttemptTimeout = 5 * time.Second
+// An attempt also ends when the connection reconnects: its ack, if the
+// server sent it while the connection was down, never comes.
+var publishAttemptTimeout = 5 * time.Second // a variable for the tests
 
 // errCodeDuplicateInProcess is JetStream's "duplicate message id is in
 // process": a copy with the same ID is being stored, as when a retry
@@ -382,8 +384,10 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 			actx, stopWatching = b.refusals.watch(ctx, msg.Subject)
 		}
 		actx, cancel := context.WithTimeout(actx, publishAttemptTimeout)
+		watched := b.reconnects.watch(cancel)
 		ack, err := b.js.PublishMsg(actx, msg)
 		refused := context.Cause(actx)
+		reconnected := watched.end()
 		cancel()
 		stopWatching()
 		if err != nil && errors.Is(refused, ErrPermissionDenied) {
@@ -394,7 +398,7 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 				return nil, denied
 			}
 		}
-		if err == nil || attempt >= b.opts.publishAttempts || ctx.Err() != nil || !transient(err) {
+		if err == nil || attempt >= b.opts.publishAttempts || ctx.Err() != nil || !transient(err) && !reconnected {
 			return ack, err
 		}
 		b.opts.logger.Debug("publish retry", "subject", msg.Subject, "attempt", attempt, "error", err)

@@ -670,15 +670,11 @@ func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
 	t := time.NewTicker(b.opts.heartbeat)
 	defer t.Stop()
 	for {
-		var back <-chan struct{}
-		if next := b.reconnects.next(); next != nil {
-			back = next.Done()
-		}
 		select {
 		case <-hb.stop:
 			return
 		case <-t.C:
-		case <-back:
+		case <-b.reconnects.connected():
 			t.Reset(b.opts.heartbeat)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.heartbeat)
