@@ -427,7 +427,7 @@ func fetch(ctx context.Context, c jetstream.Consumer, rc *reconnects, size int, 
 	bctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	watched := rc.watch(cancel)
-	defer watched.end()
+	defer watched.end() // on the early return; again after the check below, a no-op
 	batch, err := c.Fetch(size, jetstream.FetchContext(bctx))
 	if d, _ := bctx.Deadline(); errors.Is(err, jetstream.ErrInvalidOption) && !time.Now().Before(d) {
 		err = context.DeadlineExceeded // the wait ran out as the pull was made

@@ -21,6 +21,14 @@ func SetPublishAttemptTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
 	t.Cleanup(func() { publishAttemptTimeout = was })
 }
 
+// SetProcessesWait bounds how long a process waits for another process of
+// its agent to answer (anotherProcess) by d until the test ends.
+func SetProcessesWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	was := processesWait
+	processesWait = d
+	t.Cleanup(func() { processesWait = was })
+}
+
 // SetBatchWait bounds how long a read through a consumer waits for one
 // batch (readPending) by d until the test ends.
 func SetBatchWait(t interface{ Cleanup(func()) }, d time.Duration) {

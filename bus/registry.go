@@ -230,19 +230,7 @@ const (
 // records of escalated outages. It allows no rollups (Provision turns
 // them off), so no agent that may write its own keys can purge the others.
 func (c StreamConfig) RegistryConfig() (jetstream.KeyValueConfig, error) {
-	cfg, err := c.JetStream()
-	if err != nil {
-		return jetstream.KeyValueConfig{}, err
-	}
-	s, _ := subjects.New(c.Root) // checked by JetStream
-	return jetstream.KeyValueConfig{
-		Bucket:      s.RegistryBucket(),
-		Description: "agentbus agent registry under " + s.Root() + ": cards, groups and outages",
-		History:     1,
-		Storage:     cfg.Storage,
-		Replicas:    cfg.Replicas,
-		Placement:   cfg.Placement,
-	}, nil
+	return c.registryBucket(subjects.Scheme.RegistryBucket, "agentbus agent registry under %s: cards, groups and outages", 0)
 }
 
 // PresenceConfig returns the KeyValue bucket Provision creates for the
@@ -252,19 +240,27 @@ func (c StreamConfig) RegistryConfig() (jetstream.KeyValueConfig, error) {
 // server requires a bucket with delete markers to allow rollups, which is
 // why presence has a bucket of its own (docs/security.md).
 func (c StreamConfig) PresenceConfig() (jetstream.KeyValueConfig, error) {
+	return c.registryBucket(subjects.Scheme.PresenceBucket, "agentbus presence under %s", presenceMarkerTTL)
+}
+
+// registryBucket is a bucket of the registry under c's root, named by
+// bucket and described by description (with the root for its %s): one
+// record per key, kept as c's messages are stored and placed, with delete
+// markers kept for markerTTL (none when 0).
+func (c StreamConfig) registryBucket(bucket func(subjects.Scheme) string, description string, markerTTL time.Duration) (jetstream.KeyValueConfig, error) {
 	cfg, err := c.JetStream()
 	if err != nil {
 		return jetstream.KeyValueConfig{}, err
 	}
 	s, _ := subjects.New(c.Root) // checked by JetStream
 	return jetstream.KeyValueConfig{
-		Bucket:         s.PresenceBucket(),
-		Description:    "agentbus presence under " + s.Root(),
+		Bucket:         bucket(s),
+		Description:    fmt.Sprintf(description, s.Root()),
 		History:        1,
 		Storage:        cfg.Storage,
 		Replicas:       cfg.Replicas,
 		Placement:      cfg.Placement,
-		LimitMarkerTTL: presenceMarkerTTL,
+		LimitMarkerTTL: markerTTL,
 	}, nil
 }
 
@@ -659,7 +655,7 @@ func (b *Bus) anotherProcess(ctx context.Context) bool {
 // process of its agent to answer (anotherProcess). A running process
 // answers within a round trip, and with none running the server says so
 // at once (no responders).
-const processesWait = time.Second
+var processesWait = time.Second // a variable for the tests
 
 // heartbeats reports the agent online every interval until hb is stopped,
 // and at once when the connection is back after a drop: the record may

@@ -637,8 +637,11 @@ func TestMicroDiscovery(t *testing.T) {
 // TestRegisterBlocksNoOtherCall: while Register waits for another process
 // of the agent to answer (onlineSince), the bus's other calls go on.
 // Register held the handle's lock over its network calls, and a Publish
-// waited for it, up to a second for a process that answered late.
+// waited for it, up to a second for a process that answered late. The
+// wait is an hour here, so that Register cannot give up on the answer
+// before the Publish is done, however slowly the test runs.
 func TestRegisterBlocksNoOtherCall(t *testing.T) {
+	bus.SetProcessesWait(t, time.Hour)
 	s := newServer(t)
 	ctx := testContext(t)
 	b := newBus(t, s, "worker")
