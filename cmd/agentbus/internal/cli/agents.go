@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,7 +29,7 @@ prints a JSON array of the agents' cards and presence instead.
 An agent registers with 'agentbus subscribe --card FILE' or Bus.Register,
 and reports its presence while it runs; one that stops without closing is
 found offline three heartbeats (30 s by default) after its last one
-(docs/presence.md).
+(docs/presence.md). With --shards, agents reads every shard's registry.
 
 --watch prints every agent's presence as it stands, then each change, one
 line each, until SIGINT or SIGTERM:
@@ -38,22 +40,14 @@ line each, until SIGINT or SIGTERM:
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			if watch {
-				return a.withAdmin(func(admin *bus.Admin) error {
-					return admin.WatchPresence(cmd.Context(), a.printPresenceChange)
+				return a.withAdmins(func(admins []*bus.Admin) error {
+					return watchEveryShard(cmd.Context(), admins, a.printPresenceChange, (*bus.Admin).WatchPresence)
 				})
 			}
-			return a.withAdmin(func(admin *bus.Admin) error {
-				all, err := admin.Agents(cmd.Context())
+			return a.withAdmins(func(admins []*bus.Admin) error {
+				all, backlogs, err := agentsOnShards(cmd.Context(), admins)
 				if err != nil {
 					return err
-				}
-				backlogs := make([]string, len(all))
-				for i, ag := range all {
-					b, err := admin.Backlog(cmd.Context(), ag.Card.Name)
-					if err != nil {
-						return err
-					}
-					backlogs[i] = fmt.Sprintf("%d/%d/%d/%d/%d", b[0], b[1], b[2], b[3], b[4])
 				}
 				if asJSON {
 					return a.printJSON(agentsJSON(all))
@@ -73,7 +67,7 @@ line each, until SIGINT or SIGTERM:
 			if err := checkAgentID("NAME", cmd.Flags().Arg(0)); err != nil {
 				return err
 			}
-			return a.withAdmin(func(admin *bus.Admin) error {
+			return a.withAdminOf(cmd.Flags().Arg(0), func(admin *bus.Admin) error {
 				info, err := admin.LookupAgent(cmd.Context(), cmd.Flags().Arg(0))
 				if err != nil {
 					return err
@@ -108,6 +102,40 @@ func timeOrNil(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// agentsOnShards reads the agents of every shard's registry, by name, and
+// the messages waiting for each, "p1/p2/p3/p4/p5", on its shard.
+func agentsOnShards(ctx context.Context, admins []*bus.Admin) ([]bus.AgentInfo, []string, error) {
+	type agent struct {
+		info    bus.AgentInfo
+		backlog string
+	}
+	found, err := onEveryShard(admins, func(admin *bus.Admin) ([]agent, error) {
+		all, err := admin.Agents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]agent, len(all))
+		for i, ag := range all {
+			b, err := admin.Backlog(ctx, ag.Card.Name)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = agent{ag, fmt.Sprintf("%d/%d/%d/%d/%d", b[0], b[1], b[2], b[3], b[4])}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	agents := slices.Concat(found...)
+	slices.SortFunc(agents, func(x, y agent) int { return strings.Compare(x.info.Card.Name, y.info.Card.Name) })
+	all, backlogs := make([]bus.AgentInfo, len(agents)), make([]string, len(agents))
+	for i, ag := range agents {
+		all[i], backlogs[i] = ag.info, ag.backlog
+	}
+	return all, backlogs, nil
 }
 
 // printAgents prints one row per agent; backlogs are the agents' waiting
@@ -182,7 +210,9 @@ however many escalate processes run or restart. With --pipeline the messages
 are the pipeline protocol's own needs_human and info, from "pipeline";
 otherwise agentbus.escalation and agentbus.recovery events from "agentbus".
 It runs until SIGINT or SIGTERM, with an operator's identity
-(docs/presence.md).`,
+(docs/presence.md). It works on one shard of an installation split into
+shards, given with --root <root>.s<K>, and refuses --shards: it watches
+the agents of that shard and sends on it, so --to must live there too.`,
 		Example: `  agentbus agents escalate --agent dev --after 3m --to human --pipeline`,
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {

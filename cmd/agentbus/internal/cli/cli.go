@@ -91,6 +91,7 @@ type app struct {
 	root        string    // --root
 	shards      int       // --shards
 	traceStderr bool      // --trace-stderr
+	command     string    // the command run, "agentbus dlq list"
 
 	telemetry *telemetry // set up before a command runs; nil before
 }
@@ -128,6 +129,7 @@ is reported as one line "agentbus: <error>" on stderr.`,
 	pf.IntVar(&a.shards, "shards", 1, "shards of the installation under --root (provision --shards), 1 to "+strconv.Itoa(subjects.MaxShards)+": an agent's commands reach each agent on its shard; every process must use the same")
 	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		a.command = cmd.CommandPath()
 		if err := a.checkRootAndShards(cmd); err != nil {
 			return err
 		}
@@ -581,57 +583,6 @@ func (a *app) connectAs(flag, agent string, opts ...bus.Option) (*bus.Bus, error
 		return nil, usageError{err}
 	}
 	return nil, err
-}
-
-// withAdmin connects an operator's handle (bus.ConnectAdmin) under --root
-// with the connection flags, runs f and closes it. Background errors
-// become warnings.
-func (a *app) withAdmin(f func(*bus.Admin) error) error { return a.withAdminOn(a.root, f) }
-
-// withAdminOn is withAdmin under root.
-func (a *app) withAdminOn(root string, f func(*bus.Admin) error) error {
-	natsOpts, err := a.natsOptions()
-	if err != nil {
-		return err
-	}
-	admin, err := bus.ConnectAdmin(a.server, bus.WithNATSOptions(natsOpts...), bus.WithRoot(root), a.warnErrors())
-	if errors.Is(err, bus.ErrInvalidOption) {
-		return usageError{err}
-	}
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	return f(admin)
-}
-
-// recordsOnShards returns the records read reads with an operator's handle
-// on each shard of --shards under --root (the root itself for one shard),
-// in shard order; a shard without any (bus.ErrNoStatus) adds none. It
-// returns bus.ErrNoStatus when no shard has any.
-func (a *app) recordsOnShards(read func(*bus.Admin) ([]bus.Status, error)) ([]bus.Status, error) {
-	var out []bus.Status
-	for k := range max(a.shards, 1) {
-		root, err := subjects.ShardRoot(a.root, k, a.shards)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--shards: %w", err)}
-		}
-		err = a.withAdminOn(root, func(admin *bus.Admin) error {
-			sts, err := read(admin)
-			if errors.Is(err, bus.ErrNoStatus) {
-				return nil
-			}
-			out = append(out, sts...)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	if len(out) == 0 {
-		return nil, bus.ErrNoStatus
-	}
-	return out, nil
 }
 
 // withBusAs connects as agent, given by --agent, runs f and closes the

@@ -28,7 +28,11 @@ rejected it for good, could not decode it, or never settled its last delivery
   agentbus dlq purge [--agent A] [--type T] [--before D]
   agentbus dlq watch
 
-SEQ is the dead letter's sequence, as list prints it.`,
+SEQ is the dead letter's sequence, as list prints it.
+
+Each shard of an installation split into shards has dead letters of its
+own: dlq watch takes --shards and watches them all, the other commands work
+on one shard, given with --root <root>.s<K>.`,
 	}
 	cmd.AddCommand(a.dlqListCommand(), a.dlqShowCommand(), a.dlqReplayCommand(), a.dlqPurgeCommand(), a.dlqWatchCommand())
 	return cmd
@@ -169,11 +173,14 @@ stream (AGENTBUS_UNSETTLED) keeps until a watcher runs, and dead-letters the
 messages whose last allowed delivery was never acknowledged, typically because
 the subscriber crashed. 'agentbus serve' does this itself; run 'dlq watch'
 beside an existing cluster, with an operator identity. Several watchers share
-the work. It runs until SIGINT or SIGTERM.`,
+the work. With --shards it watches every shard. It runs until SIGINT or
+SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
-			return a.withAdmin(func(admin *bus.Admin) error {
-				return admin.WatchDeadLetters(cmd.Context())
+			return a.withAdmins(func(admins []*bus.Admin) error {
+				return watchEveryShard(cmd.Context(), admins, nil, func(admin *bus.Admin, ctx context.Context, _ func(struct{})) error {
+					return admin.WatchDeadLetters(ctx)
+				})
 			})
 		}),
 	}

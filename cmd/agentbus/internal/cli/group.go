@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 func (a *app) groupCommand() *cobra.Command {
@@ -71,14 +73,17 @@ added. A query that finds no agent, with no AGENT named, exits 1.`,
 			if err := checkGroupArgs(args); err != nil {
 				return err
 			}
-			return a.withAdmin(func(admin *bus.Admin) error {
-				if err := admin.AddToGroup(cmd.Context(), args[0], args[1:]...); err != nil || !byQuery {
+			return a.withAdmins(func(admins []*bus.Admin) error {
+				if err := setMembers(cmd.Context(), admins, args[0], args[1:], (*bus.Admin).AddToGroup); err != nil || !byQuery {
 					return err
 				}
-				added, err := admin.AddMatchingToGroup(cmd.Context(), args[0], query)
+				found, err := onEveryShard(admins, func(admin *bus.Admin) ([]string, error) {
+					return admin.AddMatchingToGroup(cmd.Context(), args[0], query)
+				})
 				if err != nil {
 					return err
 				}
+				added := slices.Sorted(slices.Values(slices.Concat(found...)))
 				if len(added) == 0 && len(args) == 1 {
 					return fmt.Errorf("no registered agent has %s", describeQuery(query))
 				}
@@ -100,7 +105,9 @@ added. A query that finds no agent, with no AGENT named, exits 1.`,
 			if err := checkGroupArgs(args); err != nil {
 				return err
 			}
-			return a.withAdmin(func(admin *bus.Admin) error { return admin.RemoveFromGroup(cmd.Context(), args[0], args[1:]...) })
+			return a.withAdmins(func(admins []*bus.Admin) error {
+				return setMembers(cmd.Context(), admins, args[0], args[1:], (*bus.Admin).RemoveFromGroup)
+			})
 		}),
 	}
 	var asJSON bool
@@ -117,23 +124,20 @@ groups to sorted member arrays.`,
 					return err
 				}
 			}
-			return a.withAdmin(func(admin *bus.Admin) error {
+			return a.withAdmins(func(admins []*bus.Admin) error {
+				groups, err := groupsOnShards(cmd.Context(), admins, cmd.Flags().Arg(0))
+				if err != nil {
+					return err
+				}
 				if cmd.Flags().NArg() == 1 {
-					members, err := admin.GroupMembers(cmd.Context(), cmd.Flags().Arg(0))
-					if err != nil {
-						return err
-					}
+					members := append([]string{}, groups[cmd.Flags().Arg(0)]...)
 					if asJSON {
-						return a.printJSON(append([]string{}, members...))
+						return a.printJSON(members)
 					}
 					for _, m := range members {
 						fmt.Fprintln(a.stdout, m)
 					}
 					return nil
-				}
-				groups, err := admin.Groups(cmd.Context())
-				if err != nil {
-					return err
 				}
 				if asJSON {
 					return a.printJSON(groups)
@@ -161,21 +165,69 @@ each change as it happens, until SIGINT or SIGTERM, one line each:
 					return err // an empty NAME would watch every group
 				}
 			}
-			return a.withAdmin(func(admin *bus.Admin) error {
-				return admin.WatchGroups(cmd.Context(), cmd.Flags().Arg(0), func(c bus.GroupChange) {
-					line := c.At.UTC().Format(time.RFC3339) + " " + c.Group + " " + c.Agent
-					if c.Joined {
-						line += " joined by " + c.By
-					} else {
-						line += " left"
-					}
-					fmt.Fprintln(a.stdout, line)
+			printChange := func(c bus.GroupChange) {
+				line := c.At.UTC().Format(time.RFC3339) + " " + c.Group + " " + c.Agent
+				if c.Joined {
+					line += " joined by " + c.By
+				} else {
+					line += " left"
+				}
+				fmt.Fprintln(a.stdout, line)
+			}
+			return a.withAdmins(func(admins []*bus.Admin) error {
+				return watchEveryShard(cmd.Context(), admins, printChange, func(admin *bus.Admin, ctx context.Context, f func(bus.GroupChange)) error {
+					return admin.WatchGroups(ctx, cmd.Flags().Arg(0), f)
 				})
 			})
 		}),
 	}
 	cmd.AddCommand(join, leave, add, remove, list, watch)
 	return cmd
+}
+
+// setMembers adds agents to group, or removes them (set), as an operator,
+// each on its own shard: where its membership is kept.
+func setMembers(ctx context.Context, admins []*bus.Admin, group string, agents []string,
+	set func(*bus.Admin, context.Context, string, ...string) error) error {
+	for _, agent := range agents {
+		k, err := subjects.ShardOf(agent, len(admins))
+		if err != nil {
+			return usageError{err}
+		}
+		if err := set(admins[k], ctx, group, agent); err != nil {
+			return onShard(admins, k, err)
+		}
+	}
+	return nil
+}
+
+// groupsOnShards reads the groups of every shard, or group's alone when it
+// is not empty, and merges their members: each agent's membership is kept
+// on its own shard.
+func groupsOnShards(ctx context.Context, admins []*bus.Admin, group string) (map[string][]string, error) {
+	found, err := onEveryShard(admins, func(admin *bus.Admin) (map[string][]string, error) {
+		if group != "" {
+			members, err := admin.GroupMembers(ctx, group)
+			return map[string][]string{group: members}, err
+		}
+		return admin.Groups(ctx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, groups := range found {
+		for g, members := range groups {
+			if len(members) > 0 {
+				out[g] = append(out[g], members...)
+			}
+		}
+	}
+	for g, members := range out {
+		slices.Sort(members)
+		out[g] = slices.Compact(members)
+	}
+	return out, nil
 }
 
 // checkGroupArgs checks the arguments NAME AGENT... of group add and

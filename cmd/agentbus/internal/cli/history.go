@@ -44,7 +44,11 @@ Without --agent, history reads every message of the conversation, which
 needs an operator's access (every status record, messages by sequence).
 With --agent AGENT it reads, as that agent, only the messages AGENT sent or
 received: what its own permissions let it read (docs/history.md). It exits
-1 when the conversation has no message (for AGENT).`,
+1 when the conversation has no message (for AGENT).
+
+On an installation split into shards, history with --agent and --shards
+reads every shard; as an operator it reads one shard, given with --root
+<root>.s<K>, and refuses --shards.`,
 		Example: `  agentbus history conv-42
   agentbus history conv-42 --agent worker --json | jq -r .event.data
   agentbus history conv-42 --limit 100 --after 1795000000.123456789.42.bS0x`,
@@ -156,7 +160,9 @@ priority, conversation, causation, time, data and other extensions, without
 its TTL. It is published in the original sender's name, which needs an
 operator's credentials. It prints "id=<new ID> seq=<N>".
 
-It exits 1 when the message has no record, or the stream no longer holds it.`,
+It exits 1 when the message has no record, or the stream no longer holds it.
+It works on one shard of an installation split into shards, given with
+--root <root>.s<K>, and refuses --shards.`,
 		Example: `  agentbus redeliver 4b0e6c1e-6a4f-4a7e-9c55-2f1d8e0c9b7a --to worker-1`,
 		Args:    cobra.ExactArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {

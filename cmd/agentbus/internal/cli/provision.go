@@ -53,10 +53,13 @@ a line per shard; --shard K provisions shard K only, so that each can be
 given its own --tag. Each agent given with --agent gets its consumers on its
 own shard, named on its line. Agents reach a sharded installation through
 bus.Shards (docs/operations.md, "Past one stream"), and so do the agent
-commands (publish, request, reply, subscribe, cancel ...) and an
-operator's status and trace given the same --shards; the other operator
-commands (agents, group, dlq, history) read one shard, with --root set to
-its root.
+commands (publish, request, reply, subscribe, cancel ...) given the same
+--shards. So do the operator's: status, trace, cancel, agents, group and
+dlq watch reach every shard, or the shard of the agent they name, and serve
+provisions and watches every shard. The commands that work on one shard's
+streams (dlq list, show, replay and purge, agents escalate, and history and
+redeliver as an operator) refuse --shards: give them a shard's root with
+--root.
 
 --tag places the streams and buckets on the servers of a cluster that have
 every tag given (server_tags in their configuration).`,

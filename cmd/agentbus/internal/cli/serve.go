@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/subjects"
 )
 
 // defaultListen is the address serve listens on without --listen.
@@ -35,8 +37,9 @@ func (a *app) serveCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Run a NATS server with JetStream and the bus's stream",
 		Long: `Serve runs a NATS server with JetStream in this process, provisions the bus's
-stream on it (the defaults of 'agentbus provision'), and serves until it
-receives SIGINT or SIGTERM, when it shuts down cleanly and exits 0.
+stream on it (the defaults of 'agentbus provision'; with --shards N, every
+shard's), and serves until it receives SIGINT or SIGTERM, when it shuts down
+cleanly and exits 0.
 
 Messages are kept in --store, so they survive restarts. The default store is
 $XDG_DATA_HOME/agentbus, or ~/.local/share/agentbus. One server at a time
@@ -156,9 +159,9 @@ func (a *app) startServer(opts embedded.Options) (*embedded.Server, error) {
 }
 
 // serveUntilDone provisions the bus on s as an operator (logged in with
-// login), dead-letters the messages whose last delivery was never settled,
-// prints the client URL, and serves until ctx ends (nil) or the server
-// stops on its own (an error).
+// login), every shard of --shards, dead-letters the messages whose last
+// delivery was never settled, prints the client URL, and serves until ctx
+// ends (nil) or the server stops on its own (an error).
 func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []nats.Option, authFile string) error {
 	nc, err := s.Connect(login...)
 	if err != nil && authFile != "" {
@@ -168,21 +171,36 @@ func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []na
 		return err
 	}
 	defer nc.Close()
-	admin, err := bus.NewAdmin(nc, bus.WithRoot(a.root),
-		bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
-	if err != nil {
-		return err
+	// An operator's handle on each shard (the root itself for one shard).
+	admins := make([]*bus.Admin, a.shards)
+	for k := range admins {
+		root, err := subjects.ShardRoot(a.root, k, a.shards)
+		if err != nil {
+			return usageError{fmt.Errorf("--shards: %w", err)}
+		}
+		admins[k], err = bus.NewAdmin(nc, bus.WithRoot(root),
+			bus.WithErrorHandler(func(err error) { a.warnf("dead letters: %v", err) }))
+		if err != nil {
+			return err
+		}
+		defer admins[k].Close()
 	}
-	defer admin.Close()
-	info, err := admin.Provision(ctx, bus.StreamConfig{})
-	if err != nil {
-		return err
+	var streams []string
+	var msgs uint64
+	for k, admin := range admins {
+		info, err := admin.Provision(ctx, bus.StreamConfig{})
+		if err != nil {
+			return onShard(admins, k, err)
+		}
+		streams, msgs = append(streams, info.Config.Name), msgs+info.State.Msgs
 	}
 	// Dead-letter the messages whose last delivery was never settled (a
 	// crashed subscriber): the server only announces them.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var watching sync.WaitGroup
-	watching.Go(func() { admin.WatchDeadLetters(watchCtx) })
+	for _, admin := range admins {
+		watching.Go(func() { admin.WatchDeadLetters(watchCtx) })
+	}
 	defer func() { stopWatch(); watching.Wait() }()
 
 	stopped := make(chan struct{})
@@ -199,7 +217,7 @@ func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []na
 	if _, err := fmt.Fprintln(a.stdout, url); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stderr, "agentbus serving on %s (store %s, stream %s, %d messages)\n", url, s.Options().StoreDir, info.Config.Name, info.State.Msgs)
+	fmt.Fprintf(a.stderr, "agentbus serving on %s (store %s, stream %s, %d messages)\n", url, s.Options().StoreDir, strings.Join(streams, ", "), msgs)
 
 	select {
 	case <-ctx.Done():
@@ -207,7 +225,9 @@ func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []na
 		// stores the records they are writing (a dead letter's).
 		stopWatch()
 		watching.Wait()
-		admin.Close()
+		for _, admin := range admins {
+			admin.Close()
+		}
 		s.Shutdown()
 		fmt.Fprintln(a.stderr, "agentbus server stopped")
 		return nil
