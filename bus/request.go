@@ -681,21 +681,47 @@ func (r *requests) updates(w *waiter) []*Delivery {
 	return u
 }
 
-// take hands d to the Request waiting for it, if any, and reports whether
-// one was (took). A reply or progress update already taken also reports
-// took, and again, so that its other copy is dropped without a second
-// record. A progress update goes to a Request that follows progress (and
-// is otherwise not taken); it never completes one.
-func (r *requests) take(d *Delivery) (took, again bool) {
+// handing is how a message take found a Request for reaches it: the
+// reply on the Request's reply channel, or news of a progress update or a
+// question, which the Request reads from its updates. The caller hands it
+// over (give) only after it has seen to the message's record
+// (tookFromListener), so that a Request never returns, and its process
+// closes and exits, before the record that keeps the message's stored
+// copy from a handler is under way.
+type handing struct {
+	reply chan *Delivery
+	news  chan struct{}
+}
+
+// give hands d over as h says; the zero handing gives nothing.
+func (h handing) give(d *Delivery) {
+	if h.reply != nil {
+		h.reply <- d // room for it: the Request no longer waits in r.waiting
+	}
+	if h.news != nil {
+		select {
+		case h.news <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take takes d for the Request waiting for it, if any, reports whether
+// one was (took), and returns how d reaches it, to give once its record is
+// seen to. A reply or progress update already taken also reports took, and
+// again, so that its other copy is dropped without a second record. A
+// progress update goes to a Request that follows progress (and is
+// otherwise not taken); it never completes one.
+func (r *requests) take(d *Delivery) (took, again bool, h handing) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, put := r.unrecorded[d.ID]; put || r.taken.has(d.ID) {
 		delete(r.unrecorded, d.ID) // its other copy came: the record is needless
-		return true, true
+		return true, true, handing{}
 	}
 	w, ok := r.waiting[d.CausationID]
 	if !ok {
-		return false, false
+		return false, false, handing{}
 	}
 	if d.Type == TypeCancel {
 		// Not taken: the Request checks the record, and the stored copy
@@ -707,7 +733,7 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 			default:
 			}
 		}
-		return false, false
+		return false, false, handing{}
 	}
 	if _, ok := d.IsInputRequest(); ok {
 		// A question: answered by the Request (taken), or shown to it
@@ -721,25 +747,18 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 			}
 			w.shown[d.ID] = true
 		default:
-			return false, false
+			return false, false, handing{}
 		}
 		w.updates = append(w.updates, d)
-		select {
-		case w.news <- struct{}{}:
-		default:
-		}
-		return w.answer, false
+		return w.answer, false, handing{news: w.news}
 	}
 	if d.IsProgress() {
-		select {
-		case w.news <- struct{}{}:
-		default:
-		}
 		if !w.follow {
-			return false, false
+			// Not taken, but news: the Request's idle timeout starts over.
+			return false, false, handing{news: w.news}
 		}
 		if w.handed[d.ID] {
-			return true, true
+			return true, true, handing{news: w.news}
 		}
 		if w.handed == nil {
 			w.handed = make(map[string]bool)
@@ -747,12 +766,11 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 		w.handed[d.ID] = true
 		w.updates = append(w.updates, d)
 		r.taken.add(d.ID)
-		return true, false
+		return true, false, handing{news: w.news}
 	}
 	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
-	w.reply <- d
-	return true, false
+	return true, false, handing{reply: w.reply}
 }
 
 // listen receives the messages published to the agent while a Request
@@ -774,9 +792,11 @@ func (b *Bus) listen(nm *nats.Msg) {
 // handOver hands d, an answer to a request of this process that did not
 // come through a subscription, to the Request waiting for it, if any.
 func (b *Bus) handOver(d *Delivery) {
-	if took, again := b.req.take(d); took && !again {
+	took, again, h := b.req.take(d)
+	if took && !again {
 		b.tookFromListener(d)
 	}
+	h.give(d)
 }
 
 // readMissed reads, after every reconnect until reconnected is closed, the
@@ -999,12 +1019,16 @@ func takenElsewhere(s Status) bool {
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, maxDeliver int) (skip bool, wait time.Duration) {
 	derivedReply := exchange && d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
-		if took, again := b.req.take(d); took {
+		took, again, h := b.req.take(d)
+		if took {
 			// A reply taken from its stored copy is acknowledged here:
 			// no other process meets it, so it needs no record.
 			if !again && !derivedReply {
 				b.recordTaken(d)
 			}
+		}
+		h.give(d)
+		if took {
 			return true, 0
 		}
 	}
