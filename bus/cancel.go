@@ -290,7 +290,7 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 	if n.From == b.agent && n.To != "" {
 		to = n.To
 	}
-	at, err := b.busOf(to) // the message's records are on its recipient's shard
+	at, err := b.busOf(ctx, to) // the message's records are on its recipient's shard
 	canceled := false
 	if err == nil {
 		canceled, err = at.status.canceled(ctx, &Message{ID: n.ID, From: n.From, CorrelationID: m.CorrelationID}, to)

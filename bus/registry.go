@@ -784,7 +784,7 @@ func (c *client) LookupAgent(ctx context.Context, agent string) (AgentInfo, erro
 	}
 	at := c
 	if c.shards != nil {
-		b, err := c.shards.of(agent) // where it registers
+		b, err := c.shards.of(ctx, agent) // where it registers
 		if err != nil {
 			return AgentInfo{}, err
 		}

@@ -968,7 +968,7 @@ func (b *Bus) canceledRecord(ctx context.Context, m *Message) bool {
 	}
 	sent := *m
 	sent.From = b.agent
-	at, err := b.busOf(m.To) // the request's records are on its recipient's shard
+	at, err := b.busOf(ctx, m.To) // the request's records are on its recipient's shard
 	if err != nil {
 		return false
 	}

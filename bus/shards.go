@@ -40,7 +40,10 @@ import (
 // root it was made with.
 //
 // The buses of the other shards are made when first needed, on the same
-// connection. Closing the agent's Bus closes them all (Shards.Close).
+// connection; a call that needs one while the connection is down waits for
+// it, until the call's context ends (10 s without a deadline; for
+// PublishAsync too). Closing the agent's Bus closes them all
+// (Shards.Close).
 // Shards is safe for concurrent use.
 type Shards struct {
 	nc        *nats.Conn
@@ -110,7 +113,7 @@ func newShards(nc *nats.Conn, agent string, shards int, opts []Option, o options
 		}
 	}
 	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards), making: make([]sync.Mutex, shards)}
-	if s.own, err = s.shard(home); err != nil {
+	if s.own, err = s.shard(context.Background(), home); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -150,9 +153,10 @@ func (s *Shards) Close() error {
 	return err
 }
 
-// shard returns the bus on shard k, making it when first asked. Shards
-// are made at once; callers for one shard wait for the first.
-func (s *Shards) shard(k int) (*Bus, error) {
+// shard returns the bus on shard k, making it when first asked, once the
+// connection is up (connected). Shards are made at once; callers for one
+// shard wait for the first.
+func (s *Shards) shard(ctx context.Context, k int) (*Bus, error) {
 	root, err := subjects.ShardRoot(s.root, k, s.n)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
@@ -175,6 +179,9 @@ func (s *Shards) shard(k int) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.connected(ctx); err != nil {
+		return nil, fmt.Errorf("shard %s: %w", root, err)
+	}
 	b, err := newBus(s.nc, s.agent, o, s.refusals)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", root, err)
@@ -193,6 +200,31 @@ func (s *Shards) shard(k int) (*Bus, error) {
 	return b, nil
 }
 
+// connected waits until the connection is up, or ctx ends (after 10 s
+// without a deadline). A bus cannot be made while its connection is down
+// (checkServer), so a call that needs a shard not made yet waits for the
+// connection, as a call on a made shard waits for it to ask again
+// (askAgain). The agent's own bus, made first (NewShards), is made as New
+// makes a bus, and fails on a connection that is down.
+func (s *Shards) connected(ctx context.Context) error {
+	if s.own == nil {
+		return nil
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	for {
+		back := s.own.reconnects.connected() // before the look, so no reconnect is missed
+		if s.nc.IsConnected() || s.nc.IsClosed() {
+			return nil // closed: newBus says so
+		}
+		select {
+		case <-back:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the connection: %w", ctx.Err())
+		}
+	}
+}
+
 // made returns the bus of shard k if it is made, ErrClosed after Close.
 func (s *Shards) made(k int) (*Bus, error) {
 	s.mu.Lock()
@@ -205,21 +237,21 @@ func (s *Shards) made(k int) (*Bus, error) {
 
 // of returns the bus on agent's shard. For an ID that names no agent it
 // returns the agent's own bus, where the call then fails as on any bus.
-func (s *Shards) of(agent string) (*Bus, error) {
+func (s *Shards) of(ctx context.Context, agent string) (*Bus, error) {
 	k, err := subjects.ShardOf(agent, s.n)
 	if err != nil {
 		k = s.home
 	}
-	return s.shard(k)
+	return s.shard(ctx, k)
 }
 
 // all returns the bus of every shard, making those not made yet at once.
-func (s *Shards) all() ([]*Bus, error) {
+func (s *Shards) all(ctx context.Context) ([]*Bus, error) {
 	out, errs := make([]*Bus, s.n), make([]error, s.n)
 	var wg sync.WaitGroup
 	for k := range out {
 		if out[k], errs[k] = s.made(k); out[k] == nil && errs[k] == nil {
-			wg.Go(func() { out[k], errs[k] = s.shard(k) })
+			wg.Go(func() { out[k], errs[k] = s.shard(ctx, k) })
 		}
 	}
 	wg.Wait()
@@ -233,16 +265,16 @@ func (s *Shards) all() ([]*Bus, error) {
 
 // busOf returns the bus that sends to agent: b itself, or, for a bus of
 // Shards, the bus on agent's shard.
-func (b *Bus) busOf(agent string) (*Bus, error) {
+func (b *Bus) busOf(ctx context.Context, agent string) (*Bus, error) {
 	if b.shards == nil {
 		return b, nil
 	}
-	return b.shards.of(agent)
+	return b.shards.of(ctx, agent)
 }
 
 // presenceOfAgent reads agent's presence in the registry of its shard.
 func (b *Bus) presenceOfAgent(ctx context.Context, agent string) (Presence, time.Duration, error) {
-	at, err := b.busOf(agent)
+	at, err := b.busOf(ctx, agent)
 	if err != nil {
 		return Presence{}, 0, err
 	}
@@ -256,34 +288,34 @@ func (b *Bus) presenceOfAgent(ctx context.Context, agent string) (Presence, time
 // ID sends it to the others only, their copies dropped as duplicates).
 func (s *Shards) publish(ctx context.Context, m Message) (PubAck, error) {
 	if m.To != Broadcast {
-		b, err := s.of(m.To)
+		b, err := s.of(ctx, m.To)
 		if err != nil {
 			return PubAck{}, err
 		}
 		return b.publishHere(ctx, m)
 	}
-	return s.everywhere(&m, func(b *Bus) (PubAck, error) { return b.publishHere(ctx, m) })
+	return s.everywhere(ctx, &m, func(b *Bus) (PubAck, error) { return b.publishHere(ctx, m) })
 }
 
 // schedule is Bus.Schedule, on the shards publish would send m on.
 func (s *Shards) schedule(ctx context.Context, m Message, w When) (PubAck, error) {
 	if m.To != Broadcast {
-		b, err := s.of(m.To)
+		b, err := s.of(ctx, m.To)
 		if err != nil {
 			return PubAck{}, err
 		}
 		return b.scheduleHere(ctx, m, w)
 	}
-	return s.everywhere(&m, func(b *Bus) (PubAck, error) { return b.scheduleHere(ctx, m, w) })
+	return s.everywhere(ctx, &m, func(b *Bus) (PubAck, error) { return b.scheduleHere(ctx, m, w) })
 }
 
 // everywhere gives m its ID and time (oneMessage) and sends it on every
 // shard with send, at once; it
 // returns the ack of the agent's own shard and the errors of the others,
 // each naming its shard.
-func (s *Shards) everywhere(m *Message, send func(*Bus) (PubAck, error)) (PubAck, error) {
+func (s *Shards) everywhere(ctx context.Context, m *Message, send func(*Bus) (PubAck, error)) (PubAck, error) {
 	oneMessage(m)
-	buses, err := s.all()
+	buses, err := s.all(ctx)
 	if err != nil {
 		return PubAck{}, err
 	}
@@ -317,14 +349,14 @@ func oneMessage(m *Message) {
 // as every failed asynchronous publish does.
 func (s *Shards) publishAsync(ctx context.Context, m Message) (*PublishFuture, error) {
 	if m.To != Broadcast {
-		b, err := s.of(m.To)
+		b, err := s.of(ctx, m.To)
 		if err != nil {
 			return nil, err
 		}
 		return b.publishAsyncHere(ctx, m)
 	}
 	oneMessage(&m)
-	buses, err := s.all()
+	buses, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +434,7 @@ func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
 		sts    []Status
 		unread error // the shard could not read its stream and holds no record
 	}
-	found, err := onEvery(s, func(b *Bus) (outcome, error) {
+	found, err := onEvery(ctx, s, func(b *Bus) (outcome, error) {
 		sts, err := b.statusHere(ctx, id)
 		switch {
 		case errors.Is(err, ErrNoStatus):
@@ -437,7 +469,7 @@ func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
 // readRegistry is the agents of every shard's registry
 // (client.readRegistry), by name: each agent registers on its own shard.
 func (s *Shards) readRegistry(ctx context.Context) ([]AgentInfo, error) {
-	found, err := onEvery(s, func(b *Bus) ([]AgentInfo, error) { return b.readRegistryHere(ctx) })
+	found, err := onEvery(ctx, s, func(b *Bus) ([]AgentInfo, error) { return b.readRegistryHere(ctx) })
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +481,7 @@ func (s *Shards) readRegistry(ctx context.Context) ([]AgentInfo, error) {
 // readGroups is the memberships of every shard's registry that match
 // filter (client.readGroups): each agent joins on its own shard.
 func (s *Shards) readGroups(ctx context.Context, filter string) (map[string][]string, error) {
-	found, err := onEvery(s, func(b *Bus) (map[string][]string, error) { return b.readGroupsHere(ctx, filter) })
+	found, err := onEvery(ctx, s, func(b *Bus) (map[string][]string, error) { return b.readGroupsHere(ctx, filter) })
 	if err != nil {
 		return nil, err
 	}
@@ -468,8 +500,8 @@ func (s *Shards) readGroups(ctx context.Context, filter string) (map[string][]st
 
 // onEvery calls read with the bus of every shard at once and returns what
 // each found, in shard order, or the first error, naming its shard.
-func onEvery[T any](s *Shards, read func(*Bus) (T, error)) ([]T, error) {
-	buses, err := s.all()
+func onEvery[T any](ctx context.Context, s *Shards, read func(*Bus) (T, error)) ([]T, error) {
+	buses, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +527,7 @@ func (s *Shards) ownEntries(ctx context.Context, correlationID string, filters [
 		entries []HistoryEntry
 		records int
 	}
-	parts, err := onEvery(s, func(b *Bus) (part, error) {
+	parts, err := onEvery(ctx, s, func(b *Bus) (part, error) {
 		entries, records, err := b.ownEntries(ctx, correlationID, filters)
 		return part{entries, records}, err
 	})
@@ -520,7 +552,7 @@ func (s *Shards) readOwn(ctx context.Context, entries []HistoryEntry) error {
 	for i, e := range entries {
 		at[e.Stream] = append(at[e.Stream], i)
 	}
-	_, err := onEvery(s, func(b *Bus) (struct{}, error) {
+	_, err := onEvery(ctx, s, func(b *Bus) (struct{}, error) {
 		mine := at[b.Subjects().Stream()]
 		if len(mine) == 0 {
 			return struct{}{}, nil
@@ -542,7 +574,7 @@ func (s *Shards) readOwn(ctx context.Context, entries []HistoryEntry) error {
 // change at a time, until ctx ends (it returns nil then) or a watch fails,
 // which ends the others and returns its error, naming its shard.
 func watchEvery[T any](ctx context.Context, s *Shards, f func(T), watch func(context.Context, *Bus, func(T)) error) error {
-	buses, err := s.all()
+	buses, err := s.all(ctx)
 	if err != nil {
 		return err
 	}
@@ -579,7 +611,7 @@ func (s *Shards) cancel(ctx context.Context, id string) (Status, error) {
 		st  Status
 		err error
 	}
-	found, err := onEvery(s, func(b *Bus) (outcome, error) {
+	found, err := onEvery(ctx, s, func(b *Bus) (outcome, error) {
 		st, err := b.cancelHere(ctx, id)
 		return outcome{st, err}, nil
 	})

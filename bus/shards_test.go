@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -680,5 +681,49 @@ func TestShardsStatusStreamUnread(t *testing.T) {
 	// An ID of the window that no shard holds: shard 0 cannot tell.
 	if sts, err := a1.Bus().Status(ctx, id(2)); err == nil || errors.Is(err, bus.ErrNoStatus) {
 		t.Errorf("Status(%s) = %+v, %v; want shard 0's error, not ErrNoStatus", id(2), sts, err)
+	}
+}
+
+// TestShardsMadeWhileReconnecting: a call that needs the bus of a shard
+// not made yet, made while the connection is down, waits for the
+// connection as a call on a made shard does (askAgain), and goes through
+// once it is back. Before, making the bus failed at once: "server version
+// unknown: nats: connection reconnecting", from a Publish, a Cancel or a
+// lookup that happened to be the first to reach the shard.
+func TestShardsMadeWhileReconnecting(t *testing.T) {
+	const n = 3
+	inst := newSharded(t, n)
+	ctx := testContext(t)
+	for k := range n {
+		inst.shards(inst.agents[k]) // provisions every shard
+	}
+	p := newCutProxy(t, strings.TrimPrefix(inst.s.ClientURL(), "nats://"))
+	sh, err := bus.ConnectShards(p.URL(), inst.agents[0], n, bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	sender := sh.Bus()
+	p.hold()
+	waitFor(t, "the connection down", func() (bool, string) { return !sender.Conn().IsConnected(), sender.Conn().Status().String() })
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(300 * time.Millisecond) // the sends below are under way
+		p.release()
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for k := 1; k < n; k++ {
+		wg.Go(func() {
+			_, errs[k] = sender.Publish(ctx, bus.Message{To: inst.agents[k], Type: "TASK"})
+		})
+	}
+	wg.Wait()
+	<-released
+	for k := 1; k < n; k++ {
+		if errs[k] != nil {
+			t.Errorf("publish to %s on shard %d, not made yet, across a reconnect: %v", inst.agents[k], k, errs[k])
+		}
 	}
 }
