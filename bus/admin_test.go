@@ -3,6 +3,7 @@ package bus_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,73 @@ func TestProvisionIsIdempotentAndUpdates(t *testing.T) {
 	}
 	if _, err := admin.Provision(ctx, bus.StreamConfig{DuplicateWindow: 2 * time.Hour, MaxAge: time.Hour}); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("dedup window over max age: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestProvisionLeavesAStreamAsItIs: a provision that finds a message
+// stream configured as it asks leaves it alone: no update, which on a
+// cluster goes through the meta layer's log, and which processes
+// provisioning at once (WithProvision) made concurrently, tripping a data
+// race inside nats-server. A changed configuration is still applied, and
+// so is a setting someone changed behind the bus (rollups turned on).
+func TestProvisionLeavesAStreamAsItIs(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	admin := newAdmin(t, nc)
+	ctx := testContext(t)
+	if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := jetstream.StreamConfig{Name: "MARKER", Subjects: []string{"marker"}}
+	if _, err := js.CreateStream(ctx, marker); err != nil {
+		t.Fatal(err)
+	}
+	updated := make(chan string, 64)
+	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.*", func(m *nats.Msg) {
+		updated <- strings.TrimPrefix(m.Subject, "$JS.EVENT.ADVISORY.STREAM.UPDATED.")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	// The marker's update comes after any update of the provision.
+	marker.Description = "updated"
+	if _, err := js.UpdateStream(ctx, marker); err != nil {
+		t.Fatal(err)
+	}
+	scheme := subjects.Default()
+	messageStreams := []string{scheme.Stream(), scheme.DeadLetterStream(), scheme.UnsettledStream(), scheme.ScheduleStream()}
+	var again []string
+	for name := range updated {
+		if name == marker.Name {
+			break
+		}
+		if slices.Contains(messageStreams, name) {
+			again = append(again, name)
+		}
+	}
+	if len(again) > 0 {
+		t.Errorf("a provision with nothing to change updated %v", again)
+	}
+	info, err := admin.Provision(ctx, bus.StreamConfig{MaxAge: 48 * time.Hour})
+	if err != nil || info.Config.MaxAge != 48*time.Hour {
+		t.Fatalf("provision with a new max age: %v, %v", info, err)
+	}
+
+	editStream(t, s, scheme.Stream(), func(c *jetstream.StreamConfig) { c.AllowRollup = true })
+	info, err = admin.Provision(ctx, bus.StreamConfig{MaxAge: 48 * time.Hour})
+	if err != nil || info.Config.AllowRollup {
+		t.Errorf("provision of a stream whose rollups were turned on: rollups %v, %v", info.Config.AllowRollup, err)
 	}
 }
 

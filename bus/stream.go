@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -316,7 +319,7 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	}
 	var info *jetstream.StreamInfo
 	for _, sc := range streams {
-		s, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) })
+		s, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Stream, error) { return createOrUpdateStream(ctx, js, sc) })
 		var apiErr *jetstream.APIError
 		if sc.Name == unsettled.Name && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamSubjectOverlap {
 			onError(fmt.Errorf("stream %s not provisioned: %w; the dead-letter watcher hears the MAX_DELIVERIES advisories of %s only while it runs", sc.Name, err, cfg.Name))
@@ -347,6 +350,61 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 		return nil, fmt.Errorf("provision presence bucket %s: %w", presence.Bucket, err)
 	}
 	return info, nil
+}
+
+// createOrUpdateStream creates the stream cfg, or updates it unless it has
+// cfg already (sameStream). Every process made WithProvision provisions as
+// it starts, and an update it does not need rewrites the stream's
+// configuration (on a cluster, through the meta layer's log); made by
+// processes at once, such updates also trip a data race in nats-server
+// 2.15, which reads a stream's configuration unlocked to check the stream
+// sourcing it (getStream in checkStreamCfgLocked) while another update
+// writes it.
+func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case err == nil && sameStream(s.CachedInfo().Config, cfg):
+		return s, nil
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, err
+	}
+	return js.CreateOrUpdateStream(ctx, cfg)
+}
+
+// sameStream reports whether the stream configuration have, as the server
+// reports it, is want with what want leaves to the server filled in: no
+// limit (-1) for a zero limit, the server's duplicate window for none, and
+// the server's own metadata (_nats.*). Anything else that differs, a
+// default of a server version this does not know among it, makes the
+// caller update the stream, as it did before it looked.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	for _, limit := range []*int64{&want.MaxMsgs, &want.MaxBytes, &want.MaxMsgsPerSubject} {
+		if *limit == 0 {
+			*limit = -1
+		}
+	}
+	if want.MaxMsgSize == 0 {
+		want.MaxMsgSize = -1
+	}
+	if want.MaxConsumers == 0 {
+		want.MaxConsumers = -1
+	}
+	if want.Duplicates == 0 {
+		want.Duplicates = have.Duplicates
+	}
+	if len(have.Metadata) > 0 {
+		md := maps.Clone(want.Metadata) // not the caller's
+		if md == nil {
+			md = map[string]string{}
+		}
+		for k, v := range have.Metadata {
+			if strings.HasPrefix(k, "_nats.") {
+				md[k] = v
+			}
+		}
+		want.Metadata = md
+	}
+	return reflect.DeepEqual(have, want)
 }
 
 // provisionRegistry creates or updates the registry bucket cfg and turns
