@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -335,18 +336,15 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 			info = s.CachedInfo()
 		}
 	}
-	if _, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, kvc) }); err != nil {
+	if err := provisionBucket(ctx, js, kvc, false); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
-	if err := denyRollups(ctx, js, "KV_"+kvc.Bucket); err != nil {
-		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
-	}
-	if err := provisionRegistry(ctx, js, reg); err != nil {
+	if err := provisionBucket(ctx, js, reg, false); err != nil {
 		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
 	// The presence bucket allows rollups: the server keeps them on for a
 	// stream with subject delete markers (docs/security.md).
-	if _, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.KeyValue, error) { return createOrUpdateBucket(ctx, js, presence) }); err != nil {
+	if err := provisionBucket(ctx, js, presence, true); err != nil {
 		return nil, fmt.Errorf("provision presence bucket %s: %w", presence.Bucket, err)
 	}
 	return info, nil
@@ -407,15 +405,17 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 	return reflect.DeepEqual(have, want)
 }
 
-// provisionRegistry creates or updates the registry bucket cfg and turns
-// its rollups off. A registry provisioned before presence had a bucket of
-// its own (2026-11-27) has subject delete markers, with which the server
-// keeps rollups on, and per-message TTLs, which it cannot turn off; nats.go
-// would update it with TTLs off, which the server refuses. Such a bucket's
-// stream is updated here instead: cfg's description, replicas and
-// placement, no markers, no rollups. Its presence records, written with a
-// TTL, expire there unread.
-func provisionRegistry(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+// provisionBucket creates the KeyValue bucket cfg, with rollups allowed
+// only if rollups, or brings the stream of an existing one to cfg, where
+// it differs (bucketStream). An existing bucket's stream is updated
+// directly: nats.go's update of a bucket turns rollups on, which
+// denyRollups turned off again only after it, so that every provision left
+// a window in which an agent could purge the status bucket or the
+// registry; and it asks to turn per-message TTLs off, which the server
+// refuses, on a registry provisioned before presence had a bucket of its
+// own (2026-11-27). Such a registry loses its subject delete markers and
+// rollups, keeps its TTLs, and its presence records expire there unread.
+func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, rollups bool) error {
 	_, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (struct{}, error) {
 		s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -425,20 +425,41 @@ func provisionRegistry(ctx context.Context, js jetstream.JetStream, cfg jetstrea
 		if err != nil {
 			return struct{}{}, err
 		}
-		sc := s.CachedInfo().Config
-		if !sc.AllowMsgTTL {
-			_, err = createOrUpdateBucket(ctx, js, cfg)
-			return struct{}{}, err
+		have := s.CachedInfo().Config
+		if want := bucketStream(have, cfg, rollups); !reflect.DeepEqual(have, want) {
+			_, err = js.UpdateStream(ctx, want)
 		}
-		sc.Description, sc.Replicas, sc.Placement = cfg.Description, max(cfg.Replicas, 1), cfg.Placement
-		sc.SubjectDeleteMarkerTTL, sc.AllowRollup = 0, false
-		_, err = js.UpdateStream(ctx, sc)
 		return struct{}{}, err
 	})
-	if err != nil {
+	if err != nil || rollups {
 		return err
 	}
-	return denyRollups(ctx, js, "KV_"+cfg.Bucket)
+	return denyRollups(ctx, js, "KV_"+cfg.Bucket) // nats.go creates a bucket with rollups allowed
+}
+
+// bucketStream is have, the stream of an existing bucket, with what cfg
+// sets, mapped as nats.go maps a KeyValueConfig to its stream, and rollups
+// as asked. What cfg leaves to nats.go's defaults or the server's stays as
+// it is, and so do per-message TTLs once allowed: the server cannot turn
+// them off.
+func bucketStream(have jetstream.StreamConfig, cfg jetstream.KeyValueConfig, rollups bool) jetstream.StreamConfig {
+	want := have
+	want.Description = cfg.Description
+	want.MaxMsgsPerSubject = int64(max(cfg.History, 1))
+	want.MaxBytes = cmp.Or(cfg.MaxBytes, -1)
+	want.MaxMsgSize = cmp.Or(cfg.MaxValueSize, -1)
+	want.MaxAge = cfg.TTL
+	want.Duplicates = 2 * time.Minute // nats.go's window, or the TTL when shorter
+	if cfg.TTL > 0 && cfg.TTL < want.Duplicates {
+		want.Duplicates = cfg.TTL
+	}
+	want.Storage = cfg.Storage
+	want.Replicas = max(cfg.Replicas, 1)
+	want.Placement = cfg.Placement
+	want.SubjectDeleteMarkerTTL = cfg.LimitMarkerTTL
+	want.AllowMsgTTL = have.AllowMsgTTL || cfg.LimitMarkerTTL != 0
+	want.AllowRollup = rollups
+	return want
 }
 
 // createOrUpdateBucket is js.CreateOrUpdateKeyValue, made once more when
