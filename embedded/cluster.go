@@ -93,10 +93,13 @@ const maxFormationAttempts = 3
 // Route ports are reserved up front by listening on port 0 and closing the
 // listeners just before the nodes, started concurrently, bind the ports, so
 // that every node can be given routes to all nodes and knows the cluster size
-// from the start. A port can be taken by another process in that short
-// window; when that happens (the error wraps syscall.EADDRINUSE) and BaseDir
-// is empty, StartCluster tries again on fresh ports, up to three attempts in
-// all. Client ports are chosen by each server.
+// from the start. A port can be taken in that short window, by another
+// process or by a connection's local port (the nodes dial each other as
+// they start); when that happens (the error wraps syscall.EADDRINUSE),
+// StartCluster tries again on fresh ports, up to three attempts in all: with
+// BaseDir empty, or with node stores under BaseDir that the failed attempt
+// made, which it removes first. Nodes started from stores that were there
+// before are not tried again. Client ports are chosen by each server.
 //
 // A cluster needs at least two nodes: a JetStream meta group that starts
 // with unknown peers assumes at least two, so a lone node never elects a
@@ -115,11 +118,29 @@ func StartCluster(n int, cfg ClusterOptions) (*Cluster, error) {
 		cfg.FormationTimeout = DefaultFormationTimeout
 	}
 	for attempt := 1; ; attempt++ {
+		stored := cfg.BaseDir != "" && nodeStoresIn(cfg.BaseDir, n)
 		c, err := startCluster(n, cfg)
-		if err == nil || cfg.BaseDir != "" || attempt == maxFormationAttempts || !errors.Is(err, syscall.EADDRINUSE) {
+		if err == nil || stored || attempt == maxFormationAttempts || !errors.Is(err, syscall.EADDRINUSE) {
 			return c, err
 		}
+		if cfg.BaseDir != "" {
+			for i := range n { // this attempt's, shut down
+				if rerr := os.RemoveAll(filepath.Join(cfg.BaseDir, nodeName(i))); rerr != nil {
+					return nil, errors.Join(err, startError("remove a failed attempt's store", rerr))
+				}
+			}
+		}
 	}
+}
+
+// nodeStoresIn reports whether any of n nodes has a store under base.
+func nodeStoresIn(base string, n int) bool {
+	for i := range n {
+		if _, err := os.Stat(filepath.Join(base, nodeName(i))); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func startCluster(n int, cfg ClusterOptions) (_ *Cluster, err error) {
@@ -184,6 +205,9 @@ func startCluster(n int, cfg ClusterOptions) (_ *Cluster, err error) {
 		_ = l.Close()
 		listeners[i] = nil
 	}
+	if testHookRoutePorts != nil {
+		testHookRoutePorts(ports)
+	}
 	servers := make([]*Server, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -212,6 +236,10 @@ func startCluster(n int, cfg ClusterOptions) (_ *Cluster, err error) {
 }
 
 func nodeName(i int) string { return "n" + strconv.Itoa(i+1) }
+
+// testHookRoutePorts, set by the tests, is called with the route ports
+// reserved, between closing their listeners and starting the nodes.
+var testHookRoutePorts func(ports []int)
 
 // running returns the servers that are running, in node order.
 func (c *Cluster) running() []*Server {

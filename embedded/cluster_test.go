@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -271,5 +274,53 @@ func TestClusterIndexOutOfRange(t *testing.T) {
 		if err := c.RestartServer(i); err == nil {
 			t.Errorf("RestartServer(%d) succeeded, want an error", i)
 		}
+	}
+}
+
+// TestClusterTriesAgainOnATakenPort: a route port taken between its
+// reservation and its node's bind, as a node's own outgoing connection
+// can take it, makes StartCluster try again on fresh ports, also with a
+// BaseDir, whose stores of the failed attempt it removes first (before, a
+// test with a BaseDir failed: "bind: address already in use"). A cluster
+// started from stores that were there before is not tried again. Not
+// parallel: the hook is the package's.
+func TestClusterTriesAgainOnATakenPort(t *testing.T) {
+	var taken []net.Listener
+	t.Cleanup(func() {
+		embedded.SetRoutePortsHook(nil)
+		for _, l := range taken {
+			l.Close()
+		}
+	})
+	attempts := 0
+	take := func(ports []int) {
+		attempts++
+		if attempts == 1 {
+			l, err := net.Listen("tcp", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(ports[2])))
+			if err != nil {
+				t.Errorf("take port %d: %v", ports[2], err)
+				return
+			}
+			taken = append(taken, l)
+		}
+	}
+	embedded.SetRoutePortsHook(take)
+	base := t.TempDir()
+	c, err := embedded.StartCluster(3, embedded.ClusterOptions{BaseDir: base})
+	if err != nil {
+		t.Fatalf("StartCluster with a route port taken once: %v", err)
+	}
+	if attempts != 2 {
+		t.Errorf("%d attempts, want 2", attempts)
+	}
+	c.Shutdown()
+
+	attempts = 0 // the stores are there now: not tried again
+	_, err = embedded.StartCluster(3, embedded.ClusterOptions{BaseDir: base})
+	if !errors.Is(err, syscall.EADDRINUSE) || attempts != 1 {
+		t.Errorf("StartCluster on stores of an earlier run with a port taken: %v after %d attempts, want EADDRINUSE after 1", err, attempts)
+	}
+	if _, err := os.Stat(filepath.Join(base, "n1")); err != nil {
+		t.Errorf("the earlier run's store: %v", err)
 	}
 }

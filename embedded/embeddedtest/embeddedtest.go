@@ -3,14 +3,12 @@ package embeddedtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,42 +56,26 @@ func Connect(tb testing.TB, s *embedded.Server, opts ...nats.Option) *nats.Conn 
 // RunCluster starts an n-node JetStream cluster (n ≥ 2) with its stores
 // under tb.TempDir() and shuts it down when the test ends. opts change the
 // embedded.ClusterOptions before the start. Forming a cluster takes from a
-// fraction of a second to several seconds (see embedded.StartCluster).
-// RunCluster stops the test with tb.Fatal if the cluster does not form.
-//
-// A route port reserved for the cluster can be taken by another process
-// before its node binds it, as by another package's tests that start
-// clusters at the same moment (go test runs packages in parallel).
-// embedded.StartCluster tries again on fresh ports only without a BaseDir
-// of the caller's, lest a failed start leave its stores behind; so when
-// opts set none, RunCluster tries again itself, each attempt on a
-// directory of its own, up to clusterAttempts in all.
+// fraction of a second to several seconds (see embedded.StartCluster,
+// which also tries again on fresh ports when a route port it reserved is
+// taken before its node binds it). RunCluster stops the test with tb.Fatal
+// if the cluster does not form.
 func RunCluster(tb testing.TB, n int, opts ...func(*embedded.ClusterOptions)) *embedded.Cluster {
 	tb.Helper()
 	var cfg embedded.ClusterOptions
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	ownDir := cfg.BaseDir == ""
-	for attempt := 1; ; attempt++ {
-		if ownDir {
-			cfg.BaseDir = tb.TempDir()
-		}
-		c, err := embedded.StartCluster(n, cfg)
-		if err == nil {
-			tb.Cleanup(c.Shutdown)
-			return c
-		}
-		if !ownDir || attempt == clusterAttempts || !errors.Is(err, syscall.EADDRINUSE) {
-			tb.Fatalf("embeddedtest: %v", err)
-		}
-		tb.Logf("embeddedtest: a route port was taken, trying again: %v", err)
+	if cfg.BaseDir == "" {
+		cfg.BaseDir = tb.TempDir()
 	}
+	c, err := embedded.StartCluster(n, cfg)
+	if err != nil {
+		tb.Fatalf("embeddedtest: %v", err)
+	}
+	tb.Cleanup(c.Shutdown)
+	return c
 }
-
-// clusterAttempts bounds RunCluster's attempts on route ports another
-// process took first.
-const clusterAttempts = 3
 
 // ConnectCluster returns a TCP connection to every node of c (see
 // embedded.Cluster.Connect), which fails over when its node stops, and
