@@ -535,12 +535,14 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer forger.Close()
-		// 3 s is below the 5 s a publish attempt may take: a publish that
-		// the refusal did not end would end at this deadline, and fail
-		// with ErrPermissionDenied all the same (read from the
-		// connection's last error), so only the context tells the two
-		// apart.
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// A publish that the refusal did not end would wait out its
+		// attempt, an hour here, and end at this deadline, failing with
+		// ErrPermissionDenied all the same (read from the connection's
+		// last error), so only the context tells the two apart. The
+		// deadline is generous for a loaded machine: it was 3 s, below the
+		// default attempt's 5 s, and a full run once took longer.
+		bus.SetPublishAttemptTimeout(t, time.Hour)
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		_, err = forger.Publish(pctx, bus.Message{To: "bob", Type: "order"})
 		if !errors.Is(err, bus.ErrPermissionDenied) || !errors.Is(err, nats.ErrPermissionViolation) {
@@ -560,7 +562,11 @@ func TestAgentPermissionsDenyOtherAgents(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer forger.Close()
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// Requests the refusal did not end would wait out their attempts,
+		// an hour here, and end at this deadline (3 s before, which a
+		// loaded full run once passed).
+		bus.SetAPIAttemptTimeout(t, time.Hour)
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		// What the server refuses first names it: alice's reply inbox,
 		// which mallory may not subscribe to, or the request itself.
