@@ -275,7 +275,7 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	}
 	ctx, stopWatch := b.whileOpen(ctx)
 	defer stopWatch()
-	cons, err := b.unsettledWatch(ctx)
+	cons, err := refusable(ctx, b.client, b.unsettledWatch)
 	var missing *notProvisionedError
 	switch {
 	case errors.As(err, &missing) && missing.stream == b.opts.scheme.UnsettledStream():

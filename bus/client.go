@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,7 +92,7 @@ func dial(url, name, inbox string, o *options) (*nats.Conn, *refusals, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", RedactURLs(url), err)
 	}
-	r.inbox = nc.Opts.InboxPrefix
+	r.inbox, r.nc = cmp.Or(nc.Opts.InboxPrefix, nats.InboxPrefix), nc
 	o.ownsConn = true
 	return nc, r, nil
 }
@@ -245,6 +246,18 @@ func (c *client) watchRefusals(ctx context.Context, prefix string) (context.Cont
 		return ctx, func() {}
 	}
 	return c.refusals.watchPrefix(ctx, prefix)
+}
+
+// refusable runs f, the set-up of a watch, with ctx ended as soon as the
+// server refuses one of its JetStream API requests, or the subscription to
+// the connection's inbox (then no answer can come), and its error saying
+// so. Only the set-up: a refusal of another call's request would end a
+// watch that ran on.
+func refusable[T any](ctx context.Context, c *client, f func(context.Context) (T, error)) (T, error) {
+	wctx, stop := c.watchRefusals(ctx, "$JS.API.")
+	defer stop()
+	v, err := f(wctx)
+	return v, refusedCall(wctx, err)
 }
 
 // asReader returns cfg, what a read selects (its filter, deliver policy and

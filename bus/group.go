@@ -182,9 +182,11 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 			return err
 		}
 	}
-	cons, err := c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.registry.prefix + filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	cons, err := refusable(ctx, c, func(ctx context.Context) (jetstream.Consumer, error) {
+		return c.js.OrderedConsumer(ctx, c.registry.stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{c.registry.prefix + filter},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
 	})
 	if err != nil {
 		return c.closedOr(fmt.Errorf("watch groups: %w", c.registryMissing(c.registry, err)))

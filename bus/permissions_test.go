@@ -388,6 +388,88 @@ func (in *intruder) deniedRequest(t *testing.T, subject string, body any) {
 	})
 }
 
+// TestOperatorHandleWithAnAgentsIdentity: an operator's handle connected
+// with an agent's credentials, which allow no subscription to nats.go's
+// default inbox, fails every call at once with ErrPermissionDenied naming
+// the refused inbox: as the connection's first call, whose first request
+// the refusal answers, and as a call after it. Before, such a call waited
+// out its context with "context deadline exceeded" ('agentbus agents' run
+// with an agent's nkey: 10 s), and a watch without a deadline waited for
+// good: the bus took its refusal for no refusal (it compared against
+// nats.Options.InboxPrefix, empty for the default inbox), the server
+// refuses the subscription only once, and several calls watched for no
+// refusal at all.
+func TestOperatorHandleWithAnAgentsIdentity(t *testing.T) {
+	srv := newAuthServer(t, "alice")
+	bus.SetAPIAttemptTimeout(t, time.Hour) // a call the refusal does not end waits for its context
+	connect := func() *bus.Admin {
+		admin, err := bus.ConnectAdmin(srv.s.ClientURL(), bus.WithNATSOptions(srv.identity(t, "alice").Option()),
+			bus.WithErrorHandler(func(error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { admin.Close() })
+		return admin
+	}
+	calls := []struct {
+		name string
+		f    func(context.Context, *bus.Admin) error
+	}{
+		{"Agents", func(ctx context.Context, a *bus.Admin) error { _, err := a.Agents(ctx); return err }},
+		{"LookupAgent", func(ctx context.Context, a *bus.Admin) error { _, err := a.LookupAgent(ctx, "alice"); return err }},
+		{"FindAgents", func(ctx context.Context, a *bus.Admin) error {
+			_, err := a.FindAgents(ctx, bus.AgentQuery{})
+			return err
+		}},
+		{"Groups", func(ctx context.Context, a *bus.Admin) error { _, err := a.Groups(ctx); return err }},
+		{"GroupMembers", func(ctx context.Context, a *bus.Admin) error { _, err := a.GroupMembers(ctx, "g"); return err }},
+		{"AddToGroup", func(ctx context.Context, a *bus.Admin) error { return a.AddToGroup(ctx, "g", "alice") }},
+		{"Backlog", func(ctx context.Context, a *bus.Admin) error { _, err := a.Backlog(ctx, "alice"); return err }},
+		{"Status", func(ctx context.Context, a *bus.Admin) error { _, err := a.Status(ctx, "m1"); return err }},
+		{"Conversation", func(ctx context.Context, a *bus.Admin) error { _, err := a.Conversation(ctx, "c1"); return err }},
+		{"History", func(ctx context.Context, a *bus.Admin) error {
+			_, err := a.History(ctx, "c1", bus.HistoryQuery{})
+			return err
+		}},
+		{"DeadLetters", func(ctx context.Context, a *bus.Admin) error {
+			_, err := a.DeadLetters(ctx, bus.DeadLetterFilter{})
+			return err
+		}},
+		{"Cancel", func(ctx context.Context, a *bus.Admin) error { _, err := a.Cancel(ctx, "m1"); return err }},
+		{"Redeliver", func(ctx context.Context, a *bus.Admin) error { _, err := a.Redeliver(ctx, "m1", "alice"); return err }},
+		{"Provision", func(ctx context.Context, a *bus.Admin) error {
+			_, err := a.Provision(ctx, bus.StreamConfig{})
+			return err
+		}},
+		{"EnsureConsumers", func(ctx context.Context, a *bus.Admin) error { return a.EnsureConsumers(ctx, "alice") }},
+		{"WatchPresence", func(ctx context.Context, a *bus.Admin) error {
+			return a.WatchPresence(ctx, func(bus.PresenceChange) {})
+		}},
+		{"WatchGroups", func(ctx context.Context, a *bus.Admin) error { return a.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
+		{"WatchDeadLetters", func(ctx context.Context, a *bus.Admin) error { return a.WatchDeadLetters(ctx) }},
+	}
+	check := func(t *testing.T, admin *bus.Admin, name string, f func(context.Context, *bus.Admin) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
+		defer cancel()
+		err := f(ctx, admin)
+		if !errors.Is(err, bus.ErrPermissionDenied) || ctx.Err() != nil {
+			t.Errorf("%s: %v (context %v); want ErrPermissionDenied before the deadline", name, err, ctx.Err())
+		}
+	}
+	t.Run("first call", func(t *testing.T) {
+		for _, c := range calls {
+			check(t, connect(), c.name, c.f)
+		}
+	})
+	t.Run("after the refusal", func(t *testing.T) {
+		admin := connect()
+		for _, c := range calls {
+			check(t, admin, c.name, c.f)
+		}
+	})
+}
+
 // TestAgentPermissionsDenyOtherAgents: an agent that goes around the bus
 // with plain nats.go on its own credentials can neither read, take, forge
 // nor destroy another agent's messages, consumers, dead letters or status

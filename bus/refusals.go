@@ -21,9 +21,15 @@ type refusals struct {
 	mu      sync.Mutex
 	waiting map[*refusalWatch]struct{}
 	// inbox is the connection's reply inbox prefix: when the server
-	// refuses the subscription to it, no request of a watched call can
-	// get its answer.
+	// refuses the subscription to it, no request can get its answer.
 	inbox string
+	nc    *nats.Conn
+	// inboxRefused is the server's refusal of the subscription to inbox,
+	// made once, by the connection's first request: every call after it
+	// is refused too, until the connection reconnects (and subscribes
+	// again) past reconnects.
+	inboxRefused error
+	reconnects   uint64
 }
 
 // refusalWatch is one publish, or one call of JetStream API requests, in
@@ -51,6 +57,9 @@ func (r *refusals) add(ctx context.Context, w *refusalWatch) (context.Context, f
 	ctx, cancel := context.WithCancelCause(ctx)
 	w.cancel = cancel
 	r.mu.Lock()
+	if r.inboxRefused != nil && r.nc.Stats().Reconnects == r.reconnects {
+		cancel(r.inboxRefused)
+	}
 	if r.waiting == nil {
 		r.waiting = make(map[*refusalWatch]struct{})
 	}
@@ -72,10 +81,15 @@ func (r *refusals) refused(err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	cause := fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	inboxRefused := r.inbox != "" && strings.Contains(err.Error(), "Subscription to "+quotedPrefix(r.inbox))
+	if inboxRefused {
+		r.inboxRefused = fmt.Errorf("%w (connect with nats.CustomInboxPrefix(bus.InboxPrefix(agent)) as an agent, or with an operator's credentials)", cause)
+		r.reconnects = r.nc.Stats().Reconnects
+	}
 	for w := range r.waiting {
-		if refusesPublish(err, w.subject) || w.prefix && (inboxRefused || refusesPublishUnder(err, w.subject)) {
-			w.cancel(fmt.Errorf("%w: %w", ErrPermissionDenied, err))
+		if inboxRefused || refusesPublish(err, w.subject) || w.prefix && refusesPublishUnder(err, w.subject) {
+			w.cancel(cause)
 		}
 	}
 }

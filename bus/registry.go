@@ -792,14 +792,16 @@ func (c *client) LookupAgent(ctx context.Context, agent string) (AgentInfo, erro
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	ctx, stop := at.watchRefusals(ctx, "$JS.API.")
+	defer stop()
 	key, _ := subjects.CardKey(agent) // agent is valid
 	resp, err := at.getKey(ctx, at.registry, key)
 	if err != nil {
-		return AgentInfo{}, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.registry, err))
+		return AgentInfo{}, refusedCall(ctx, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.registry, err)))
 	}
 	p, _, err := at.readPresence(ctx, agent)
 	if err != nil {
-		return AgentInfo{}, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.presence, err))
+		return AgentInfo{}, refusedCall(ctx, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.presence, err)))
 	}
 	if resp == nil && p.Status == Unknown {
 		return AgentInfo{}, fmt.Errorf("%w: %s", ErrAgentNotFound, agent)
@@ -1013,9 +1015,11 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 	}
 	ctx, stopWatch := c.whileOpen(ctx)
 	defer stopWatch()
-	cons, err := c.js.OrderedConsumer(ctx, c.presence.stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.presence.prefix + subjects.PresenceKeys},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	cons, err := refusable(ctx, c, func(ctx context.Context) (jetstream.Consumer, error) {
+		return c.js.OrderedConsumer(ctx, c.presence.stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{c.presence.prefix + subjects.PresenceKeys},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
 	})
 	if err != nil {
 		return c.closedOr(fmt.Errorf("watch presence: %w", c.registryMissing(c.presence, err)))
@@ -1092,6 +1096,8 @@ func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPrio
 	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	ctx, stop := a.watchRefusals(ctx, "$JS.API.")
+	defer stop()
 	stream := a.opts.scheme.Stream()
 	for _, c := range cs {
 		if c.Broadcast {
@@ -1104,7 +1110,7 @@ func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPrio
 			out[c.Priority-1] = cons.CachedInfo().NumPending
 		}
 		if err != nil {
-			return out, fmt.Errorf("backlog of %s: %w", agent, a.notProvisioned(err))
+			return out, refusedCall(ctx, fmt.Errorf("backlog of %s: %w", agent, a.notProvisioned(err)))
 		}
 	}
 	return out, nil
