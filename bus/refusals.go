@@ -84,8 +84,8 @@ func (r *refusals) refused(err error) {
 	cause := fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	inboxRefused := r.inbox != "" && strings.Contains(err.Error(), "Subscription to "+quotedPrefix(r.inbox))
 	if inboxRefused {
-		r.inboxRefused = fmt.Errorf("%w (connect with nats.CustomInboxPrefix(bus.InboxPrefix(agent)) as an agent, or with an operator's credentials)", cause)
-		r.reconnects = r.nc.Stats().Reconnects
+		cause = fmt.Errorf("%w: no answer can come (an agent connects with nats.CustomInboxPrefix(bus.InboxPrefix(agent)); an operator's handle needs an operator's credentials)", cause)
+		r.inboxRefused, r.reconnects = cause, r.nc.Stats().Reconnects
 	}
 	for w := range r.waiting {
 		if inboxRefused || refusesPublish(err, w.subject) || w.prefix && refusesPublishUnder(err, w.subject) {
