@@ -219,6 +219,8 @@ func (s *Shards) connected(ctx context.Context) error {
 		}
 		select {
 		case <-back:
+		case <-s.own.closing:
+			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("wait for the connection: %w", ctx.Err())
 		}
