@@ -42,7 +42,8 @@ func onOtherShards(t *testing.T) (string, string) {
 // every shard, or the shard of the agent they name: agents lists and shows
 // agents registered on other shards, group add and remove write each
 // membership on its agent's shard, where the agents' own buses read it,
-// group list merges the shards, and cancel finds a message on its shard.
+// group list merges the shards, cancel finds a message on its shard, and
+// agents --watch and group watch print what stands on every shard.
 // The commands that work on one shard's streams refuse --shards, naming the
 // shards' roots, rather than read the unsharded root.
 func TestShardsOperatorCommands(t *testing.T) {
@@ -78,7 +79,6 @@ func TestShardsOperatorCommands(t *testing.T) {
 	if out := mustRun(t, sharded("agents", "show", a2)...); !strings.Contains(out, `"name":"`+a2+`"`) {
 		t.Errorf("agents show %s printed %q", a2, out)
 	}
-
 	// Memberships, read back by an agent's bus, which spans the shards.
 	s, err := bus.ConnectShards(url, "reader", 3)
 	if err != nil {
@@ -131,6 +131,24 @@ func TestShardsOperatorCommands(t *testing.T) {
 		r := runIn(t, "", sharded(append(strings.Fields(c.name), c.args...)...)...)
 		checkUsageError(t, r, "--shards 3: agentbus "+c.name+" works on one shard at a time")
 		checkUsageError(t, r, "(agentbus.s0 to agentbus.s2)")
+	}
+	// agents --watch and group watch print what stands on every shard.
+	for _, watch := range [][]string{{"agents", "--watch"}, {"group", "watch"}} {
+		wctx, stop := context.WithCancel(ctx)
+		var stdout, stderr syncBuffer
+		code := make(chan int, 1)
+		go func() { code <- Main(wctx, sharded(watch...), strings.NewReader(""), &stdout, &stderr) }()
+		if watch[0] == "group" {
+			mustRun(t, sharded("group", "add", "watched", a1, a2)...)
+		}
+		waitFor(t, strings.Join(watch, " ")+" to print both agents", func() (bool, string) {
+			out := stdout.String()
+			return strings.Contains(out, " "+a1+" ") && strings.Contains(out, " "+a2+" "), out
+		})
+		stop()
+		if c := <-code; c != 0 {
+			t.Errorf("%s exited %d; stderr %q", strings.Join(watch, " "), c, stderr.String())
+		}
 	}
 }
 
