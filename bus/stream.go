@@ -360,13 +360,21 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 // writes it.
 func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, cfg.Name)
-	switch {
-	case err == nil && sameStream(s.CachedInfo().Config, cfg):
-		return s, nil
-	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, err
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// A create, not nats.go's create-or-update: a stream another
+		// process made meanwhile as cfg asks is handed back unchanged.
+		if s, err = js.CreateStream(ctx, cfg); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return s, err
+		}
+		s, err = js.Stream(ctx, cfg.Name) // made otherwise: updated below
 	}
-	return js.CreateOrUpdateStream(ctx, cfg)
+	switch {
+	case err != nil:
+		return nil, err
+	case sameStream(s.CachedInfo().Config, cfg):
+		return s, nil
+	}
+	return js.UpdateStream(ctx, cfg)
 }
 
 // sameStream reports whether the stream configuration have, as the server
