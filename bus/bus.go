@@ -128,7 +128,13 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 			c.closeConn()
 			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, cfg.Root, o.scheme.Root())
 		}
-		if _, err := provision(context.Background(), nc, c.js, cfg, o.onError); err != nil {
+		// As Admin.Provision: a refused request (an agent's credentials
+		// allow no stream requests) fails at once, saying so.
+		ctx, stop := c.watchRefusals(context.Background(), "$JS.API.")
+		_, err := provision(ctx, nc, c.js, cfg, o.onError)
+		err = refusedCall(ctx, err)
+		stop()
+		if err != nil {
 			c.closeConn()
 			return nil, err
 		}

@@ -388,6 +388,31 @@ func (in *intruder) deniedRequest(t *testing.T, subject string, body any) {
 	})
 }
 
+// TestProvisionWithAnAgentsIdentity: a bus made WithProvision with an
+// agent's credentials, which allow no stream requests, fails at once with
+// ErrPermissionDenied naming the refused request, as Admin.Provision does.
+// Before, bus.Connect waited out provisioning's 10 s and said "provision
+// stream AGENTBUS_SCHED: context deadline exceeded".
+func TestProvisionWithAnAgentsIdentity(t *testing.T) {
+	srv := newAuthServer(t, "alice")
+	opts := []bus.Option{bus.WithNATSOptions(srv.identity(t, "alice").Option()), bus.WithProvision(bus.StreamConfig{}),
+		bus.WithErrorHandler(func(error) {})}
+	b, err := bus.Connect(srv.s.ClientURL(), "alice", opts...)
+	if err == nil {
+		b.Close()
+	}
+	if !errors.Is(err, bus.ErrPermissionDenied) || !strings.Contains(err.Error(), "$JS.API.STREAM.") {
+		t.Errorf("Connect with WithProvision as an agent: %v; want ErrPermissionDenied naming the stream request", err)
+	}
+	s, err := bus.ConnectShards(srv.s.ClientURL(), "alice", 3, opts...)
+	if err == nil {
+		s.Close()
+	}
+	if !errors.Is(err, bus.ErrPermissionDenied) {
+		t.Errorf("ConnectShards with WithProvision as an agent: %v; want ErrPermissionDenied", err)
+	}
+}
+
 // TestOperatorHandleWithAnAgentsIdentity: an operator's handle connected
 // with an agent's credentials, which allow no subscription to nats.go's
 // default inbox, fails every call at once with ErrPermissionDenied naming
