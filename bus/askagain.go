@@ -40,6 +40,10 @@ var apiAttemptTimeout = 5 * time.Second // a variable for the tests
 // then asks again itself.
 func askAgain[T any](ctx context.Context, r *reconnects, do func(context.Context) (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
+		if refused := r.refusal(); refused != nil {
+			var zero T
+			return zero, refused
+		}
 		actx, cancel := context.WithTimeout(ctx, apiAttemptTimeout)
 		watched := r.watch(cancel)
 		v, err := do(actx)
@@ -62,6 +66,9 @@ type reconnects struct {
 	attempts map[uint64]context.CancelFunc // under way, by ticket
 	last     uint64                        // the last ticket given
 	back     chan struct{}                 // closed at the next reconnect
+	// refused is the server's refusal of the connection's inbox, until
+	// the connection reconnects: no answer can come (refuse).
+	refused error
 }
 
 // watchReconnects watches nc's reconnects until stop, or until nc closes.
@@ -91,6 +98,35 @@ func (r *reconnects) reconnected() {
 	}
 	close(r.back)
 	r.back = make(chan struct{})
+	r.refused = nil // subscribed again: the server may allow it now
+}
+
+// refuse ends the attempts under way, and makes askAgain fail at once
+// with err until the connection reconnects: the server refused the
+// subscription to the connection's inbox (refusals), so no answer to any
+// request can come. A nil r does nothing.
+func (r *reconnects) refuse(err error) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused = err
+	for t, cancel := range r.attempts {
+		cancel()
+		delete(r.attempts, t)
+	}
+}
+
+// refusal is the inbox refusal refuse made, nil when none, or after a
+// reconnect since.
+func (r *reconnects) refusal() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused
 }
 
 // watch makes the connection's next reconnect call cancel, until the

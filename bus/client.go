@@ -105,6 +105,9 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	}
 	live, endLive := context.WithCancel(context.Background())
 	rc := watchReconnects(nc)
+	if r != nil {
+		r.tellInboxRefused(rc.refuse)
+	}
 	failed := func(err error) (*client, error) {
 		endLive()
 		rc.stop()
@@ -140,6 +143,12 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 		po.OnAck = status.acked
 	}
 	pub := asyncpub.New(nc, po)
+	if r != nil {
+		r.tellInboxRefused(pub.Refuse)
+		if status != nil {
+			r.tellInboxRefused(status.pub.Refuse)
+		}
+	}
 	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: registrySubjects(o.scheme), presence: presenceSubjects(o.scheme), reconnects: rc, refusals: r,
 		reads: streamReads{js: js, onError: o.onError, live: live}, endLive: endLive, closing: make(chan struct{})}, nil
 }

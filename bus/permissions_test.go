@@ -413,6 +413,85 @@ func TestProvisionWithAnAgentsIdentity(t *testing.T) {
 	}
 }
 
+// TestBusWithAnotherAgentsIdentity: a bus of alice connected with
+// mallory's credentials, which allow neither alice's inbox nor her
+// subjects, fails every call at once with ErrPermissionDenied: as the
+// connection's first call and after the refusal. Before, Register,
+// Request, Gather and PublishAsync waited out their context: the server
+// refuses the inbox subscription once, and their requests (askAgain) and
+// asynchronous publishes (asyncpub, whose acks come to that inbox) heard
+// of no refusal.
+func TestBusWithAnotherAgentsIdentity(t *testing.T) {
+	srv := newAuthServer(t, "alice", "bob", "mallory")
+	bus.SetAPIAttemptTimeout(t, time.Hour) // a call the refusal does not end waits for its context
+	bus.SetPublishAttemptTimeout(t, time.Hour)
+	connect := func() *bus.Bus {
+		b, err := bus.Connect(srv.s.ClientURL(), "alice", bus.WithNATSOptions(srv.identity(t, "mallory").Option()),
+			bus.WithErrorHandler(func(error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	calls := []struct {
+		name string
+		f    func(context.Context, *bus.Bus) error
+	}{
+		{"Register", func(ctx context.Context, b *bus.Bus) error { return b.Register(ctx, bus.AgentCard{}) }},
+		{"JoinGroup", func(ctx context.Context, b *bus.Bus) error { return b.JoinGroup(ctx, "g") }},
+		{"Agents", func(ctx context.Context, b *bus.Bus) error { _, err := b.Agents(ctx); return err }},
+		{"LookupAgent", func(ctx context.Context, b *bus.Bus) error { _, err := b.LookupAgent(ctx, "bob"); return err }},
+		{"WatchPresence", func(ctx context.Context, b *bus.Bus) error { return b.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
+		{"Request", func(ctx context.Context, b *bus.Bus) error {
+			_, err := b.Request(ctx, bus.Message{To: "bob", Type: "T"})
+			return err
+		}},
+		{"Gather", func(ctx context.Context, b *bus.Bus) error {
+			_, err := b.Gather(ctx, bus.Message{Type: "T"}, []string{"bob"})
+			return err
+		}},
+		{"Cancel", func(ctx context.Context, b *bus.Bus) error { _, err := b.Cancel(ctx, "m1"); return err }},
+		{"History", func(ctx context.Context, b *bus.Bus) error {
+			_, err := b.History(ctx, "c1", bus.HistoryQuery{})
+			return err
+		}},
+		{"Schedule", func(ctx context.Context, b *bus.Bus) error {
+			_, err := b.Schedule(ctx, bus.Message{To: "bob", Type: "T"}, bus.In(time.Hour))
+			return err
+		}},
+		{"PublishAsync", func(ctx context.Context, b *bus.Bus) error {
+			f, err := b.PublishAsync(ctx, bus.Message{To: "bob", Type: "T"})
+			if err != nil {
+				return err
+			}
+			_, err = f.Wait(ctx)
+			return err
+		}},
+		{"EnsureConsumers", func(ctx context.Context, b *bus.Bus) error { return b.EnsureConsumers(ctx) }},
+	}
+	check := func(t *testing.T, b *bus.Bus, name string, f func(context.Context, *bus.Bus) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
+		defer cancel()
+		err := f(ctx, b)
+		if !errors.Is(err, bus.ErrPermissionDenied) || ctx.Err() != nil {
+			t.Errorf("%s: %v (context %v); want ErrPermissionDenied before the deadline", name, err, ctx.Err())
+		}
+	}
+	t.Run("first call", func(t *testing.T) {
+		for _, c := range calls {
+			check(t, connect(), c.name, c.f)
+		}
+	})
+	t.Run("after the refusal", func(t *testing.T) {
+		b := connect()
+		for _, c := range calls {
+			check(t, b, c.name, c.f)
+		}
+	})
+}
+
 // TestOperatorHandleWithAnAgentsIdentity: an operator's handle connected
 // with an agent's credentials, which allow no subscription to nats.go's
 // default inbox, fails every call at once with ErrPermissionDenied naming

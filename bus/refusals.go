@@ -30,6 +30,9 @@ type refusals struct {
 	// again) past reconnects.
 	inboxRefused error
 	reconnects   uint64
+	// onInboxRefused are told of an inbox refusal: the reconnect watches of
+	// the handles on the connection, whose askAgain then fails at once.
+	onInboxRefused []func(error)
 }
 
 // refusalWatch is one publish, or one call of JetStream API requests, in
@@ -86,11 +89,25 @@ func (r *refusals) refused(err error) {
 	if inboxRefused {
 		cause = fmt.Errorf("%w: no answer can come (an agent connects with nats.CustomInboxPrefix(bus.InboxPrefix(agent)); an operator's handle needs an operator's credentials)", cause)
 		r.inboxRefused, r.reconnects = cause, r.nc.Stats().Reconnects
+		for _, f := range r.onInboxRefused {
+			f(cause)
+		}
 	}
 	for w := range r.waiting {
 		if inboxRefused || refusesPublish(err, w.subject) || w.prefix && refusesPublishUnder(err, w.subject) {
 			w.cancel(cause)
 		}
+	}
+}
+
+// tellInboxRefused makes f, a handle's reconnect watch, hear of every
+// refusal of the connection's inbox from now on.
+func (r *refusals) tellInboxRefused(f func(error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onInboxRefused = append(r.onInboxRefused, f)
+	if r.inboxRefused != nil && r.nc.Stats().Reconnects == r.reconnects {
+		f(r.inboxRefused)
 	}
 }
 

@@ -81,6 +81,10 @@ type Publisher struct {
 	epoch    uint64             // sweeps so far
 	sweeper  *time.Timer        // runs while a publish is in flight
 	sweeping bool
+	// refused is why no ack can come, until the connection reconnects
+	// past refusedAt (Refuse).
+	refused   error
+	refusedAt uint64
 }
 
 // New returns a Publisher on nc. It subscribes to its acks with the first
@@ -197,6 +201,11 @@ func (p *Publisher) register(f *Future) error {
 			p.mu.Unlock()
 			return nats.ErrConnectionClosed
 		}
+		if p.refused != nil && p.nc.Stats().Reconnects == p.refusedAt {
+			err := p.refused
+			p.mu.Unlock()
+			return err
+		}
 		if p.opts.MaxPending <= 0 || len(p.pending) < p.opts.MaxPending {
 			break
 		}
@@ -296,6 +305,16 @@ func (p *Publisher) resendAll() {
 	for _, f := range inFlight {
 		p.resend(f)
 	}
+}
+
+// Refuse fails every publish in flight with err, and every Publish with
+// it until the connection reconnects: the server refused the subscription
+// to the connection's inbox, where the acks come, so none can come.
+func (p *Publisher) Refuse(err error) {
+	p.mu.Lock()
+	p.refused, p.refusedAt = err, p.nc.Stats().Reconnects
+	p.mu.Unlock()
+	p.failAll(err)
 }
 
 // failAll fails every publish in flight with err.
