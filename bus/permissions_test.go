@@ -413,6 +413,41 @@ func TestProvisionWithAnAgentsIdentity(t *testing.T) {
 	}
 }
 
+// refusedCall is a call of a handle H, a *bus.Bus or a *bus.Admin, that
+// the server refuses.
+type refusedCall[H any] struct {
+	name string
+	f    func(context.Context, H) error
+}
+
+// checkEveryCallRefused makes each call on a handle of its own, as the
+// connection's first call, then all of them on one handle, after the
+// refusal, and fails unless each returns ErrPermissionDenied before its
+// deadline of 20 s: with attempts of an hour (SetAPIAttemptTimeout), a call
+// the refusal did not end waits for it.
+func checkEveryCallRefused[H any](t *testing.T, connect func() H, calls []refusedCall[H]) {
+	t.Helper()
+	check := func(t *testing.T, h H, c refusedCall[H]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
+		defer cancel()
+		if err := c.f(ctx, h); !errors.Is(err, bus.ErrPermissionDenied) || ctx.Err() != nil {
+			t.Errorf("%s: %v (context %v); want ErrPermissionDenied before the deadline", c.name, err, ctx.Err())
+		}
+	}
+	t.Run("first call", func(t *testing.T) {
+		for _, c := range calls {
+			check(t, connect(), c)
+		}
+	})
+	t.Run("after the refusal", func(t *testing.T) {
+		h := connect()
+		for _, c := range calls {
+			check(t, h, c)
+		}
+	})
+}
+
 // TestBusWithAnotherAgentsIdentity: a bus of alice connected with
 // mallory's credentials, which allow neither alice's inbox nor her
 // subjects, fails every call at once with ErrPermissionDenied: as the
@@ -434,10 +469,7 @@ func TestBusWithAnotherAgentsIdentity(t *testing.T) {
 		t.Cleanup(func() { b.Close() })
 		return b
 	}
-	calls := []struct {
-		name string
-		f    func(context.Context, *bus.Bus) error
-	}{
+	calls := []refusedCall[*bus.Bus]{
 		{"Register", func(ctx context.Context, b *bus.Bus) error { return b.Register(ctx, bus.AgentCard{}) }},
 		{"JoinGroup", func(ctx context.Context, b *bus.Bus) error { return b.JoinGroup(ctx, "g") }},
 		{"Agents", func(ctx context.Context, b *bus.Bus) error { _, err := b.Agents(ctx); return err }},
@@ -470,26 +502,7 @@ func TestBusWithAnotherAgentsIdentity(t *testing.T) {
 		}},
 		{"EnsureConsumers", func(ctx context.Context, b *bus.Bus) error { return b.EnsureConsumers(ctx) }},
 	}
-	check := func(t *testing.T, b *bus.Bus, name string, f func(context.Context, *bus.Bus) error) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
-		defer cancel()
-		err := f(ctx, b)
-		if !errors.Is(err, bus.ErrPermissionDenied) || ctx.Err() != nil {
-			t.Errorf("%s: %v (context %v); want ErrPermissionDenied before the deadline", name, err, ctx.Err())
-		}
-	}
-	t.Run("first call", func(t *testing.T) {
-		for _, c := range calls {
-			check(t, connect(), c.name, c.f)
-		}
-	})
-	t.Run("after the refusal", func(t *testing.T) {
-		b := connect()
-		for _, c := range calls {
-			check(t, b, c.name, c.f)
-		}
-	})
+	checkEveryCallRefused(t, connect, calls)
 }
 
 // TestOperatorHandleWithAnAgentsIdentity: an operator's handle connected
@@ -515,10 +528,7 @@ func TestOperatorHandleWithAnAgentsIdentity(t *testing.T) {
 		t.Cleanup(func() { admin.Close() })
 		return admin
 	}
-	calls := []struct {
-		name string
-		f    func(context.Context, *bus.Admin) error
-	}{
+	calls := []refusedCall[*bus.Admin]{
 		{"Agents", func(ctx context.Context, a *bus.Admin) error { _, err := a.Agents(ctx); return err }},
 		{"LookupAgent", func(ctx context.Context, a *bus.Admin) error { _, err := a.LookupAgent(ctx, "alice"); return err }},
 		{"FindAgents", func(ctx context.Context, a *bus.Admin) error {
@@ -552,26 +562,7 @@ func TestOperatorHandleWithAnAgentsIdentity(t *testing.T) {
 		{"WatchGroups", func(ctx context.Context, a *bus.Admin) error { return a.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
 		{"WatchDeadLetters", func(ctx context.Context, a *bus.Admin) error { return a.WatchDeadLetters(ctx) }},
 	}
-	check := func(t *testing.T, admin *bus.Admin, name string, f func(context.Context, *bus.Admin) error) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
-		defer cancel()
-		err := f(ctx, admin)
-		if !errors.Is(err, bus.ErrPermissionDenied) || ctx.Err() != nil {
-			t.Errorf("%s: %v (context %v); want ErrPermissionDenied before the deadline", name, err, ctx.Err())
-		}
-	}
-	t.Run("first call", func(t *testing.T) {
-		for _, c := range calls {
-			check(t, connect(), c.name, c.f)
-		}
-	})
-	t.Run("after the refusal", func(t *testing.T) {
-		admin := connect()
-		for _, c := range calls {
-			check(t, admin, c.name, c.f)
-		}
-	})
+	checkEveryCallRefused(t, connect, calls)
 }
 
 // TestAgentPermissionsDenyOtherAgents: an agent that goes around the bus
