@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,31 +84,40 @@ func (r *refusals) refused(err error) {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	cause := fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 	inboxRefused := r.inbox != "" && strings.Contains(err.Error(), "Subscription to "+quotedPrefix(r.inbox))
+	var tell []func(error)
 	if inboxRefused {
 		cause = fmt.Errorf("%w: no answer can come (an agent connects with nats.CustomInboxPrefix(bus.InboxPrefix(agent)); an operator's handle needs an operator's credentials)", cause)
 		r.inboxRefused, r.reconnects = cause, r.nc.Stats().Reconnects
-		for _, f := range r.onInboxRefused {
-			f(cause)
-		}
+		tell = slices.Clone(r.onInboxRefused)
 	}
 	for w := range r.waiting {
 		if inboxRefused || refusesPublish(err, w.subject) || w.prefix && refusesPublishUnder(err, w.subject) {
 			w.cancel(cause)
 		}
 	}
+	r.mu.Unlock()
+	// Outside the lock: a publisher told fails its publishes, whose error
+	// handler may publish, and watch for refusals, again.
+	for _, f := range tell {
+		f(cause)
+	}
 }
 
-// tellInboxRefused makes f, a handle's reconnect watch, hear of every
-// refusal of the connection's inbox from now on.
+// tellInboxRefused makes f, a handle's reconnect watch or asynchronous
+// publisher, hear of every refusal of the connection's inbox from now on,
+// and of one already made.
 func (r *refusals) tellInboxRefused(f func(error)) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.onInboxRefused = append(r.onInboxRefused, f)
-	if r.inboxRefused != nil && r.nc.Stats().Reconnects == r.reconnects {
-		f(r.inboxRefused)
+	refused := r.inboxRefused
+	if refused != nil && r.nc.Stats().Reconnects != r.reconnects {
+		refused = nil
+	}
+	r.mu.Unlock()
+	if refused != nil {
+		f(refused)
 	}
 }
 
