@@ -194,8 +194,11 @@ func (b *Bus) Close() error {
 		<-s.Done()
 	}
 	b.req.close()
-	// No subscription of this process meets the stored copies of the
+	// The records of the answers the listener is handing over are written
+	// (a Request may have returned the reply before its record was), and
+	// no subscription of this process meets the stored copies of the
 	// replies its Requests took any more.
+	b.req.handedOver()
 	b.req.flushTaken(b.recordTaken)
 	if err := b.backlogReg.Unregister(); err != nil {
 		b.opts.onError(fmt.Errorf("unregister backlog callback: %w", err))

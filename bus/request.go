@@ -498,6 +498,14 @@ type requests struct {
 	unrecorded map[string]unrecordedReply
 	recordDue  *time.Timer
 	writing    sync.WaitGroup // writeDue writing what fell due
+
+	// handing is held while an answer that did not come through a
+	// subscription is handed over and its record seen to (handOver).
+	// Close takes it once the requests are closed: a Request may return
+	// the reply before the listener has written the record that keeps
+	// its stored copy from a handler, and Close then waits for that
+	// record as for every write in flight.
+	handing sync.Mutex
 }
 
 // unrecordedReply is a reply a Request took, and when.
@@ -681,47 +689,21 @@ func (r *requests) updates(w *waiter) []*Delivery {
 	return u
 }
 
-// handing is how a message take found a Request for reaches it: the
-// reply on the Request's reply channel, or news of a progress update or a
-// question, which the Request reads from its updates. The caller hands it
-// over (give) only after it has seen to the message's record
-// (tookFromListener), so that a Request never returns, and its process
-// closes and exits, before the record that keeps the message's stored
-// copy from a handler is under way.
-type handing struct {
-	reply chan *Delivery
-	news  chan struct{}
-}
-
-// give hands d over as h says; the zero handing gives nothing.
-func (h handing) give(d *Delivery) {
-	if h.reply != nil {
-		h.reply <- d // room for it: the Request no longer waits in r.waiting
-	}
-	if h.news != nil {
-		select {
-		case h.news <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// take takes d for the Request waiting for it, if any, reports whether
-// one was (took), and returns how d reaches it, to give once its record is
-// seen to. A reply or progress update already taken also reports took, and
-// again, so that its other copy is dropped without a second record. A
-// progress update goes to a Request that follows progress (and is
-// otherwise not taken); it never completes one.
-func (r *requests) take(d *Delivery) (took, again bool, h handing) {
+// take hands d to the Request waiting for it, if any, and reports whether
+// one was (took). A reply or progress update already taken also reports
+// took, and again, so that its other copy is dropped without a second
+// record. A progress update goes to a Request that follows progress (and
+// is otherwise not taken); it never completes one.
+func (r *requests) take(d *Delivery) (took, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, put := r.unrecorded[d.ID]; put || r.taken.has(d.ID) {
 		delete(r.unrecorded, d.ID) // its other copy came: the record is needless
-		return true, true, handing{}
+		return true, true
 	}
 	w, ok := r.waiting[d.CausationID]
 	if !ok {
-		return false, false, handing{}
+		return false, false
 	}
 	if d.Type == TypeCancel {
 		// Not taken: the Request checks the record, and the stored copy
@@ -733,7 +715,7 @@ func (r *requests) take(d *Delivery) (took, again bool, h handing) {
 			default:
 			}
 		}
-		return false, false, handing{}
+		return false, false
 	}
 	if _, ok := d.IsInputRequest(); ok {
 		// A question: answered by the Request (taken), or shown to it
@@ -747,18 +729,25 @@ func (r *requests) take(d *Delivery) (took, again bool, h handing) {
 			}
 			w.shown[d.ID] = true
 		default:
-			return false, false, handing{}
+			return false, false
 		}
 		w.updates = append(w.updates, d)
-		return w.answer, false, handing{news: w.news}
+		select {
+		case w.news <- struct{}{}:
+		default:
+		}
+		return w.answer, false
 	}
 	if d.IsProgress() {
+		select {
+		case w.news <- struct{}{}:
+		default:
+		}
 		if !w.follow {
-			// Not taken, but news: the Request's idle timeout starts over.
-			return false, false, handing{news: w.news}
+			return false, false
 		}
 		if w.handed[d.ID] {
-			return true, true, handing{news: w.news}
+			return true, true
 		}
 		if w.handed == nil {
 			w.handed = make(map[string]bool)
@@ -766,11 +755,12 @@ func (r *requests) take(d *Delivery) (took, again bool, h handing) {
 		w.handed[d.ID] = true
 		w.updates = append(w.updates, d)
 		r.taken.add(d.ID)
-		return true, false, handing{news: w.news}
+		return true, false
 	}
 	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
-	return true, false, handing{reply: w.reply}
+	w.reply <- d
+	return true, false
 }
 
 // listen receives the messages published to the agent while a Request
@@ -792,11 +782,18 @@ func (b *Bus) listen(nm *nats.Msg) {
 // handOver hands d, an answer to a request of this process that did not
 // come through a subscription, to the Request waiting for it, if any.
 func (b *Bus) handOver(d *Delivery) {
-	took, again, h := b.req.take(d)
-	if took && !again {
+	b.req.handing.Lock()
+	defer b.req.handing.Unlock()
+	if took, again := b.req.take(d); took && !again {
 		b.tookFromListener(d)
 	}
-	h.give(d)
+}
+
+// handedOver waits until no answer is being handed over (handOver), so
+// that the records of those handed over are under way.
+func (r *requests) handedOver() {
+	r.handing.Lock()
+	r.handing.Unlock() // empty: waiting for the lock is the point
 }
 
 // readMissed reads, after every reconnect until reconnected is closed, the
@@ -1019,16 +1016,12 @@ func takenElsewhere(s Status) bool {
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, maxDeliver int) (skip bool, wait time.Duration) {
 	derivedReply := exchange && d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
-		took, again, h := b.req.take(d)
-		if took {
+		if took, again := b.req.take(d); took {
 			// A reply taken from its stored copy is acknowledged here:
 			// no other process meets it, so it needs no record.
 			if !again && !derivedReply {
 				b.recordTaken(d)
 			}
-		}
-		h.give(d)
-		if took {
 			return true, 0
 		}
 	}
