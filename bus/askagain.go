@@ -66,9 +66,9 @@ type reconnects struct {
 	attempts map[uint64]context.CancelFunc // under way, by ticket
 	last     uint64                        // the last ticket given
 	back     chan struct{}                 // closed at the next reconnect
-	// refused is the server's refusal of the connection's inbox, until
-	// the connection reconnects: no answer can come (refuse).
-	refused error
+	// refusals are the connection's, whose refusal of its inbox makes
+	// askAgain fail at once (nil for a connection the caller made).
+	refusals *refusals
 }
 
 // watchReconnects watches nc's reconnects until stop, or until nc closes.
@@ -92,41 +92,34 @@ func watchReconnects(nc *nats.Conn) *reconnects {
 func (r *reconnects) reconnected() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for t, cancel := range r.attempts {
-		cancel()
-		delete(r.attempts, t)
-	}
+	r.endAttemptsLocked()
 	close(r.back)
 	r.back = make(chan struct{})
-	r.refused = nil // subscribed again: the server may allow it now
 }
 
-// refuse ends the attempts under way, and makes askAgain fail at once
-// with err until the connection reconnects: the server refused the
-// subscription to the connection's inbox (refusals), so no answer to any
-// request can come. A nil r does nothing.
-func (r *reconnects) refuse(err error) {
-	if r == nil {
-		return
-	}
+// endAttempts ends the attempts under way: the server refused the
+// connection's inbox (refusals.tellInboxRefused), and askAgain, which
+// then asks no more (refusal), returns the refusal.
+func (r *reconnects) endAttempts(error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.refused = err
+	r.endAttemptsLocked()
+}
+
+func (r *reconnects) endAttemptsLocked() {
 	for t, cancel := range r.attempts {
 		cancel()
 		delete(r.attempts, t)
 	}
 }
 
-// refusal is the inbox refusal refuse made, nil when none, or after a
-// reconnect since.
+// refusal is the connection's refusal of its inbox (refusals.inboxRefusal):
+// no answer can come. Nil for a nil r.
 func (r *reconnects) refusal() error {
 	if r == nil {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.refused
+	return r.refusals.inboxRefusal()
 }
 
 // watch makes the connection's next reconnect call cancel, until the

@@ -106,7 +106,8 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 	live, endLive := context.WithCancel(context.Background())
 	rc := watchReconnects(nc)
 	if r != nil {
-		r.tellInboxRefused(rc.refuse)
+		rc.refusals = r
+		r.tellInboxRefused(rc.endAttempts)
 	}
 	failed := func(err error) (*client, error) {
 		endLive()
@@ -142,11 +143,12 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 		// which needs the stream sequence the ack carries.
 		po.OnAck = status.acked
 	}
+	po.Refused = rc.refusal
 	pub := asyncpub.New(nc, po)
 	if r != nil {
-		r.tellInboxRefused(pub.Refuse)
+		r.tellInboxRefused(pub.Fail)
 		if status != nil {
-			r.tellInboxRefused(status.pub.Refuse)
+			r.tellInboxRefused(status.pub.Fail)
 		}
 	}
 	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: registrySubjects(o.scheme), presence: presenceSubjects(o.scheme), reconnects: rc, refusals: r,

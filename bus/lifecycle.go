@@ -239,6 +239,7 @@ func newTracker(nc *nats.Conn, o *options, live context.Context, rc *reconnects)
 		// failed passes over): one lost with a dropped connection would
 		// otherwise leave a wrong state for good.
 		SendAgainOnReconnect: true,
+		Refused:              rc.refusal,
 	})
 	return t, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 )
@@ -28,11 +29,14 @@ type refusals struct {
 	// inboxRefused is the server's refusal of the subscription to inbox,
 	// made once, by the connection's first request: every call after it
 	// is refused too, until the connection reconnects (and subscribes
-	// again) past reconnects.
+	// again) past reconnects. inboxRefusal reads it, for every handle and
+	// publisher on the connection.
 	inboxRefused error
 	reconnects   uint64
-	// onInboxRefused are told of an inbox refusal: the reconnect watches of
-	// the handles on the connection, whose askAgain then fails at once.
+	anyRefused   atomic.Bool // inboxRefused was ever set: inboxRefusal's lock-free no
+	// onInboxRefused end what is in flight on an inbox refusal: the
+	// attempts of askAgain (reconnects.endAttempts), the asynchronous
+	// publishes (asyncpub.Publisher.Fail).
 	onInboxRefused []func(error)
 }
 
@@ -61,8 +65,8 @@ func (r *refusals) add(ctx context.Context, w *refusalWatch) (context.Context, f
 	ctx, cancel := context.WithCancelCause(ctx)
 	w.cancel = cancel
 	r.mu.Lock()
-	if r.inboxRefused != nil && r.nc.Stats().Reconnects == r.reconnects {
-		cancel(r.inboxRefused)
+	if refused := r.inboxRefusalLocked(); refused != nil {
+		cancel(refused)
 	}
 	if r.waiting == nil {
 		r.waiting = make(map[*refusalWatch]struct{})
@@ -90,6 +94,7 @@ func (r *refusals) refused(err error) {
 	if inboxRefused {
 		cause = fmt.Errorf("%w: no answer can come (an agent connects with nats.CustomInboxPrefix(bus.InboxPrefix(agent)); an operator's handle needs an operator's credentials)", cause)
 		r.inboxRefused, r.reconnects = cause, r.nc.Stats().Reconnects
+		r.anyRefused.Store(true)
 		tell = slices.Clone(r.onInboxRefused)
 	}
 	for w := range r.waiting {
@@ -99,26 +104,38 @@ func (r *refusals) refused(err error) {
 	}
 	r.mu.Unlock()
 	// Outside the lock: a publisher told fails its publishes, whose error
-	// handler may publish, and watch for refusals, again.
+	// handler may publish, and read the refusal, again.
 	for _, f := range tell {
 		f(cause)
 	}
 }
 
-// tellInboxRefused makes f, a handle's reconnect watch or asynchronous
-// publisher, hear of every refusal of the connection's inbox from now on,
-// and of one already made.
+// tellInboxRefused makes f, which ends what a handle has in flight, hear
+// of every refusal of the connection's inbox from now on.
 func (r *refusals) tellInboxRefused(f func(error)) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.onInboxRefused = append(r.onInboxRefused, f)
-	refused := r.inboxRefused
-	if refused != nil && r.nc.Stats().Reconnects != r.reconnects {
-		refused = nil
+}
+
+// inboxRefusal is the server's refusal of the connection's inbox: no
+// answer can come to any request. It is nil when there was none, after
+// the connection reconnected since (and subscribed again), and for a nil
+// r (a connection the caller made).
+func (r *refusals) inboxRefusal() error {
+	if r == nil || !r.anyRefused.Load() { // every call and asynchronous publish asks
+		return nil
 	}
-	r.mu.Unlock()
-	if refused != nil {
-		f(refused)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inboxRefusalLocked()
+}
+
+func (r *refusals) inboxRefusalLocked() error {
+	if r.inboxRefused == nil || r.nc.Stats().Reconnects != r.reconnects {
+		return nil
 	}
+	return r.inboxRefused
 }
 
 // quotedPrefix is prefix as it starts a quoted subject in a server error.

@@ -54,6 +54,10 @@ type Options struct {
 	// Nats-Msg-Id or an expected last sequence). Their wait for an ack
 	// (Timeout) starts again.
 	SendAgainOnReconnect bool
+	// Refused, if not nil, says why no ack can come now (the server
+	// refused the subscription to the connection's inbox), or nil: Publish
+	// then fails with it at once. Fail fails the publishes in flight.
+	Refused func() error
 }
 
 // timeoutTicks is how many sweeps a publish's ack is waited for: the sweep
@@ -81,10 +85,6 @@ type Publisher struct {
 	epoch    uint64             // sweeps so far
 	sweeper  *time.Timer        // runs while a publish is in flight
 	sweeping bool
-	// refused is why no ack can come, until the connection reconnects
-	// past refusedAt (Refuse).
-	refused   error
-	refusedAt uint64
 }
 
 // New returns a Publisher on nc. It subscribes to its acks with the first
@@ -189,6 +189,11 @@ func (p *Publisher) Publish(m *nats.Msg) (*Future, error) {
 
 // register makes f pending under a new token, waiting for room first.
 func (p *Publisher) register(f *Future) error {
+	if p.opts.Refused != nil {
+		if err := p.opts.Refused(); err != nil {
+			return err
+		}
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -200,11 +205,6 @@ func (p *Publisher) register(f *Future) error {
 		if p.closed {
 			p.mu.Unlock()
 			return nats.ErrConnectionClosed
-		}
-		if p.refused != nil && p.nc.Stats().Reconnects == p.refusedAt {
-			err := p.refused
-			p.mu.Unlock()
-			return err
 		}
 		if p.opts.MaxPending <= 0 || len(p.pending) < p.opts.MaxPending {
 			break
@@ -307,15 +307,9 @@ func (p *Publisher) resendAll() {
 	}
 }
 
-// Refuse fails every publish in flight with err, and every Publish with
-// it until the connection reconnects: the server refused the subscription
-// to the connection's inbox, where the acks come, so none can come.
-func (p *Publisher) Refuse(err error) {
-	p.mu.Lock()
-	p.refused, p.refusedAt = err, p.nc.Stats().Reconnects
-	p.mu.Unlock()
-	p.failAll(err)
-}
+// Fail fails every publish in flight with err: no ack can come to them
+// (the server refused the subscription to the connection's inbox).
+func (p *Publisher) Fail(err error) { p.failAll(err) }
 
 // failAll fails every publish in flight with err.
 func (p *Publisher) failAll(err error) {
