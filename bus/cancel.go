@@ -25,9 +25,12 @@ const TypeCancel = "agentbus.cancel"
 // wrapped by the reason its record gives.
 var ErrCanceled = errors.New("bus: message canceled")
 
-// ErrFinal is wrapped by the error of a Cancel that came after the message
-// ended (replied, completed, expired, dead-lettered or canceled already):
-// nothing is changed, and the returned Status says how it ended.
+// ErrFinal is wrapped by the error of a call on a message that ended
+// (replied, completed, expired, dead-lettered or canceled already): a
+// Cancel, which changes nothing and returns the Status that says how it
+// ended; an Attach to a request that ended without a reply; a progress
+// update or a question (Delivery.Progress, Delivery.AskInput) on a request
+// already replied to.
 var ErrFinal = errors.New("bus: message already finished")
 
 // Cancel cancels the direct message id, sent by this agent or to it. A

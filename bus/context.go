@@ -5,6 +5,7 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentbus/agentbus/bus/internal/asyncpub"
 )
@@ -106,6 +107,17 @@ type handling struct {
 	// replyFound says a lookup of d finds its reply by the derived ID, so
 	// that Reply writes no record (findsReply).
 	replyFound bool
+}
+
+// progressCount returns the number of progress updates sent on h's
+// request and when the last was sent, for its records; 0 and the zero time
+// when none was.
+func (h *handling) progressCount() (int, time.Time) {
+	n := h.progress.Load()
+	if n == 0 {
+		return 0, time.Time{}
+	}
+	return int(n), time.Unix(0, h.lastAt.Load()).UTC()
 }
 
 // awaitProgressRecord waits until the record of the last progress update

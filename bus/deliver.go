@@ -165,7 +165,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		if ok && !by.After(m.ExpiresAt()) {
 			err = fmt.Errorf("%w: its conversation %s passed its deadline %s", ErrExpired, m.CorrelationID, by.Format(time.RFC3339Nano))
 		}
-		b.record(m, StateExpired, md, err)
+		b.record(m, nil, StateExpired, md, err)
 		if ok && !by.After(m.ExpiresAt()) {
 			b.conversationExpired(ctx, m, by)
 		}
@@ -232,15 +232,15 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		switch {
 		case hs.canceled.Load() && !hs.replied.Load(): // replied, the work was done
 			err = Permanent(canceledReason(err))
-			b.record(m, StateCanceled, md, err)
+			b.record(m, hs, StateCanceled, md, err)
 		case err != nil && hasDoBy && !time.Now().Before(doBy):
 			// Its work is void now: not retried.
 			err = Permanent(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
-			b.record(m, StateExpired, md, err)
+			b.record(m, hs, StateExpired, md, err)
 		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)) && !b.repliedElsewhere(ctx, m):
-			b.record(m, StateCompleted, md, nil)
+			b.record(m, hs, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
-			b.record(m, StateFailed, md, err) // the last failure records dead_lettered
+			b.record(m, hs, StateFailed, md, err) // the last failure records dead_lettered
 		}
 	}()
 	return h(hctx, d)
@@ -332,13 +332,19 @@ func termReason(err error) string {
 }
 
 // record writes state s of m, delivered to this agent as md says, to the
-// lifecycle bucket; reason, if not nil, says why.
-func (b *Bus) record(m *Message, s State, md consumers.Metadata, reason error) {
+// lifecycle bucket; reason, if not nil, says why. h is m's handling, if its
+// handler ran: the record keeps the progress updates it counts, as the
+// records of the work (recordWork) and the reply do, so that a retry
+// numbers on from them.
+func (b *Bus) record(m *Message, h *handling, s State, md consumers.Metadata, reason error) {
 	if b.status == nil {
 		return
 	}
 	st := statusOf(m, b.agent, s, b.agent)
 	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.Deliveries)
+	if h != nil {
+		st.Progress, st.LastProgress = h.progressCount()
+	}
 	if reason != nil {
 		st.Reason = reason.Error()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // ExtInputFor is the CloudEvents extension that marks a question a handler
@@ -41,7 +40,9 @@ var ErrInputDeclined = errors.New("bus: input declined")
 // answers with Reply, or `agentbus reply`. AskInput waits as Request does:
 // until ctx's deadline (the handler's, a do-by among them) or the request
 // timeout; a cancel of d ends it with d's context. Call it from d's
-// handler, with the handler's ctx.
+// handler, with the handler's ctx. Once d is replied to, its work is
+// over: a question after the reply is refused with an error wrapping
+// ErrFinal, and d's record stays replied.
 func (d *Delivery) AskInput(ctx context.Context, q Message, opts ...RequestOption) (*Delivery, error) {
 	if d.bus == nil {
 		return nil, fmt.Errorf("%w: input on a delivery the bus did not make", ErrInvalidMessage)
@@ -50,6 +51,9 @@ func (d *Delivery) AskInput(ctx context.Context, q Message, opts ...RequestOptio
 	h := handlingOf(ctx)
 	if h == nil || h.d.ID != d.ID {
 		return nil, fmt.Errorf("%w: input asked on %s outside its handler (pass the handler's ctx)", ErrInvalidMessage, d.ID)
+	}
+	if h.replied.Load() {
+		return nil, fmt.Errorf("%w: input asked on %s after its reply", ErrFinal, d.ID)
 	}
 	if q.To == "" {
 		q.To = d.From
@@ -107,8 +111,6 @@ func (b *Bus) answerInput(ctx context.Context, f func(context.Context, *Delivery
 // recordWork writes the state of the request h handles, with its progress.
 func (b *Bus) recordWork(h *handling, state State) {
 	s := statusOf(&h.d.Message, b.agent, state, b.agent).withDelivery(h.d)
-	if n := h.progress.Load(); n > 0 {
-		s.Progress, s.LastProgress = int(n), time.Unix(0, h.lastAt.Load()).UTC()
-	}
+	s.Progress, s.LastProgress = h.progressCount()
 	b.status.record(s, false)
 }

@@ -38,7 +38,9 @@ type Progress struct {
 // update when d is a message of one that has them), which a Request that follows progress
 // (OnProgress) hands to its caller and which never completes it. d's
 // lifecycle record becomes working, with the number of updates. Call it
-// from d's handler, with the handler's ctx.
+// from d's handler, with the handler's ctx. Once d is replied to, its work
+// is over: a later update is refused with an error wrapping ErrFinal, and
+// d's record stays replied.
 func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	if d.bus == nil {
 		return fmt.Errorf("%w: progress on a delivery the bus did not make", ErrInvalidMessage)
@@ -47,6 +49,9 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	h := handlingOf(ctx)
 	if h == nil || h.d.ID != d.ID {
 		return fmt.Errorf("%w: progress on %s outside its handler (pass the handler's ctx)", ErrInvalidMessage, d.ID)
+	}
+	if h.replied.Load() {
+		return fmt.Errorf("%w: progress on %s after its reply", ErrFinal, d.ID)
 	}
 	if p.Percent != nil && (*p.Percent < 0 || *p.Percent > 100) {
 		return fmt.Errorf("%w: progress percent %d is not 0..100", ErrInvalidMessage, *p.Percent)

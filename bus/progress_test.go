@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec/profiles"
@@ -268,5 +270,129 @@ func TestProgressCountedInFinalState(t *testing.T) {
 			}
 			return st.State.Final(), string(st.State)
 		})
+	}
+}
+
+// TestNoWorkAfterTheReply: once a handler replied, a progress update or a
+// question on the request is refused with ErrFinal, and the request's
+// record stays replied. They were sent, and their records (working,
+// input_required) overwrote replied: for good when the reply had an ID of
+// its own, or the bus no index, so that a lookup could not find the reply;
+// past the reply-by the request then read expired, and a Cancel of it
+// succeeded.
+func TestNoWorkAfterTheReply(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ownID bool
+		opts  []bus.Option
+	}{
+		{name: "reply with an ID of its own", ownID: true},
+		{name: "bus without index", opts: []bus.Option{bus.WithoutIndex()}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newServer(t)
+			ctx := testContext(t)
+			worker, req := newBus(t, s, "worker", c.opts...), newBus(t, s, "req", c.opts...)
+			type after struct{ progress, question error }
+			done := make(chan after, 1)
+			subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+				r := bus.Message{Type: "DONE"}
+				if c.ownID {
+					r.ID = "own-" + d.ID
+				}
+				if _, err := d.Reply(ctx, r); err != nil {
+					return err
+				}
+				var a after
+				a.progress = d.Progress(ctx, bus.Progress{Message: "after the reply"})
+				qctx, cancel := context.WithTimeout(ctx, 2*time.Second) // nobody answers
+				_, a.question = d.AskInput(qctx, bus.Message{Data: []byte("anything else?")})
+				cancel()
+				done <- a
+				return nil
+			})
+			m := bus.Message{ID: "work-after-reply", To: "worker", Type: "JOB"}
+			if _, err := req.Request(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			a := <-done
+			if !errors.Is(a.progress, bus.ErrFinal) || !errors.Is(a.question, bus.ErrFinal) {
+				t.Errorf("after the reply: Progress = %v, AskInput = %v; want both ErrFinal", a.progress, a.question)
+			}
+			if err := worker.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			sts, err := req.Status(ctx, m.ID)
+			if err != nil || len(sts) != 1 || sts[0].State != bus.StateReplied {
+				t.Fatalf("Status = %+v, %v; want replied", sts, err)
+			}
+			if st, err := req.Cancel(ctx, m.ID); !errors.Is(err, bus.ErrFinal) {
+				t.Errorf("Cancel of the replied request = %s, %v; want ErrFinal", st.State, err)
+			}
+		})
+	}
+}
+
+// TestProgressCountedInTheHandlersRecords: the records a handling writes
+// itself as it ends (failed for a retry, completed for a message with a
+// TTL, canceled) count the updates it sent, and a retry numbers on from
+// them. They counted none: the retry numbered from 1 again, and the final
+// records read 0 updates.
+func TestProgressCountedInTheHandlersRecords(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	worker, req := newBus(t, s, "worker"), newBus(t, s, "req")
+	started := make(chan struct{}, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		for range 2 {
+			if err := d.Progress(ctx, bus.Progress{Message: "step"}); err != nil {
+				return err
+			}
+		}
+		switch {
+		case d.Type == "RETRIED" && d.Deliveries == 1:
+			return errors.New("transient")
+		case d.Type == "RETRIED":
+			_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+			return err
+		case d.Type == "LONG":
+			started <- struct{}{}
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		return nil
+	}, bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond }))
+
+	var mu sync.Mutex
+	var numbers []int
+	retried := bus.Message{ID: "retried", To: "worker", Type: "RETRIED"}
+	if _, err := req.Request(ctx, retried, bus.OnProgress(func(u *bus.Delivery) {
+		_, n, _ := u.ProgressUpdate()
+		mu.Lock()
+		numbers = append(numbers, n)
+		mu.Unlock()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if got := fmt.Sprint(numbers); got != "[1 2 3 4]" {
+		t.Errorf("updates numbered %s across a retry, want [1 2 3 4]", got)
+	}
+	mu.Unlock()
+
+	ttl := publish(t, req, bus.Message{ID: "ttl-job", To: "worker", Type: "JOB", TTL: time.Minute})
+	long := publish(t, req, bus.Message{ID: "long-job", To: "worker", Type: "LONG"})
+	<-started
+	if _, err := req.Cancel(ctx, long.ID); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]struct {
+		state    bus.State
+		progress int
+	}{retried.ID: {bus.StateReplied, 4}, ttl.ID: {bus.StateCompleted, 2}, long.ID: {bus.StateCanceled, 2}} {
+		st := waitState(t, req, id, want.state)
+		if st.Progress != want.progress {
+			t.Errorf("%s reads %s with %d updates, want %d", id, st.State, st.Progress, want.progress)
+		}
 	}
 }

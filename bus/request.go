@@ -429,9 +429,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	s.ReplyID = ack.ID
 	if h != nil {
 		h.replied.Store(true)
-		if n := h.progress.Load(); n > 0 {
-			s.Progress, s.LastProgress = int(n), time.Unix(0, h.lastAt.Load()).UTC()
-		}
+		s.Progress, s.LastProgress = h.progressCount()
 		if !derivedID || !h.replyFound || h.d.Deliveries > 1 {
 			// Stored before the handler returns and the request is acked
 			// (the requester already has the reply). On a later delivery
