@@ -75,7 +75,9 @@ func (r *GatherResult) Replied(agent string) bool {
 // reply), who was offline (by the registry; not asked unless
 // GatherOffline) and who did not answer in time. Fewer replies than wanted
 // return the result with an error wrapping ErrTooFewReplies (and ctx's
-// error when ctx ended the wait), or ErrClosed when Close ended it. A reply
+// error when ctx ended the wait), or ErrClosed when Close ended it. When
+// every agent is offline, nobody is asked: the result, with an error
+// wrapping ErrNoMembers and ErrTooFewReplies. A reply
 // that comes after Gather ended is not lost: it reaches the agent's
 // handler (marked Late once the reply-by passed), and Attach reads it by
 // the copy's ID (GatherResult.Requests).
@@ -116,6 +118,11 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 			continue
 		}
 		asked = append(asked, a)
+	}
+	if len(asked) == 0 {
+		// Nobody to ask: not a success with no replies.
+		return res, fmt.Errorf("%w: %w: request %s: every one of %d agents is offline, none asked (GatherOffline asks them)",
+			ErrNoMembers, ErrTooFewReplies, m.ID, len(agents))
 	}
 	want := o.want
 	if want <= 0 || want > len(asked) {

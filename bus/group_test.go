@@ -468,3 +468,76 @@ func crashingReviewer(t *testing.T, s *embedded.Server, took func(*bus.Delivery)
 		t.Fatal(err)
 	}
 }
+
+// TestGatherAllOffline: a Gather whose agents are all offline asks nobody
+// and fails with ErrNoMembers (and ErrTooFewReplies), the result naming
+// them offline. It returned no error and no reply, as if every wanted
+// reply had come.
+func TestGatherAllOffline(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	lead := newBus(t, s, "lead")
+	for _, name := range []string{"gone-1", "gone-2"} {
+		g := newBus(t, s, name)
+		if err := g.Register(ctx, bus.AgentCard{}); err != nil {
+			t.Fatal(err)
+		}
+		g.Close() // offline: shut down
+	}
+	res, err := lead.Gather(ctx, bus.Message{Type: "REVIEW"}, []string{"gone-1", "gone-2"})
+	if !errors.Is(err, bus.ErrNoMembers) || !errors.Is(err, bus.ErrTooFewReplies) {
+		t.Fatalf("Gather to offline agents = %+v, %v; want ErrNoMembers and ErrTooFewReplies", res, err)
+	}
+	if res == nil || len(res.Replies) != 0 || !slices.Equal(res.Offline, []string{"gone-1", "gone-2"}) || len(res.Requests) != 0 {
+		t.Errorf("result %+v; want the two offline, nobody asked", res)
+	}
+}
+
+// TestGatherTakesRepliesOnlyFromTheAsked: a member that knows another's
+// copy (its ID is derived from the request's, which every member sees)
+// cannot answer in its place. The Gather took a's message caused by b's
+// copy as b's reply: complete, without error, while b had not answered.
+func TestGatherTakesRepliesOnlyFromTheAsked(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	lead := newBus(t, s, "lead")
+	forged := make(chan string, 1)
+	a := newBus(t, s, "a")
+	subscribe(t, a, func(hctx context.Context, d *bus.Delivery) error {
+		if _, err := d.Reply(hctx, bus.Message{Type: "VERDICT", Data: []byte("a says yes")}); err != nil {
+			return err
+		}
+		bCopy := <-forged
+		// Outside the handler's context: the causation given stands.
+		_, err := a.Publish(ctx, bus.Message{To: "lead", Type: "VERDICT", CausationID: bCopy,
+			CorrelationID: d.CorrelationID, Data: []byte("b says yes (really a)")})
+		return err
+	})
+	b := newBus(t, s, "b")
+	bAsked := make(chan *bus.Delivery, 1)
+	release := make(chan struct{})
+	subscribe(t, b, func(ctx context.Context, d *bus.Delivery) error {
+		bAsked <- d
+		<-release // answers nothing while the Gather waits
+		return nil
+	})
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	go func() {
+		d := <-bAsked
+		forged <- d.ID
+	}()
+	res, err := lead.Gather(gctx, bus.Message{Type: "REVIEW"}, []string{"a", "b"})
+	close(release)
+	if !errors.Is(err, bus.ErrTooFewReplies) || res == nil {
+		t.Fatalf("Gather = %+v, %v; want ErrTooFewReplies (b never replied)", res, err)
+	}
+	for _, d := range res.Replies {
+		if d.From != "a" || string(d.Data) != "a says yes" {
+			t.Errorf("reply from %s: %q; want only a's own", d.From, d.Data)
+		}
+	}
+	if res.Replied("b") || !slices.Equal(res.TimedOut, []string{"b"}) {
+		t.Errorf("result %+v; want b timed out", res)
+	}
+}

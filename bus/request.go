@@ -23,9 +23,10 @@ import (
 // marked Late.
 const ExtReplyBy = "replyby"
 
-// Request publishes m and waits for its reply: the first message to the
-// bus's agent whose CausationID (causationid) is m's ID, as Reply sends it and
-// as any message published inside the handler of m is (see Publish). m
+// Request publishes m and waits for its reply: the first message from m's
+// recipient to the bus's agent whose CausationID (causationid) is m's ID, as
+// Reply sends it and as any message published inside the handler of m is
+// (see Publish); a message from another agent is not taken for it. m
 // needs one recipient, not Broadcast. Without a deadline on ctx it waits
 // WithRequestTimeout (by default the protocol's request timeout, or 5
 // minutes).
@@ -701,6 +702,13 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 	}
 	w, ok := r.waiting[d.CausationID]
 	if !ok {
+		return false, false
+	}
+	if d.Type != TypeCancel && d.From != w.request.To {
+		// Only the agent asked answers: another that knows the request's
+		// ID (a Gather's other member, which can derive its copies' IDs)
+		// does not take its place. Its message goes to a handler, as
+		// readAnswers skips it.
 		return false, false
 	}
 	if d.Type == TypeCancel {
