@@ -17,13 +17,16 @@ import (
 // updates still to come, and Attach returns the reply, already sent or
 // still to come, like Request. Other options (IdleTimeout, DoBy) work as
 // for Request; without a deadline on ctx Attach waits until the request's
-// reply-by, else the request timeout.
+// reply-by. Once the reply-by passed, a reply the handler sent late is
+// returned too: Attach waits for it until ctx's deadline, or without one
+// returns it if it is stored and a *DeadlineError if not.
 //
-// A request that ended without a reply returns its Status with an error:
-// canceled a *CanceledError, expired a *DeadlineError, completed without a
+// A request that ended without a reply returns an error: canceled a
+// *CanceledError, expired unread a *DeadlineError, completed without a
 // reply or dead-lettered ErrFinal. Errors: ErrNoStatus (no record of a
-// request id from this agent), ErrInvalidOption with lifecycle tracking
-// off, or the server's.
+// request id from this agent), ErrInvalidMessage for a message that is not
+// a request, ErrInvalidOption with lifecycle tracking off, or the
+// server's.
 //
 // Attach reads the agent's past messages with one short-lived consumer
 // (subjects.Scheme.HistoryConsumer), so a process attaches to one request
@@ -51,19 +54,30 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 		}
 		return nil, fmt.Errorf("%w: no request %s from %s", ErrNoStatus, id, b.agent)
 	}
+	if st.ReplyBy.IsZero() {
+		return nil, fmt.Errorf("%w: %s is not a request (it has no reply-by): no reply to attach to; Status follows it", ErrInvalidMessage, id)
+	}
 	m := &Message{ID: st.ID, From: b.agent, To: st.To, CorrelationID: st.CorrelationID}
+	expired := &DeadlineError{ID: id, To: st.To, Kind: deadlineReplyBy, Deadline: st.ReplyBy}
 	switch st.State {
 	case StateCanceled:
 		return nil, &CanceledError{ID: id, By: st.By}
 	case StateExpired:
-		return nil, &DeadlineError{ID: id, To: st.To, Kind: deadlineReplyBy, Deadline: st.ExpiresAt}
+		if st.Reason != reasonUnanswered {
+			return nil, expired // dropped unread: no handler will reply
+		}
+		// Delivered and not answered by its reply-by: its handler may
+		// still reply, late.
 	case StateCompleted, StateDeadLettered:
 		return nil, fmt.Errorf("%w: request %s is %s, without a reply", ErrFinal, id, st.State)
 	}
+	// Past the reply-by, and without a deadline of the caller's, a late
+	// reply already stored is read, not waited for.
+	readOnly := false
 	if _, ok := ctx.Deadline(); !ok {
-		until := st.ExpiresAt // the request's reply-by
-		if until.IsZero() {
-			until = time.Now().Add(b.requestTimeout(m))
+		until := st.ReplyBy
+		if !until.After(time.Now()) {
+			until, readOnly = time.Now().Add(defaultTimeout), true
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, until)
@@ -104,6 +118,9 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 	})
 	if err != nil {
 		return nil, fmt.Errorf("attach to %s: %w", id, err)
+	}
+	if reply == nil && readOnly {
+		return nil, expired
 	}
 	if reply == nil {
 		b.handOverQuestions(ctx, questions)

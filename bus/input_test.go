@@ -185,3 +185,30 @@ func TestAttachToAQuestion(t *testing.T) {
 		})
 	}
 }
+
+// TestAskInputEndedByACancel: a cancel of the request ends its handler's
+// AskInput with an error that says so (ErrCanceled), not only that its
+// context ended (context.Canceled) before an answer came.
+func TestAskInputEndedByACancel(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	lead, worker := newBus(t, s, "lead"), newBus(t, s, "worker")
+	asked := make(chan error, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.AskInput(ctx, bus.Message{Data: []byte("which branch?")})
+		asked <- err
+		return err
+	})
+	questions := newRecorder()
+	subscribe(t, lead, questions.handle) // shown the question; answers nothing
+	m := publish(t, lead, bus.Message{To: "worker", Type: "JOB"})
+	questions.waitCount(t, 1)
+	waitState(t, lead, m.ID, bus.StateInputRequired)
+	if _, err := lead.Cancel(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-asked; !errors.Is(err, bus.ErrCanceled) || !errors.Is(err, context.Canceled) {
+		t.Errorf("AskInput ended by a cancel of its request: %v; want ErrCanceled and context.Canceled", err)
+	}
+	waitState(t, lead, m.ID, bus.StateCanceled)
+}

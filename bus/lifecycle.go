@@ -806,11 +806,16 @@ func (t *tracker) deriveOne(ctx context.Context, floors map[string]*jetstream.Co
 		// requester. Not written: a handler still running may reply late
 		// (replied), and a process of the recipient that gets it again
 		// drops it and records expired itself.
-		s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "delivered, and not answered by its expiry"
+		s.State, s.Updated, s.Reason = StateExpired, now.UTC(), reasonUnanswered
 		return s, false
 	}
 	return s, s.State.Final() && s.State != read.State
 }
+
+// reasonUnanswered is the reason of a request that a lookup finds
+// expired, delivered and not answered by its reply-by: derived, not
+// written, as its handler may still reply late (Attach waits for that).
+const reasonUnanswered = "delivered, and not answered by its expiry"
 
 // replied returns s, the status of a request, replied, when the reply that
 // Reply sent it under the derived ID is stored (replyOf): a handler's Reply

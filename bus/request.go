@@ -258,6 +258,11 @@ wait:
 	if failed != nil {
 		return nil, failed
 	}
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		// Why ctx ended, too: ErrCanceled for an AskInput whose request
+		// was canceled, which ends the handler's context.
+		return nil, fmt.Errorf("%w: request %s to %s: %w: %w", ErrRequestTimeout, m.ID, m.To, ctx.Err(), cause)
+	}
 	return nil, fmt.Errorf("%w: request %s to %s: %w", ErrRequestTimeout, m.ID, m.To, ctx.Err())
 }
 
