@@ -126,6 +126,57 @@ func TestRequestIdleTimeout(t *testing.T) {
 	waitState(t, orch, "idle-1", bus.StateCanceled)
 }
 
+// TestRequestIdleTimeoutAndQuestions: a question starts the idle timeout
+// again as a progress update does, also for a Request without OnInput
+// (its handler answers), and the time the Request's own OnInput takes does
+// not count as the worker's silence. Both Requests ended idle: a question
+// taken by no OnInput or OnProgress was not news, and the timeout ran on
+// while OnInput ran.
+func TestRequestIdleTimeoutAndQuestions(t *testing.T) {
+	s := newServer(t)
+	orch, worker := newBus(t, s, "orchestrator"), newBus(t, s, "worker")
+	const idle = 2 * time.Second
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "SLOW" {
+			select { // silent for most of the idle timeout
+			case <-time.After(idle * 6 / 10):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if _, err := d.AskInput(ctx, bus.Message{Data: []byte("which branch?")}); err != nil {
+			return err
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	subscribe(t, orch, func(ctx context.Context, d *bus.Delivery) error {
+		if _, ok := d.IsInputRequest(); !ok {
+			return nil
+		}
+		select { // the question is answered after most of the idle timeout
+		case <-time.After(idle * 6 / 10):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: bus.TypeInputAnswer, Data: []byte("main")})
+		return err
+	})
+	if _, err := orch.Request(testContext(t), bus.Message{To: "worker", Type: "SLOW"}, bus.IdleTimeout(idle)); err != nil {
+		t.Errorf("Request whose question came within the idle timeout, and the reply within it after the question: %v", err)
+	}
+	slowAnswer := bus.OnInput(func(ctx context.Context, q *bus.Delivery) (bus.Message, error) {
+		select { // a person, taking longer than the idle timeout
+		case <-time.After(idle * 3 / 2):
+		case <-ctx.Done():
+		}
+		return bus.Message{Data: []byte("main")}, nil
+	})
+	if _, err := orch.Request(testContext(t), bus.Message{To: "worker", Type: "ASK"}, bus.IdleTimeout(idle), slowAnswer); err != nil {
+		t.Errorf("Request whose OnInput took longer than the idle timeout: %v", err)
+	}
+}
+
 // TestRequestProtocolTimeout: a request in a protocol waits as long as its
 // document says when its context has no deadline (basemessage: 5
 // minutes), which the request carries as its reply-by and expiry.

@@ -205,8 +205,8 @@ wait:
 			follow() // the updates before the reply
 			return d, nil
 		case <-w.news:
-			resetIdle()
 			follow()
+			resetIdle() // after the callbacks: their time is the requester's, not the work's
 		case c := <-w.cancel:
 			if c.verified || b.canceledRecord(ctx, m) {
 				failed = &CanceledError{ID: m.ID, By: c.by}
@@ -288,11 +288,13 @@ func DoBy(t time.Time) RequestOption {
 	return func(o *requestOptions) { o.doBy = t }
 }
 
-// IdleTimeout ends a Request that hears nothing, neither a progress update
-// nor the reply, for d: it returns a *DeadlineError (Kind "idle") and
-// cancels the request (Cancel), so that its worker stops. Each progress
-// update starts d again; the deadline of Request's context stays the hard
-// cap. d <= 0 means no idle timeout.
+// IdleTimeout ends a Request that hears nothing, neither a progress update,
+// a question (Delivery.AskInput) nor the reply, for d: it returns a
+// *DeadlineError (Kind "idle") and cancels the request (Cancel), so that
+// its worker stops. Each progress update or question starts d again, once
+// the OnProgress and OnInput functions it calls returned (the time they
+// take is the requester's, not the worker's); the deadline of Request's
+// context stays the hard cap. d <= 0 means no idle timeout.
 func IdleTimeout(d time.Duration) RequestOption {
 	return func(o *requestOptions) { o.idleTimeout = d }
 }
@@ -327,7 +329,7 @@ type DeadlineError struct {
 
 func (e *DeadlineError) Error() string {
 	if e.Kind == deadlineIdle {
-		return fmt.Sprintf("request %s to %s: no progress or reply for %v", e.ID, e.To, e.Idle)
+		return fmt.Sprintf("request %s to %s: no progress, question or reply for %v", e.ID, e.To, e.Idle)
 	}
 	return fmt.Sprintf("request %s to %s: %s deadline %s passed", e.ID, e.To, e.Kind, e.Deadline.UTC().Format(time.RFC3339Nano))
 }
@@ -730,7 +732,12 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 	}
 	if _, ok := d.IsInputRequest(); ok {
 		// A question: answered by the Request (taken), or shown to it
-		// and left to the handler of its stored copy.
+		// and left to the handler of its stored copy. Either way it is
+		// news: the work goes on (IdleTimeout).
+		select {
+		case w.news <- struct{}{}:
+		default:
+		}
 		switch {
 		case w.answer:
 			r.taken.add(d.ID)
@@ -743,10 +750,6 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 			return false, false
 		}
 		w.updates = append(w.updates, d)
-		select {
-		case w.news <- struct{}{}:
-		default:
-		}
 		return w.answer, false
 	}
 	if d.IsProgress() {
