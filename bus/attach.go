@@ -107,17 +107,22 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 		return nil, err
 	}
 	defer b.req.forget(id)
-	var questions []*Delivery
+	var questions, past []*Delivery
 	reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
 		if !d.IsProgress() {
 			questions = append(questions, d)
 		} else if ro.onProgress != nil {
 			b.req.markTaken(d.ID)
-			ro.onProgress(d)
+			past = append(past, d)
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("attach to %s: %w", id, err)
+	}
+	// Handed over once the read let go of the history: OnProgress may
+	// read it (History, Status) or take its time.
+	for _, d := range past {
+		ro.onProgress(d)
 	}
 	if reply == nil && readOnly {
 		return nil, expired

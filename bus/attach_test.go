@@ -66,3 +66,47 @@ func TestAttachToAMessageNotARequest(t *testing.T) {
 		t.Errorf("Attach to a plain message = %v; want ErrInvalidMessage", err)
 	}
 }
+
+// TestAttachProgressMayReadTheHistory: Attach hands the progress updates
+// read from the stream to OnProgress after the read, so that OnProgress
+// may read the conversation's History. It ran them under the bus's history
+// lock, which History waits for: a History call from OnProgress waited
+// out its context.
+func TestAttachProgressMayReadTheHistory(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	lead, worker := newBus(t, s, "lead"), newBus(t, s, "worker")
+	release := make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		for range 2 {
+			if err := d.Progress(ctx, bus.Progress{Message: "step"}); err != nil {
+				return err
+			}
+		}
+		<-release
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	m := bus.Message{ID: "attached", To: "worker", Type: "JOB"}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := lead.Request(rctx, m, bus.OnProgress(func(*bus.Delivery) {})); !errors.Is(err, bus.ErrRequestTimeout) {
+		t.Fatalf("Request = %v; want its reply-by to pass", err)
+	}
+	var errs []error
+	d, err := lead.Attach(ctx, m.ID, bus.OnProgress(func(u *bus.Delivery) {
+		hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := lead.History(hctx, m.ID, bus.HistoryQuery{})
+		errs = append(errs, err)
+		if len(errs) == 2 {
+			close(release)
+		}
+	}))
+	if err != nil || d.Type != "DONE" {
+		t.Fatalf("Attach = %+v, %v", d, err)
+	}
+	if len(errs) != 2 || errs[0] != nil || errs[1] != nil {
+		t.Errorf("History read from OnProgress: %v; want 2 reads, no error", errs)
+	}
+}
