@@ -111,8 +111,10 @@ func (c *client) cancelByID(ctx context.Context, id string, lookup func(context.
 		return Status{}, err
 	}
 	i := slices.IndexFunc(sts, func(st Status) bool { return cancelable(st) && may(st) })
-	if i < 0 {
-		return Status{}, fmt.Errorf("%w: %s is a broadcast, which cannot be canceled", ErrInvalidMessage, id)
+	// A broadcast sent has a record for each recipient that handled it
+	// as well as its sender's: none of them is canceled.
+	if i < 0 || slices.ContainsFunc(sts, func(st Status) bool { return st.To == Broadcast && !cancelable(st) }) {
+		return Status{}, fmt.Errorf("%w: %s is a broadcast sent, which cannot be canceled", ErrInvalidMessage, id)
 	}
 	st := sts[i]
 	for attempt := 1; ; attempt++ {
@@ -130,9 +132,19 @@ func (c *client) cancelByID(ctx context.Context, id string, lookup func(context.
 }
 
 // cancelable reports whether the message st records can be canceled: a
-// direct message, or a broadcast not sent yet.
+// direct message, or a broadcast not sent yet (scheduled: a recurring
+// schedule's record reads scheduled while it fires, a one-off's until it
+// fired; canceled, to be removed again) or whose schedule's outcome was
+// not known (unsentSchedule).
 func cancelable(st Status) bool {
-	return st.To != Broadcast || st.Schedule != ""
+	return st.To != Broadcast || st.Schedule != "" && (st.State == StateScheduled || st.State == StateCanceled) || unsentSchedule(st)
+}
+
+// unsentSchedule reports whether st is the record of a Schedule that
+// failed without knowing whether the server stored it (a lost ack, an
+// ended context): its schedule may fire, and Cancel removes it.
+func unsentSchedule(st Status) bool {
+	return st.State == StateFailed && st.Schedule != "" && st.Sequence == 0 && st.By == st.From
 }
 
 // operatorSender is the sender of what an Admin publishes.
@@ -154,9 +166,11 @@ type cancelNotice struct {
 // or it ended, and sends the recipient the notice with publish.
 func (c *client) cancel(ctx context.Context, st Status, by string, publish func(context.Context, Message) (PubAck, error)) (Status, error) {
 	mayUnschedule := st.Schedule != "" && (by == st.From || by == operatorSender)
-	if st.State == StateCanceled && mayUnschedule {
+	if mayUnschedule && (st.State == StateCanceled || st.FiresAt.IsZero() && st.State.Final()) {
 		// A schedule its recipient canceled fires on, to be dropped,
-		// until its sender or an operator removes it.
+		// until its sender or an operator removes it; so does a
+		// recurring one whose record a lookup reads ended (from a firing
+		// of a schedule whose ack was lost).
 		if err := c.unschedule(ctx, st); err != nil {
 			return st, fmt.Errorf("cancel %s: %w", st.ID, err)
 		}
@@ -176,7 +190,7 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 		}
 		return st, fmt.Errorf("cancel %s: %w", st.ID, err)
 	}
-	if st.State == StateScheduled {
+	if st.State == StateScheduled || unsentSchedule(st) {
 		// Its recipient cannot remove the schedule; it drops the message
 		// when it fires, by the record, as it does one that fired just
 		// before the schedule was removed: no notice is needed.

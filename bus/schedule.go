@@ -59,8 +59,10 @@ func Every(d time.Duration) When { return When{every: d} }
 
 // Cron fires at the times a cron expression names: six fields with
 // seconds ("0 30 9 * * 1-5": 9:30 on weekdays), or @hourly, @daily,
-// @weekly, @monthly, @yearly; in loc (nil: UTC). The server parses the
-// expression: Schedule fails with ErrInvalidOption for one it refuses.
+// @weekly, @monthly, @yearly; in loc (nil: UTC), a zone with a name the
+// server loads (time.LoadLocation; not time.Local or a time.FixedZone,
+// which Validate refuses). The server parses the expression: Schedule
+// fails with ErrInvalidOption for one it refuses.
 func Cron(expr string, loc *time.Location) When { return When{cron: expr, loc: loc} }
 
 // Once reports whether w fires only once.
@@ -100,6 +102,15 @@ func (w When) Validate() error {
 		return fmt.Errorf("%w: a schedule needs one of At, In, Every or Cron", ErrInvalidOption)
 	case w.every != 0 && (w.every < time.Second || w.every%time.Second != 0):
 		return fmt.Errorf("%w: Every(%v): whole seconds, at least one", ErrInvalidOption, w.every)
+	case w.cron != "" && w.loc != nil:
+		// The server loads the zone by its name.
+		name := w.loc.String()
+		if name == "Local" {
+			return fmt.Errorf("%w: Cron(%q, time.Local): the server would read \"Local\" as its own zone; name the zone (time.LoadLocation)", ErrInvalidOption, w.cron)
+		}
+		if _, err := time.LoadLocation(name); err != nil {
+			return fmt.Errorf("%w: Cron(%q): time zone %q has no name the server can load (time.LoadLocation): %w", ErrInvalidOption, w.cron, name, err)
+		}
 	}
 	return nil
 }
@@ -165,27 +176,53 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 	}
 	ack, err := b.send(ctx, msg)
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeSchedulePatternInvalid {
+	switch {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeSchedulePatternInvalid:
 		// Validate leaves a cron expression to the server, which parses it.
 		err = fmt.Errorf("%w: Cron(%q): the server refuses the expression: %w", ErrInvalidOption, w.cron, err)
 		op.abandon(err)
 		return PubAck{}, err
-	}
-	if err != nil {
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeScheduleTimeZoneInvalid:
+		err = fmt.Errorf("%w: Cron(%q, %s): the server refuses the time zone: %w", ErrInvalidOption, w.cron, w.loc, err)
+		op.abandon(err)
+		return PubAck{}, err
+	case errors.As(err, &apiErr):
+		// Refused by the server: nothing is stored, and nothing recorded,
+		// so that the same ID scheduled again is recorded scheduled.
+		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
+		op.abandon(err)
+		return PubAck{}, err
+	case err != nil:
+		// Maybe stored (the ack lost, the context ended): the record keeps
+		// the schedule, which its sender's Cancel then removes.
 		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
-		b.recordUnsent(&m, err)
+		b.status.record(scheduleStatus(&m, w, StateFailed, b.agent, err), false)
 		return PubAck{}, err
 	}
-	st := statusOf(&m, m.To, StateScheduled, b.agent)
+	b.status.recordPending(scheduleStatus(&m, w, StateScheduled, b.agent, nil), ack)
+	op.end(b.tel, ctx, nil, ack.Duplicate)
+	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// scheduleStatus returns the sender's record of m, scheduled as w says:
+// state s (scheduled, or failed when the outcome is not known), and why.
+func scheduleStatus(m *Message, w When, s State, by string, reason error) Status {
+	st := statusOf(m, m.To, s, by)
 	st.Schedule = w.String()
 	if w.Once() {
 		st.FiresAt = w.at
 	}
-	b.status.recordPending(st, ack)
-	op.end(b.tel, ctx, nil, ack.Duplicate)
-	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	if reason != nil {
+		st.Reason = reason.Error() + " (it may be stored: Cancel removes it)"
+	}
+	return st
 }
+
+// jsErrCodeScheduleTimeZoneInvalid is the server's error for a schedule's
+// time zone it cannot load (nats-server JSMessageSchedulesTimeZoneInvalidErr),
+// which nats.go does not name.
+const jsErrCodeScheduleTimeZoneInvalid jetstream.ErrorCode = 10223
 
 // scheduleMsg turns msg, m encoded for its direct or broadcast subject,
 // into m's schedule: stored on the schedule subject, firing to the fired
@@ -305,7 +342,11 @@ func (b *Bus) settledBeforeFiring(ctx context.Context, m *Message, f firing) boo
 	}
 	sm := *m
 	sm.ID = f.scheduleID
-	s, err := b.status.get(ctx, &sm, b.agent)
+	recipient := b.agent
+	if m.Broadcast() {
+		recipient = Broadcast // the schedule's record is its sender's, of the broadcast
+	}
+	s, err := b.status.get(ctx, &sm, recipient)
 	if err != nil {
 		return false
 	}

@@ -1,8 +1,10 @@
 package bus_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -436,5 +438,126 @@ func TestScheduleNotProvisioned(t *testing.T) {
 	_, err := newBus(t, s, "alice").Schedule(ctx, bus.Message{To: "bob", Type: "t"}, bus.In(time.Hour))
 	if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), subjects.Default().ScheduleStream()) {
 		t.Errorf("Schedule without the schedule stream = %v, want ErrNotProvisioned naming it", err)
+	}
+}
+
+// scheduleStored reports whether a schedule of sender's message id is on
+// the server, read from the schedule stream.
+func scheduleStored(t *testing.T, s *embedded.Server, sender, id string) bool {
+	t.Helper()
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(testContext(t), subjects.Default().ScheduleStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := subjects.Default().Schedule(sender, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(testContext(t), subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return last.Header.Get(jetstream.ScheduleHeader) != ""
+}
+
+// TestScheduleWhoseAckWasLost: a Schedule whose ack is lost with the
+// connection fails, but its schedule is stored and fires; its record
+// keeps the schedule, so that its sender's Cancel removes it. The record
+// read failed without it, a lookup then read it completed from a firing,
+// and Cancel returned ErrFinal: the schedule fired for good.
+func TestScheduleWhoseAckWasLost(t *testing.T) {
+	s, _, rec, admin := scheduling(t)
+	ctx := testContext(t)
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	alice := dialBus(t, p.URL(), "alice", bus.WithPublishAttempts(1))
+	bus.SetPublishAttemptTimeout(t, 500*time.Millisecond)
+	cut := p.cutOnDelivery(`"stream":"AGENTBUS_SCHED"`)
+	m := bus.Message{ID: "ack-lost", To: "bob", Type: "tick"}
+	if _, err := alice.Schedule(ctx, m, bus.Every(time.Second)); err == nil || !wasCut(cut) {
+		t.Fatalf("Schedule with its ack cut = %v (cut: %v); want an error", err, wasCut(cut))
+	}
+	if st := statusOf(t, admin, m.ID); st.State != bus.StateFailed || st.Schedule == "" {
+		t.Errorf("record %+v; want failed, with its schedule", st)
+	}
+	rec.waitCount(t, 1) // stored all the same: it fires
+	if st, err := alice.Cancel(ctx, m.ID); err != nil {
+		t.Fatalf("its sender's Cancel = %+v, %v", st, err)
+	}
+	if scheduleStored(t, s, "alice", m.ID) {
+		t.Error("the schedule is on the server after its sender's Cancel: it fires on")
+	}
+}
+
+// TestScheduleInAZoneTheServerCannotLoad: a cron schedule in time.Local or
+// a time.FixedZone is refused at once (ErrInvalidOption) and leaves no
+// record, so that the same ID scheduled again in a named zone reads
+// scheduled. The server refused the fixed zone with an error that wrapped
+// no error of the bus, and a failed record stayed in the way.
+func TestScheduleInAZoneTheServerCannotLoad(t *testing.T) {
+	s, alice, _, admin := scheduling(t)
+	ctx := testContext(t)
+	m := bus.Message{ID: "in-a-zone", To: "bob", Type: "nightly"}
+	for _, loc := range []*time.Location{time.FixedZone("UTC+1", 3600), time.Local} {
+		if _, err := alice.Schedule(ctx, m, bus.Cron("0 0 2 * * *", loc)); !errors.Is(err, bus.ErrInvalidOption) {
+			t.Errorf("Cron in %s: %v; want ErrInvalidOption", loc, err)
+		}
+	}
+	if err := alice.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sts, err := admin.Status(ctx, m.ID); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("Status after the refusals = %+v, %v; want ErrNoStatus", sts, err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Schedule(ctx, m, bus.Cron("0 0 2 * * *", berlin)); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusOf(t, admin, m.ID); st.State != bus.StateScheduled {
+		t.Errorf("scheduled in a named zone: %s (%s); want scheduled", st.State, st.Reason)
+	}
+	if _, err := alice.Cancel(ctx, m.ID); err != nil || scheduleStored(t, s, "alice", m.ID) {
+		t.Errorf("Cancel = %v; stored after it: %v", err, scheduleStored(t, s, "alice", m.ID))
+	}
+}
+
+// TestCancelOfABroadcastSent: a broadcast sent cannot be canceled, also
+// once a recipient's handling recorded a state of its own, and also when
+// a schedule sent it. Cancel canceled the recipient's copy (its retries
+// stopped), and a fired scheduled broadcast (reporting success while its
+// recipients handled it).
+func TestCancelOfABroadcastSent(t *testing.T) {
+	s, alice, rec, admin := scheduling(t)
+	ctx := testContext(t)
+	fired, err := alice.Schedule(ctx, bus.Message{To: bus.Broadcast, Type: "all-hands"}, bus.In(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCount(t, 1)
+	if _, err := alice.Cancel(ctx, fired.ID); !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("Cancel of a scheduled broadcast that fired: %v; want ErrInvalidMessage", err)
+	}
+
+	failing := newBus(t, s, "carol")
+	subscribe(t, failing, func(context.Context, *bus.Delivery) error { return errors.New("not yet") })
+	sent := publish(t, alice, bus.Message{To: bus.Broadcast, Type: "all"})
+	waitFor(t, "carol's failed record", func() (bool, string) {
+		sts, err := admin.Status(ctx, sent.ID)
+		return slices.ContainsFunc(sts, func(st bus.Status) bool { return st.To == "carol" && st.State == bus.StateFailed }), fmt.Sprint(sts, err)
+	})
+	if st, err := alice.Cancel(ctx, sent.ID); !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("Cancel of a broadcast a recipient failed to handle = %+v, %v; want ErrInvalidMessage", st, err)
 	}
 }
