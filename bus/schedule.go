@@ -68,6 +68,15 @@ func Cron(expr string, loc *time.Location) When { return When{cron: expr, loc: l
 // Once reports whether w fires only once.
 func (w When) Once() bool { return !w.at.IsZero() }
 
+// firing returns when w, a schedule that fires once, fires if made at now:
+// its time, or now for a time past (the server fires it at once).
+func (w When) firing(now time.Time) time.Time {
+	if w.at.Before(now) {
+		return now
+	}
+	return w.at
+}
+
 // String describes w: its Nats-Schedule pattern, and for a cron
 // expression in a time zone the zone after it ("0 0 2 * * * Europe/Berlin").
 func (w When) String() string {
@@ -161,10 +170,10 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 	inherit(ctx, &m)
 	var start time.Time // the conversation's deadline counts from the firing
 	if w.Once() {
+		start = w.firing(time.Now())
 		if m.Time.IsZero() {
-			m.Time = w.at
+			m.Time = start // its TTL counts from the firing
 		}
-		start = w.at
 	}
 	msg, op, err := b.prepareAt(ctx, &m, time.Now(), start)
 	if err != nil {
@@ -238,11 +247,7 @@ func (b *Bus) scheduleMsg(msg *nats.Msg, m *Message, w When) error {
 	}
 	ttl := b.scheduledTTL()
 	if m.TTL > 0 { // the server counts it from the firing
-		fires := w.at
-		if now := time.Now(); fires.Before(now) {
-			fires = now
-		}
-		ttl = m.ExpiresAt().Sub(fires)
+		ttl = m.ExpiresAt().Sub(w.firing(time.Now()))
 	}
 	delete(msg.Header, jetstream.MsgTTLHeader) // the schedule waits; the firing expires
 	msg.Header[jetstream.ScheduleHeader] = []string{w.pattern()}

@@ -561,3 +561,19 @@ func TestCancelOfABroadcastSent(t *testing.T) {
 		t.Errorf("Cancel of a broadcast a recipient failed to handle = %+v, %v; want ErrInvalidMessage", st, err)
 	}
 }
+
+// TestScheduleAtAPastTimeWithATTL: a time past fires at once, and the
+// message's TTL counts from then. Its time was the time past, so that it
+// expired on arrival, never handled.
+func TestScheduleAtAPastTimeWithATTL(t *testing.T) {
+	_, alice, rec, _ := scheduling(t)
+	before := time.Now()
+	ack, err := alice.Schedule(testContext(t), bus.Message{To: "bob", Type: "late", TTL: 10 * time.Minute}, bus.At(before.Add(-time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := rec.waitCount(t, 1)[0]
+	if d.ID != ack.ID || d.Time.Before(before.Truncate(time.Second)) {
+		t.Errorf("handled %s with time %v; want %s, its time the firing, after %v", d.ID, d.Time, ack.ID, before)
+	}
+}

@@ -308,6 +308,9 @@ func (s *Shards) schedule(ctx context.Context, m Message, w When) (PubAck, error
 		}
 		return b.scheduleHere(ctx, m, w)
 	}
+	if w.Once() && m.Time.IsZero() {
+		m.Time = w.firing(time.Now()) // as scheduleHere gives it, before everywhere gives it now
+	}
 	return s.everywhere(ctx, &m, func(b *Bus) (PubAck, error) { return b.scheduleHere(ctx, m, w) })
 }
 

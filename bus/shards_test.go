@@ -727,3 +727,21 @@ func TestShardsMadeWhileReconnecting(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsScheduledBroadcastTime: on an installation of shards, a
+// broadcast scheduled once has its firing time as its time, as on one
+// root, so that its TTL counts from the firing. It had the time it was
+// scheduled: with a TTL shorter than the wait, it expired before it fired.
+func TestShardsScheduledBroadcastTime(t *testing.T) {
+	inst := newSharded(t, 2)
+	a, b := inst.shards(inst.agents[0]), inst.shards(inst.agents[1])
+	rec := newRecorder()
+	subscribe(t, b.Bus(), rec.handle)
+	before := time.Now()
+	if _, err := a.Bus().Schedule(testContext(t), bus.Message{To: bus.Broadcast, Type: "all", TTL: time.Minute}, bus.In(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d := rec.waitCount(t, 1)[0]; d.Time.Before(before.Add(2 * time.Second)) {
+		t.Errorf("the broadcast's time %v, scheduled at %v to fire 2 s later; want its firing time", d.Time, before)
+	}
+}
