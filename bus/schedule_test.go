@@ -577,3 +577,33 @@ func TestScheduleAtAPastTimeWithATTL(t *testing.T) {
 		t.Errorf("handled %s with time %v; want %s, its time the firing, after %v", d.ID, d.Time, ack.ID, before)
 	}
 }
+
+// TestSchedulesOutliveMaxBytes: StreamConfig.MaxBytes bounds the message
+// stream, not the schedule stream. The schedule stream had the same limit
+// and removed its oldest messages first: the fired copies it keeps for
+// the retention pushed out the schedules still waiting, which never fired
+// while their records read scheduled.
+func TestSchedulesOutliveMaxBytes(t *testing.T) {
+	srv := embeddedtest.RunServer(t)
+	ctx := testContext(t)
+	if _, err := newAdmin(t, embeddedtest.Connect(t, srv)).Provision(ctx, bus.StreamConfig{MaxBytes: 256 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := newBus(t, srv, "alice"), newBus(t, srv, "bob")
+	rec := newRecorder()
+	subscribe(t, bob, rec.handle)
+	later, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "later"}, bus.In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 16<<10)
+	for i := range 24 { // 384 KiB fired
+		if _, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "now", Data: big}, bus.At(time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		rec.waitCount(t, i+1)
+	}
+	if !scheduleStored(t, srv, "alice", later.ID) {
+		t.Error("the schedule due in an hour is gone from the schedule stream")
+	}
+}

@@ -60,7 +60,8 @@ type StreamConfig struct {
 	// subjects.ConsumersPerAgent). Zero means DefaultMaxConsumers.
 	MaxConsumers int
 	// MaxBytes bounds the stream's size; the oldest messages are removed
-	// first. Zero means no limit.
+	// first. Zero means no limit. It does not bound the schedule stream,
+	// whose oldest messages are the schedules still waiting.
 	MaxBytes int64
 	// MaxMsgSize bounds one message. Zero means the server's max payload.
 	MaxMsgSize int32
@@ -228,8 +229,11 @@ func (c StreamConfig) UnsettledJetStream() (jetstream.StreamConfig, error) {
 // stream's name with "_SCHED", the schedule and fired subjects
 // (subjects.Scheme.ScheduleSubjects), storage and replicas like the stream,
 // message schedules and per-message TTL allowed, no age limit (a schedule
-// waits as long as it must; a fired message expires by its Nats-TTL), and
-// the headers of each fired direct message republished as a firing notice.
+// waits as long as it must; a fired message expires by its Nats-TTL) and
+// no size limit (MaxBytes bounds the message stream only: a limit here
+// would remove the oldest messages, the schedules still waiting, to keep
+// the fired copies), and the headers of each fired direct message
+// republished as a firing notice.
 // The server allows rollups on a stream with schedules (docs/security.md).
 func (c StreamConfig) ScheduleJetStream() (jetstream.StreamConfig, error) {
 	main, err := c.JetStream()
@@ -248,7 +252,7 @@ func (c StreamConfig) ScheduleJetStream() (jetstream.StreamConfig, error) {
 		Replicas:          main.Replicas,
 		Placement:         main.Placement,
 		Duplicates:        main.Duplicates,
-		MaxBytes:          main.MaxBytes,
+		MaxBytes:          -1,
 		MaxMsgSize:        main.MaxMsgSize,
 		MaxMsgs:           -1,
 		AllowMsgTTL:       true,
