@@ -196,7 +196,7 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, update func(*Delivery)
 func (b *Bus) handOverQuestions(ctx context.Context, questions []*Delivery) {
 	for _, q := range questions {
 		if !b.answered(ctx, q) {
-			b.handOver(q)
+			b.handOver(q, false)
 		}
 	}
 }

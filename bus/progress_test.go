@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,5 +396,123 @@ func TestProgressCountedInTheHandlersRecords(t *testing.T) {
 		if st.Progress != want.progress {
 			t.Errorf("%s reads %s with %d updates, want %d", id, st.State, st.Progress, want.progress)
 		}
+	}
+}
+
+// followed collects the numbers of the progress updates a Request hands
+// to OnProgress.
+type followed struct {
+	mu      sync.Mutex
+	numbers []int
+}
+
+func (f *followed) option() bus.RequestOption {
+	return bus.OnProgress(func(u *bus.Delivery) {
+		_, n, _ := u.ProgressUpdate()
+		f.mu.Lock()
+		f.numbers = append(f.numbers, n)
+		f.mu.Unlock()
+	})
+}
+
+// inOrder reports whether the updates numbered 1 to n came, in order.
+func (f *followed) inOrder(n int) (bool, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok := len(f.numbers) == n
+	for i, got := range f.numbers {
+		ok = ok && got == i+1
+	}
+	return ok, fmt.Sprint(f.numbers)
+}
+
+func (f *followed) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.numbers)
+}
+
+// TestProgressInOrderAcrossACut: the requester's connection is down while
+// updates keep coming; OnProgress gets every one once, in order. The
+// updates the listener heard after the reconnect went to OnProgress before
+// those read from the stream that came while it was down.
+func TestProgressInOrderAcrossACut(t *testing.T) {
+	s := newServer(t)
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	lead, worker := dialBus(t, p.URL(), "lead"), newBus(t, s, "worker")
+	const updates = 300
+	var sent atomic.Int64
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		for range updates {
+			if err := d.Progress(ctx, bus.Progress{Message: "step"}); err != nil {
+				return err
+			}
+			sent.Add(1)
+			time.Sleep(2 * time.Millisecond) // a steady pace, on both sides of the cut
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	var f followed
+	returned := make(chan error, 1)
+	go func() {
+		_, err := lead.Request(testContext(t), bus.Message{To: "worker", Type: "TASK"}, f.option())
+		returned <- err
+	}()
+	waitFor(t, "updates before the cut", func() (bool, string) { return f.count() >= 10, "" })
+	p.hold()
+	from := sent.Load()
+	waitFor(t, "updates while the connection is down", func() (bool, string) { return sent.Load() >= from+10, "" })
+	p.release()
+	if err := <-returned; err != nil {
+		t.Fatal(err)
+	}
+	if ok, got := f.inOrder(updates); !ok {
+		t.Errorf("updates %s; want 1 to %d, in order", got, updates)
+	}
+}
+
+// TestProgressMissedBeforeTheReply: updates sent while the requester's
+// connection was down, and the reply as soon as it is back: OnProgress
+// gets the updates before Request returns the reply. The reply, heard at
+// once, ended the Request before the read of what it missed.
+func TestProgressMissedBeforeTheReply(t *testing.T) {
+	s := newServer(t)
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	lead, worker := dialBus(t, p.URL(), "lead"), newBus(t, s, "worker")
+	const updates = 20
+	started, sendUpdates, sent, sendReply := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		close(started)
+		<-sendUpdates
+		for range updates {
+			if err := d.Progress(ctx, bus.Progress{Message: "step"}); err != nil {
+				return err
+			}
+		}
+		close(sent)
+		<-sendReply
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	var f followed
+	returned := make(chan error, 1)
+	go func() {
+		_, err := lead.Request(testContext(t), bus.Message{To: "worker", Type: "TASK"}, f.option())
+		returned <- err
+	}()
+	<-started
+	p.hold()
+	waitFor(t, "the lead disconnected", func() (bool, string) { return !lead.Conn().IsConnected(), lead.Conn().Status().String() })
+	close(sendUpdates)
+	<-sent
+	p.release()
+	waitFor(t, "the lead reconnected", func() (bool, string) { return lead.Conn().IsConnected(), lead.Conn().Status().String() })
+	close(sendReply)
+	if err := <-returned; err != nil {
+		t.Fatal(err)
+	}
+	if ok, got := f.inOrder(updates); !ok {
+		t.Errorf("updates handed before the reply %s; want 1 to %d", got, updates)
 	}
 }

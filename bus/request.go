@@ -487,15 +487,20 @@ type requests struct {
 	mu       sync.Mutex
 	waiting  map[string]*waiter // by request ID
 	listener *nats.Subscription // while any request waits, and listenerLinger after
-	// reconnected tells readMissed of every reconnect while the listener
-	// lasts; closed with it, when stopReads ends the reads under way.
+	// reconnected tells readMissed of every loss of the connection and
+	// every reconnect while the listener lasts; closed with it, when
+	// stopReads ends the reads under way.
 	reconnected chan nats.Status
 	stopReads   context.CancelFunc
-	nc          *nats.Conn
-	idle        *time.Timer // ends the listener listenerLinger after the last request
-	closed      bool        // the bus closed: the listener ends with the last request
-	taken       recentSet   // IDs of replies and progress updates handed to a Request
-	sent        recentSet   // IDs of the requests this process sent
+	// down is set from a loss of the connection until readMissed starts
+	// reading what the Requests waiting then missed: a Request registered
+	// meanwhile catches up too (waiter.catchingUp).
+	down   bool
+	nc     *nats.Conn
+	idle   *time.Timer // ends the listener listenerLinger after the last request
+	closed bool        // the bus closed: the listener ends with the last request
+	taken  recentSet   // IDs of replies and progress updates handed to a Request
+	sent   recentSet   // IDs of the requests this process sent
 
 	// unrecorded are the replies a Request took from the listener whose
 	// stored copy has not reached a subscription of this process yet, by
@@ -551,6 +556,13 @@ type waiter struct {
 	// that the other copy of one (core subscription, stream) is dropped
 	// however many other messages were taken in between.
 	handed map[string]bool
+	// catchingUp is set, for a Request that follows progress or answers
+	// questions, from a loss of the connection until readMissed handed it
+	// what it missed meanwhile: the answers the listener hears after the
+	// reconnect are newer, and are held until then (held), so that
+	// OnProgress gets every update in order, and the reply after them.
+	catchingUp bool
+	held       []*Delivery
 }
 
 // cancelSignal tells a Request its request was canceled by an agent; a
@@ -599,9 +611,10 @@ func (r *requests) register(b *Bus, w *waiter) error {
 		}
 		var ctx context.Context
 		ctx, r.stopReads = context.WithCancel(context.Background())
-		r.nc, r.reconnected = b.nc, b.nc.StatusChanged(nats.CONNECTED)
+		r.nc, r.reconnected = b.nc, b.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
 		go b.readMissed(ctx, r.reconnected)
 	}
+	w.catchingUp = r.down && (w.follow || w.answer)
 	r.waiting[id] = w
 	return nil
 }
@@ -699,8 +712,10 @@ func (r *requests) updates(w *waiter) []*Delivery {
 // one was (took). A reply or progress update already taken also reports
 // took, and again, so that its other copy is dropped without a second
 // record. A progress update goes to a Request that follows progress (and
-// is otherwise not taken); it never completes one.
-func (r *requests) take(d *Delivery) (took, again bool) {
+// is otherwise not taken); it never completes one. live says d came from
+// the listener, not from the stream: for a Request catching up after a
+// reconnect it is held until then (hold).
+func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, put := r.unrecorded[d.ID]; put || r.taken.has(d.ID) {
@@ -717,6 +732,12 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 		// does not take its place. Its message goes to a handler, as
 		// readAnswers skips it.
 		return false, false
+	}
+	if w.catchingUp && (live || isReply(d)) {
+		// The reply comes after every update missed, whichever way it came.
+		if took, again, held := r.hold(w, d); held {
+			return took, again
+		}
 	}
 	if d.Type == TypeCancel {
 		// Not taken: the Request checks the record, and the stored copy
@@ -777,6 +798,86 @@ func (r *requests) take(d *Delivery) (took, again bool) {
 	return true, false
 }
 
+// isReply reports whether d, an answer to a request, is its reply: neither
+// a progress update, a question nor a cancel notice.
+func isReply(d *Delivery) bool {
+	_, question := d.IsInputRequest()
+	return !question && !d.IsProgress() && d.Type != TypeCancel
+}
+
+// hold keeps d, which the listener heard for w while w catches up after a
+// reconnect, or w's reply, until readMissed handed w what it missed
+// (release); held
+// reports whether it did. It is taken now, so that its stored copy, which
+// the read meets too, is dropped as taken again. A cancel notice, a
+// question shown and not answered, a progress update not followed are
+// not taken, and not held.
+func (r *requests) hold(w *waiter, d *Delivery) (took, again, held bool) {
+	_, question := d.IsInputRequest()
+	progress := d.IsProgress()
+	switch {
+	case d.Type == TypeCancel, question && !w.answer, progress && !w.follow:
+		return false, false, false
+	case progress && w.handed[d.ID]:
+		return true, true, true
+	case progress:
+		if w.handed == nil {
+			w.handed = make(map[string]bool)
+		}
+		w.handed[d.ID] = true
+	}
+	r.taken.add(d.ID)
+	w.held = append(w.held, d)
+	return true, false, true
+}
+
+// release ends w's catching up: the answers held meanwhile go to it, in
+// the order they came, as take would have given them; the reply, if one
+// is held, last. Nothing goes to a Request that stopped waiting.
+func (r *requests) release(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.waiting[id]
+	if !ok || !w.catchingUp {
+		return
+	}
+	held := w.held
+	w.catchingUp, w.held = false, nil
+	for _, d := range held {
+		if _, question := d.IsInputRequest(); question || d.IsProgress() {
+			w.updates = append(w.updates, d)
+			select {
+			case w.news <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		delete(r.waiting, id)
+		w.reply <- d
+		return
+	}
+}
+
+// lost marks every Request that follows progress or answers questions as
+// catching up: the connection is down, and what is published meanwhile
+// reaches no listener.
+func (r *requests) lost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = true
+	for _, w := range r.waiting {
+		w.catchingUp = w.follow || w.answer
+	}
+}
+
+// back ends the time the connection was down for the Requests registered
+// from now on: readMissed reads for those waiting already.
+func (r *requests) back() {
+	r.mu.Lock()
+	r.down = false
+	r.mu.Unlock()
+}
+
 // listen receives the messages published to the agent while a Request
 // waits, and hands over the replies.
 func (b *Bus) listen(nm *nats.Msg) {
@@ -790,15 +891,16 @@ func (b *Bus) listen(nm *nats.Msg) {
 	if _, err := b.checkSender(nm.Subject, m); err != nil {
 		return
 	}
-	b.handOver(&Delivery{Message: *m, Subject: nm.Subject, bus: b})
+	b.handOver(&Delivery{Message: *m, Subject: nm.Subject, bus: b}, true)
 }
 
 // handOver hands d, an answer to a request of this process that did not
-// come through a subscription, to the Request waiting for it, if any.
-func (b *Bus) handOver(d *Delivery) {
+// come through a subscription, to the Request waiting for it, if any:
+// from the listener (live), or read from the stream.
+func (b *Bus) handOver(d *Delivery, live bool) {
 	b.req.handing.Lock()
 	defer b.req.handing.Unlock()
-	if took, again := b.req.take(d); took && !again {
+	if took, again := b.req.take(d, live); took && !again {
 		b.tookFromListener(d)
 	}
 }
@@ -814,10 +916,16 @@ func (r *requests) handedOver() {
 // answers to the requests waiting that came while the connection was down
 // (readAnswers), and hands them over as the listener would have: those
 // published meanwhile reached no listener, and only a subscription of the
-// process would otherwise meet their stored copies. A read ends with
-// lasting, which ends with the listener.
+// process would otherwise meet their stored copies. What the listener
+// hears for a Request before its read is done is held until then (hold).
+// A read ends with lasting, which ends with the listener.
 func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) {
-	for range reconnected {
+	for status := range reconnected {
+		if status != nats.CONNECTED {
+			b.req.lost()
+			continue
+		}
+		b.req.back()
 		for _, st := range b.req.waitingFor() {
 			if !b.req.isWaiting(st.ID) {
 				continue
@@ -826,7 +934,7 @@ func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) 
 			var questions []*Delivery
 			reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
 				if d.IsProgress() {
-					b.handOver(d)
+					b.handOver(d, false)
 				} else {
 					questions = append(questions, d)
 				}
@@ -835,11 +943,12 @@ func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) 
 			case err != nil && lasting.Err() == nil:
 				b.opts.onError(fmt.Errorf("read the answers to request %s missed while the connection was down: %w", st.ID, err))
 			case reply != nil:
-				b.handOver(reply) // the questions before it are moot
+				b.handOver(reply, false) // the questions before it are moot
 			default:
 				b.handOverQuestions(ctx, questions)
 			}
 			cancel()
+			b.req.release(st.ID)
 		}
 	}
 }
@@ -1030,7 +1139,7 @@ func takenElsewhere(s Status) bool {
 func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, maxDeliver int) (skip bool, wait time.Duration) {
 	derivedReply := exchange && d.CausationID != "" && d.ID == replyIDOf(d.CausationID)
 	if d.CausationID != "" {
-		if took, again := b.req.take(d); took {
+		if took, again := b.req.take(d, false); took {
 			// A reply taken from its stored copy is acknowledged here:
 			// no other process meets it, so it needs no record.
 			if !again && !derivedReply {

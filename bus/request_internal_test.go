@@ -197,7 +197,7 @@ func TestTakenRecordsPutOff(t *testing.T) {
 
 	r.deferTaken(reply("waited"), write)
 	r.deferTaken(reply("copied"), write)
-	if took, again := r.take(reply("copied")); !took || !again {
+	if took, again := r.take(reply("copied"), false); !took || !again {
 		t.Errorf("the stored copy of a put-off reply: took %v, again %v; want both", took, again)
 	}
 	embeddedtest.WaitFor(t, time.Minute, "the record whose wait is over", func() (bool, string) {
