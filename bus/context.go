@@ -73,6 +73,20 @@ func inherit(ctx context.Context, m *Message) {
 	}
 }
 
+// withoutExtensions removes the extensions names from m without changing
+// the map m was given with, which the caller may share.
+func withoutExtensions(m *Message, names ...string) {
+	for _, name := range names {
+		if _, ok := m.Extensions[name]; ok {
+			m.Extensions = maps.Clone(m.Extensions)
+			for _, name := range names {
+				delete(m.Extensions, name)
+			}
+			return
+		}
+	}
+}
+
 // setExtension sets extension name of m to v without changing the map m
 // was given with, which the caller may share.
 func setExtension(m *Message, name, v string) {

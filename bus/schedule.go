@@ -139,7 +139,9 @@ const ScheduledTTL = DefaultMaxAge
 // and its conversation's deadline count from then. Each firing of a
 // recurring schedule (Every, Cron) reaches the recipient as a message of
 // its own, whose ID is derived from m's and which carries m's ID as
-// ExtScheduleID; m may then have no TTL.
+// ExtScheduleID; m may then have no TTL, and its firings carry no
+// deadline of its conversation nor reply-by (ExtConversationBy,
+// ExtReplyBy), which a recurring schedule outlives.
 //
 // Scheduling the same ID again within the duplicate window stores it once
 // (PubAck.Duplicate); later, the new schedule replaces the old.
@@ -168,6 +170,12 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 		return PubAck{}, &codec.FieldError{Field: "TTL", Value: m.TTL.String(), Err: fmt.Errorf("%w: a recurring schedule's messages cannot share one expiry", ErrInvalidMessage)}
 	}
 	inherit(ctx, &m)
+	if !w.Once() {
+		// Its firings come after any deadline of the conversation it was
+		// made in, and after the reply-by of a request it answers: they
+		// carry neither, or each would expire, or be late, on arrival.
+		withoutExtensions(&m, ExtConversationBy, ExtReplyBy)
+	}
 	var start time.Time // the conversation's deadline counts from the firing
 	if w.Once() {
 		start = w.firing(time.Now())

@@ -607,3 +607,29 @@ func TestSchedulesOutliveMaxBytes(t *testing.T) {
 		t.Error("the schedule due in an hour is gone from the schedule stream")
 	}
 }
+
+// TestRecurringScheduleOutlivesItsConversationsDeadline: a recurring
+// schedule made in the handler of a conversation with a deadline fires on
+// in that conversation, its firings without the deadline, which they come
+// after. They carried it: each firing came after the deadline it carried,
+// and what its handler sent in the conversation expired at once.
+func TestRecurringScheduleOutlivesItsConversationsDeadline(t *testing.T) {
+	s := newServer(t)
+	alice := newBus(t, s, "alice", bus.WithConversationTimeout(time.Minute))
+	bob, carol := newBus(t, s, "bob"), newBus(t, s, "carol")
+	scheduled := make(chan string, 1)
+	subscribe(t, bob, func(ctx context.Context, d *bus.Delivery) error {
+		ack, err := bob.Schedule(ctx, bus.Message{To: "carol", Type: "tick"}, bus.Every(time.Second))
+		scheduled <- ack.ID
+		return err
+	})
+	rec := newRecorder()
+	subscribe(t, carol, rec.handle)
+	start := publish(t, alice, bus.Message{To: "bob", Type: "start"})
+	id := <-scheduled
+	t.Cleanup(func() { bob.Cancel(testContext(t), id) })
+	d := rec.waitCount(t, 1)[0]
+	if _, ok := d.Extensions[bus.ExtConversationBy]; ok || d.CorrelationID != start.ID {
+		t.Errorf("a firing in conversation %s with extensions %v; want conversation %s, no deadline", d.CorrelationID, d.Extensions, start.ID)
+	}
+}
