@@ -66,6 +66,12 @@ const ExtReplyBy = "replyby"
 // The returned Delivery has no Stream, Consumer or Sequence when the reply
 // was taken as it was published.
 //
+// A request sent again with the ID of one sent before, within the
+// duplicate window (a retry, a process that restarted), is stored once;
+// Request then follows the first as Attach does: the updates and the reply
+// stored are handed over as those still to come, and a request that ended
+// without a reply returns Attach's error.
+//
 // A request to an agent the registry says is offline (Bus.Register,
 // docs/presence.md) fails at once with an *AgentOfflineError (errors.Is
 // ErrAgentOffline) naming how long it has been gone, and so does a request
@@ -112,8 +118,16 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		return nil, err
 	}
 	defer b.req.forget(m.ID)
-	if _, err := b.Publish(ctx, m); err != nil {
+	ack, err := b.Publish(ctx, m)
+	if err != nil {
 		return nil, err
+	}
+	if ack.Duplicate && b.status != nil {
+		// Sent before with this ID (a retry, a process that restarted):
+		// its answers so far may be stored, which no listener hears, and
+		// it may have ended. It is followed as Attach follows it.
+		b.req.forget(m.ID)
+		return b.Attach(ctx, m.ID, opts...)
 	}
 	return b.await(ctx, w, &m, replyBy, ro, check)
 }
@@ -927,29 +941,37 @@ func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) 
 		}
 		b.req.back()
 		for _, st := range b.req.waitingFor() {
-			if !b.req.isWaiting(st.ID) {
-				continue
+			if b.req.isWaiting(st.ID) {
+				b.catchUp(lasting, st)
 			}
-			ctx, cancel := context.WithTimeout(lasting, defaultTimeout)
-			var questions []*Delivery
-			reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
-				if d.IsProgress() {
-					b.handOver(d, false)
-				} else {
-					questions = append(questions, d)
-				}
-			})
-			switch {
-			case err != nil && lasting.Err() == nil:
-				b.opts.onError(fmt.Errorf("read the answers to request %s missed while the connection was down: %w", st.ID, err))
-			case reply != nil:
-				b.handOver(reply, false) // the questions before it are moot
-			default:
-				b.handOverQuestions(ctx, questions)
-			}
-			cancel()
-			b.req.release(st.ID)
 		}
+	}
+}
+
+// catchUp reads the answers stored to the request st records, which a
+// Request of this process waits for, and hands them over as the listener
+// would have (readAnswers): the progress updates in order, then the reply
+// or else the questions not answered yet; then what the listener held
+// meanwhile (release). The read ends with ctx, or after defaultTimeout.
+func (b *Bus) catchUp(parent context.Context, st Status) {
+	defer b.req.release(st.ID)
+	ctx, cancel := context.WithTimeout(parent, defaultTimeout)
+	defer cancel()
+	var questions []*Delivery
+	reply, err := b.readAnswers(ctx, st, func(d *Delivery) {
+		if d.IsProgress() {
+			b.handOver(d, false)
+		} else {
+			questions = append(questions, d)
+		}
+	})
+	switch {
+	case err != nil && parent.Err() == nil:
+		b.opts.onError(fmt.Errorf("read the answers to request %s: %w", st.ID, err))
+	case reply != nil:
+		b.handOver(reply, false) // the questions before it are moot
+	default:
+		b.handOverQuestions(ctx, questions)
 	}
 }
 

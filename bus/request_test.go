@@ -565,3 +565,30 @@ func TestReplyAfterRedeliveryCountsDeliveries(t *testing.T) {
 		return st.Deliveries == 2, fmt.Sprintf("replied after %d deliveries: %+v", st.Deliveries, st)
 	})
 }
+
+// TestRequestAgainWithItsID: a Request sent again with the ID of one
+// answered before (a retry, a process that restarted) returns the reply
+// stored, and the updates before it. The server dropped the request as a
+// duplicate, no reply came live, and the Request waited out its deadline.
+func TestRequestAgainWithItsID(t *testing.T) {
+	s := newServer(t)
+	lead, worker := newBus(t, s, "lead"), newBus(t, s, "worker")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if err := d.Progress(ctx, bus.Progress{Message: "working"}); err != nil {
+			return err
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE", Data: []byte(d.ID)})
+		return err
+	})
+	m := bus.Message{ID: "asked-twice", To: "worker", Type: "JOB"}
+	if _, err := lead.Request(testContext(t), m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(testContext(t), 5*time.Second)
+	defer cancel()
+	updates := 0
+	d, err := lead.Request(ctx, m, bus.OnProgress(func(*bus.Delivery) { updates++ }))
+	if err != nil || d.Type != "DONE" || string(d.Data) != m.ID || updates != 1 {
+		t.Errorf("Request again = %+v, %v, after %d updates; want the stored reply after 1", d, err, updates)
+	}
+}
