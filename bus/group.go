@@ -73,7 +73,15 @@ func (a *Admin) RemoveFromGroup(ctx context.Context, group string, agents ...str
 	return nil
 }
 
-// setMember writes (join) or deletes agent's membership key of group.
+// setMemberAttempts bounds how often setMember reads a membership key
+// again that another writer changed between its read and its write.
+const setMemberAttempts = 10
+
+// setMember writes (join) or deletes agent's membership key of group,
+// unless it says so already: a member joining again, or one not a member
+// leaving, changes nothing (no write, no change to a watcher). The write
+// expects the key as it was read, so that one made meanwhile is read
+// again.
 func (c *client) setMember(ctx context.Context, group, agent string, join bool, by string) error {
 	if c.isClosed() {
 		return ErrClosed
@@ -81,6 +89,13 @@ func (c *client) setMember(ctx context.Context, group, agent string, join bool, 
 	key, err := subjects.GroupKey(group, agent)
 	if err != nil {
 		return err
+	}
+	verb := "join"
+	if !join {
+		verb = "leave"
+	}
+	fail := func(err error) error {
+		return refusedCall(ctx, fmt.Errorf("%s group %s as %s: %w", verb, group, agent, c.registryMissing(c.registry, err)))
 	}
 	m := &nats.Msg{Subject: c.registry.prefix + key, Header: nats.Header{}}
 	if join {
@@ -92,14 +107,30 @@ func (c *client) setMember(ctx context.Context, group, agent string, join bool, 
 	}
 	ctx, stop := c.watchRefusals(ctx, m.Subject)
 	defer stop()
-	if _, err := publishAgain(ctx, c.js, m); err != nil {
-		verb := "join"
-		if !join {
-			verb = "leave"
+	for attempt := 1; ; attempt++ {
+		last, err := c.getKey(ctx, c.registry, key)
+		if err != nil {
+			return fail(err)
 		}
-		return refusedCall(ctx, fmt.Errorf("%s group %s as %s: %w", verb, group, agent, c.registryMissing(c.registry, err)))
+		member := last != nil && last.Header.Get("KV-Operation") == ""
+		if member == join {
+			return nil
+		}
+		seq := "0"
+		if last != nil {
+			seq = last.Header.Get(jetstream.SequenceHeader)
+		}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, seq)
+		_, err = publishAgain(ctx, c.js, m)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && attempt < setMemberAttempts {
+			continue // changed meanwhile (or this write, its ack lost): read again
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // GroupMembers returns the members of group, sorted; none for a group

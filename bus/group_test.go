@@ -541,3 +541,50 @@ func TestGatherTakesRepliesOnlyFromTheAsked(t *testing.T) {
 		t.Errorf("result %+v; want b timed out", res)
 	}
 }
+
+// TestJoiningAgainChangesNothing: a member joining again, an operator
+// adding a member, and leaving a group one is not a member of change
+// nothing: no write, no change to a watcher, the membership's since and by
+// as they were. Each was written, and each was a change.
+func TestJoiningAgainChangesNothing(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob, admin := newBus(t, s, "alice"), newBus(t, s, "bob"), adminOf(t, s)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	changes := make(chan bus.GroupChange, 16)
+	watched := make(chan error, 1)
+	go func() { watched <- admin.WatchGroups(wctx, "g", func(c bus.GroupChange) { changes <- c }) }()
+	next := func() bus.GroupChange {
+		select {
+		case c := <-changes:
+			return c
+		case <-ctx.Done():
+			t.Fatal("no change came")
+			return bus.GroupChange{}
+		}
+	}
+	if err := alice.JoinGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(); c.Agent != "alice" || !c.Joined {
+		t.Fatalf("first change %+v; want alice joined", c)
+	}
+	if err := alice.JoinGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.AddToGroup(ctx, "g", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.RemoveFromGroup(ctx, "g", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	if err := bob.JoinGroup(ctx, "g"); err != nil { // the last change
+		t.Fatal(err)
+	}
+	if c := next(); c.Agent != "bob" || !c.Joined {
+		t.Errorf("change after alice's join %+v; want bob's join, nothing between", c)
+	}
+	stop()
+	<-watched
+}
