@@ -73,6 +73,9 @@ reads every shard; as an operator it reads one shard, given with --root
 					return fmt.Errorf("agent %s sent or received no message of conversation %s", agent, conv)
 				case err != nil:
 					return err
+				case len(p.Entries) == 0 && q.After == "":
+					// Recorded, but nothing stored yet: a schedule not fired.
+					return fmt.Errorf("conversation %s has no message in the stream yet; a scheduled one joins it when it fires ('agentbus status ID' shows it)", conv)
 				}
 				return a.printHistory(p, asJSON)
 			}

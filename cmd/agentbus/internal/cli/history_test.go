@@ -158,3 +158,22 @@ func TestHistoryUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryOfAScheduleNotFired: a conversation whose one message is
+// scheduled and not fired has no message in the stream: history says so
+// and exits 1, as for a conversation with no message. It printed nothing
+// and exited 0.
+func TestHistoryOfAScheduleNotFired(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	mustRun(t, "--server", url, "publish", "--from", "a", "--to", "b", "--type", "T", "--correlation-id", "conv-s", "--in", "1h")
+	for _, args := range [][]string{
+		{"history", "conv-s"},
+		{"history", "conv-s", "--agent", "a"},
+	} {
+		r := runIn(t, "", append([]string{"--server", url}, args...)...)
+		if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "no message in the stream yet") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 1 saying there is no message yet", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
