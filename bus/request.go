@@ -61,7 +61,8 @@ const ExtReplyBy = "replyby"
 // updates OnProgress takes and the questions OnInput answers (with
 // WithoutLifecycle, all that holds only within this process). A reply that
 // comes after Request gave up goes to the agent's handler, with
-// Delivery.Late set.
+// Delivery.Late set once the request's reply-by passed (a Request ended
+// sooner, by a cancel of its context, say, leaves it unset).
 //
 // The returned Delivery has no Stream, Consumer or Sequence when the reply
 // was taken as it was published.
