@@ -188,7 +188,7 @@ func (s *scheduleInput) when(cmd *cobra.Command) (bus.When, bool, error) {
 	switch {
 	case s.at != "":
 		t, err := time.Parse(time.RFC3339, s.at)
-		if err != nil {
+		if err != nil || t.IsZero() {
 			return bus.When{}, false, usagef("--at %q: not an RFC 3339 time such as 2026-12-01T09:00:00Z", s.at)
 		}
 		return bus.At(t), true, nil
@@ -209,6 +209,12 @@ func (s *scheduleInput) when(cmd *cobra.Command) (bus.When, bool, error) {
 			}
 		}
 		return bus.Cron(s.cron, loc), true, nil
+	}
+	switch set[0] {
+	case "--at":
+		return bus.When{}, false, usagef("--at: needs a time (RFC 3339, such as 2026-12-01T09:00:00Z)")
+	case "--cron":
+		return bus.When{}, false, usagef("--cron: needs an expression (six fields with seconds, or @daily, ...)")
 	}
 	return bus.When{}, false, usagef("%s: must be more than zero", set[0])
 }

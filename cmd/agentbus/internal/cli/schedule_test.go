@@ -53,4 +53,21 @@ func TestPublishScheduled(t *testing.T) {
 			t.Errorf("publish %v: exit %d, want %d (usage); stderr %s", args, r.code, exitUsage, r.stderr)
 		}
 	}
+	// Each says what is wrong: an empty --at or --cron said "must be more
+	// than zero", the zero time "a schedule needs one of At, In, Every or
+	// Cron", and --cron-tz Local was taken as the server's zone.
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--at", ""}, "--at: needs a time"},
+		{[]string{"--at", "0001-01-01T00:00:00Z"}, "not an RFC 3339 time"},
+		{[]string{"--cron", ""}, "--cron: needs an expression"},
+		{[]string{"--cron", "@daily", "--cron-tz", "Local"}, "name the zone"},
+	} {
+		r := runIn(t, "", append([]string{"--server", url, "publish", "--from", "lead", "--to", "worker", "--type", "T"}, c.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.says) {
+			t.Errorf("publish %v: exit %d, stderr %q; want %d saying %q", c.args, r.code, r.stderr, exitUsage, c.says)
+		}
+	}
 }
