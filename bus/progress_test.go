@@ -426,6 +426,17 @@ func (f *followed) inOrder(n int) (bool, string) {
 	return ok, fmt.Sprint(f.numbers)
 }
 
+// request sends worker a TASK request from lead, following its progress,
+// and returns what Request returns, when it does.
+func (f *followed) request(t *testing.T, lead *bus.Bus) <-chan error {
+	returned := make(chan error, 1)
+	go func() {
+		_, err := lead.Request(testContext(t), bus.Message{To: "worker", Type: "TASK"}, f.option())
+		returned <- err
+	}()
+	return returned
+}
+
 func (f *followed) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -454,11 +465,7 @@ func TestProgressInOrderAcrossACut(t *testing.T) {
 		return err
 	})
 	var f followed
-	returned := make(chan error, 1)
-	go func() {
-		_, err := lead.Request(testContext(t), bus.Message{To: "worker", Type: "TASK"}, f.option())
-		returned <- err
-	}()
+	returned := f.request(t, lead)
 	waitFor(t, "updates before the cut", func() (bool, string) { return f.count() >= 10, "" })
 	p.hold()
 	from := sent.Load()
@@ -496,11 +503,7 @@ func TestProgressMissedBeforeTheReply(t *testing.T) {
 		return err
 	})
 	var f followed
-	returned := make(chan error, 1)
-	go func() {
-		_, err := lead.Request(testContext(t), bus.Message{To: "worker", Type: "TASK"}, f.option())
-		returned <- err
-	}()
+	returned := f.request(t, lead)
 	<-started
 	p.hold()
 	waitFor(t, "the lead disconnected", func() (bool, string) { return !lead.Conn().IsConnected(), lead.Conn().Status().String() })
