@@ -128,7 +128,14 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		// its answers so far may be stored, which no listener hears, and
 		// it may have ended. It is followed as Attach follows it.
 		b.req.forget(m.ID)
-		return b.Attach(ctx, m.ID, opts...)
+		d, err := b.Attach(ctx, m.ID, opts...)
+		if !errors.Is(err, ErrNoStatus) {
+			return d, err
+		}
+		// No record to follow it by yet: waited for as if sent now.
+		if w, err = b.req.wait(b, Status{ID: m.ID, To: m.To, Time: m.Time}, ro); err != nil {
+			return nil, err
+		}
 	}
 	return b.await(ctx, w, &m, replyBy, ro, check)
 }
@@ -822,11 +829,10 @@ func isReply(d *Delivery) bool {
 
 // hold keeps d, which the listener heard for w while w catches up after a
 // reconnect, or w's reply, until readMissed handed w what it missed
-// (release); held
-// reports whether it did. It is taken now, so that its stored copy, which
-// the read meets too, is dropped as taken again. A cancel notice, a
-// question shown and not answered, a progress update not followed are
-// not taken, and not held.
+// (release); held reports whether it did. It is taken now, so that its
+// stored copy, which the read meets too, is dropped as taken again. A
+// cancel notice, a question shown and not answered, a progress update not
+// followed are not taken, and not held.
 func (r *requests) hold(w *waiter, d *Delivery) (took, again, held bool) {
 	_, question := d.IsInputRequest()
 	progress := d.IsProgress()
@@ -938,7 +944,13 @@ func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) 
 	for status := range reconnected {
 		if status != nats.CONNECTED {
 			b.req.lost()
-			continue
+			if len(reconnected) > 0 || !b.nc.IsConnected() {
+				continue // the reconnect is still to come
+			}
+			// Connected again, and no event says so: the channel was
+			// full when the reconnect was told (nats.go drops events
+			// then). The read is due now, or the Requests would catch
+			// up for good.
 		}
 		b.req.back()
 		for _, st := range b.req.waitingFor() {
@@ -953,7 +965,7 @@ func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) 
 // Request of this process waits for, and hands them over as the listener
 // would have (readAnswers): the progress updates in order, then the reply
 // or else the questions not answered yet; then what the listener held
-// meanwhile (release). The read ends with ctx, or after defaultTimeout.
+// meanwhile (release). The read ends with parent, or after defaultTimeout.
 func (b *Bus) catchUp(parent context.Context, st Status) {
 	defer b.req.release(st.ID)
 	ctx, cancel := context.WithTimeout(parent, defaultTimeout)
