@@ -203,16 +203,19 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 		err = fmt.Errorf("%w: Cron(%q, %s): the server refuses the time zone: %w", ErrInvalidOption, w.cron, w.loc, err)
 		op.abandon(err)
 		return PubAck{}, err
-	case errors.As(err, &apiErr):
-		// Refused by the server: nothing is stored, and nothing recorded,
-		// so that the same ID scheduled again is recorded scheduled.
+	case err != nil:
 		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
+	}
+	if err != nil && (errors.As(err, &apiErr) || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrPayloadTooLarge) ||
+		errors.Is(err, ErrNotProvisioned) || errors.Is(err, ErrClosed)) {
+		// Refused, or never sent: nothing is stored, and nothing recorded,
+		// so that the same ID scheduled again is recorded scheduled.
 		op.abandon(err)
 		return PubAck{}, err
-	case err != nil:
+	}
+	if err != nil {
 		// Maybe stored (the ack lost, the context ended): the record keeps
 		// the schedule, which its sender's Cancel then removes.
-		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
 		op.end(b.tel, ctx, err, false)
 		b.status.record(scheduleStatus(&m, w, StateFailed, b.agent, err), false)
 		return PubAck{}, err
