@@ -300,6 +300,7 @@ func (c *client) recorded(ctx context.Context, stored []Status, filters ...strin
 		id  string
 	}
 	at := make(map[entryKey]int)
+	seqs := make(map[uint64]bool) // the sequences of the entries
 	var out []HistoryEntry
 	var again []string // keys whose last state has no sequence
 	lastStates := true
@@ -323,6 +324,15 @@ func (c *client) recorded(ctx context.Context, stored []Status, filters ...strin
 			}
 			return
 		}
+		if subject == "" && seqs[s.Sequence] {
+			// Found by its indexed subject, which names a recurring
+			// schedule's firing by the schedule's ID, where its records
+			// name it by its own (asFiring): the same message.
+			if _, ok := at[entryKey{s.Sequence, firingID(s.ID, s.Sequence)}]; ok {
+				return
+			}
+		}
+		seqs[s.Sequence] = true
 		at[k] = len(out)
 		out = append(out, HistoryEntry{Message: s.Message(), Stream: s.Stream, Sequence: s.Sequence})
 	}
@@ -394,7 +404,7 @@ func (b *Admin) fetch(ctx context.Context, entries []HistoryEntry) error {
 			}
 			mu.Unlock()
 		default:
-			b.readEntry(e, raw.Subject, raw.Header, raw.Data)
+			b.readEntry(e, raw.Subject, raw.Header, raw.Data, raw.Time)
 		}
 	})
 	return first
@@ -406,13 +416,21 @@ func gone(e *HistoryEntry) error {
 }
 
 // readEntry fills e with the message stored under subject with h and
-// data, or sets e.Err to why it is not the message e's record names.
-func (c *client) readEntry(e *HistoryEntry, subject string, h nats.Header, data []byte) {
+// data at stored, or sets e.Err to why it is not the message e's record
+// names. A firing of a recurring schedule is read as its receiver reads it
+// (asFiring), whether e names it by its own ID (its records) or by its
+// schedule's (its indexed subject, before a record).
+func (c *client) readEntry(e *HistoryEntry, subject string, h nats.Header, data []byte, stored time.Time) {
 	e.Subject = subject
 	m, err := codec.Decode(h, data)
 	if err != nil {
 		e.Err = fmt.Errorf("message %s at %s sequence %d: %w", e.ID, e.Stream, e.Sequence, err)
 		return
+	}
+	scheduleID := ""
+	if recurringFiring(h) {
+		scheduleID = m.ID
+		asFiring(m, e.Sequence, stored)
 	}
 	addr, err := c.opts.scheme.Parse(subject)
 	switch {
@@ -420,7 +438,7 @@ func (c *client) readEntry(e *HistoryEntry, subject string, h nats.Header, data 
 		e.Err = fmt.Errorf("%w: %w", ErrMalformedSubject, err)
 	case addr.From != m.From:
 		e.Err = fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
-	case m.ID != e.ID || conversationOf(m) != e.CorrelationID:
+	case m.ID != e.ID && (scheduleID == "" || scheduleID != e.ID) || conversationOf(m) != e.CorrelationID:
 		e.Err = fmt.Errorf("%w: %s sequence %d holds %s of conversation %s, recorded as %s of %s",
 			ErrNotRecorded, e.Stream, e.Sequence, m.ID, conversationOf(m), e.ID, e.CorrelationID)
 	}
@@ -475,7 +493,7 @@ func (b *Bus) readOwn(ctx context.Context, entries []HistoryEntry) error {
 		err = b.readHistory(ctx, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 			seq := md.Sequence.Stream
 			for _, e := range left[seq] {
-				b.readEntry(e, m.Subject(), m.Headers(), m.Data())
+				b.readEntry(e, m.Subject(), m.Headers(), m.Data(), md.Timestamp)
 			}
 			delete(left, seq)
 			return seq >= last, nil

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -464,4 +465,52 @@ func FuzzHistoryCursor(f *testing.F) {
 			t.Errorf("the cursor %q of %+v: %v", e.Cursor(), e, err)
 		}
 	})
+}
+
+// TestHistoryOfARecurringSchedule: each firing of a recurring schedule is
+// one entry of its conversation's history, as its recipient got it (its
+// own ID, ExtScheduleID), and Redeliver repeats it by that ID. Each was
+// two entries, one under the schedule's ID and one under the firing's
+// with ErrNotRecorded (the stored event holds the schedule's ID), and
+// Redeliver of a firing failed with ErrNotRecorded.
+func TestHistoryOfARecurringSchedule(t *testing.T) {
+	_, alice, rec, admin := scheduling(t)
+	ctx := testContext(t)
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "tick"}, bus.Every(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := rec.waitCount(t, 2)[:2]
+	if _, err := alice.Cancel(ctx, ack.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range fired {
+		waitFor(t, "the firing's record", func() (bool, string) {
+			st := statusOf(t, admin, d.ID)
+			return st.State == bus.StateCompleted, fmt.Sprint(st)
+		})
+	}
+	for who, history := range map[string]func(context.Context, string, bus.HistoryQuery) (bus.HistoryPage, error){
+		"operator": admin.History, "sender": alice.History,
+	} {
+		p, err := history(ctx, ack.ID, bus.HistoryQuery{})
+		if err != nil {
+			t.Fatalf("%s's History: %v", who, err)
+		}
+		seen := map[string]int{}
+		for _, e := range p.Entries {
+			if e.Err != nil {
+				t.Errorf("%s's History: entry %s at %d: %v", who, e.ID, e.Sequence, e.Err)
+			}
+			seen[e.ID]++
+		}
+		for _, d := range fired {
+			if seen[d.ID] != 1 || seen[ack.ID] != 0 {
+				t.Errorf("%s's History: firing %s %d times, the schedule's ID %d times; want once and none: %v", who, d.ID, seen[d.ID], seen[ack.ID], seen)
+			}
+		}
+	}
+	if _, err := admin.Redeliver(ctx, fired[0].ID, "bob"); err != nil {
+		t.Errorf("Redeliver of firing %s: %v", fired[0].ID, err)
+	}
 }

@@ -337,13 +337,36 @@ func (b *Bus) checkSchedule(h nats.Header, md consumers.Metadata, m *Message) (f
 	if from != m.From || idTok != subjects.IDToken(m.ID) {
 		return firing{}, true, fmt.Errorf("%w: message %s from %q was scheduled as %s", ErrScheduleMismatch, m.ID, m.From, scheduler)
 	}
-	f = firing{scheduleID: m.ID, recurring: h.Get(jetstream.ScheduleNextHeader) != scheduleNextPurge}
+	f = firing{scheduleID: m.ID, recurring: recurringFiring(h)}
 	if f.recurring {
-		m.ID = uuid.NewSHA1(firingSpace, []byte(m.ID+"\x00"+strconv.FormatUint(md.StreamSeq, 10))).String()
-		m.Time = md.Timestamp.UTC()
-		setExtension(m, ExtScheduleID, f.scheduleID)
+		asFiring(m, md.StreamSeq, md.Timestamp)
 	}
 	return f, true, nil
+}
+
+// recurringFiring reports whether h are the headers of a message a
+// recurring schedule fired (nats-server sets Nats-Scheduler on a fired
+// message, and Nats-Schedule-Next to purge on the last firing of one sent
+// once).
+func recurringFiring(h nats.Header) bool {
+	return h.Get(jetstream.SchedulerHeader) != "" && h.Get(jetstream.ScheduleNextHeader) != scheduleNextPurge
+}
+
+// asFiring makes m, as its recurring schedule stored it, the firing stored
+// in the message stream at seq at stored: its own ID (firingID), the time
+// it fired, and its schedule's ID as ExtScheduleID. The receiver, History
+// and Redeliver read a firing so.
+func asFiring(m *Message, seq uint64, stored time.Time) {
+	scheduleID := m.ID
+	m.ID = firingID(scheduleID, seq)
+	m.Time = stored.UTC()
+	setExtension(m, ExtScheduleID, scheduleID)
+}
+
+// firingID returns the ID of the firing of schedule scheduleID stored in
+// the message stream at seq.
+func firingID(scheduleID string, seq uint64) string {
+	return uuid.NewSHA1(firingSpace, []byte(scheduleID+"\x00"+strconv.FormatUint(seq, 10))).String()
 }
 
 // firingSpace names the IDs of the firings of recurring schedules.

@@ -483,9 +483,10 @@ func TestScheduleWhoseAckWasLost(t *testing.T) {
 	if _, err := alice.Schedule(ctx, m, bus.Every(time.Second)); err == nil || !wasCut(cut) {
 		t.Fatalf("Schedule with its ack cut = %v (cut: %v); want an error", err, wasCut(cut))
 	}
-	if st := statusOf(t, admin, m.ID); st.State != bus.StateFailed || st.Schedule == "" {
-		t.Errorf("record %+v; want failed, with its schedule", st)
-	}
+	waitFor(t, "the record, failed with its schedule", func() (bool, string) { // written once the connection is back
+		sts, err := admin.Status(ctx, m.ID)
+		return err == nil && len(sts) == 1 && sts[0].State == bus.StateFailed && sts[0].Schedule != "", fmt.Sprint(sts, err)
+	})
 	rec.waitCount(t, 1) // stored all the same: it fires
 	if st, err := alice.Cancel(ctx, m.ID); err != nil {
 		t.Fatalf("its sender's Cancel = %+v, %v", st, err)
