@@ -641,12 +641,25 @@ func (r *requests) register(b *Bus, w *waiter) error {
 	return nil
 }
 
-// forget removes the Request for id. The listener ends listenerLinger
-// after the last one, unless another comes meanwhile, or at once after the
-// bus closed. It is idempotent.
+// forget removes the Request for id. A reply held for it while it caught
+// up after a reconnect (hold) goes to it still: the Request reads its
+// reply channel once more. The listener ends listenerLinger after the
+// last one, unless another comes meanwhile, or at once after the bus
+// closed. It is idempotent.
 func (r *requests) forget(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if w, ok := r.waiting[id]; ok {
+		for _, d := range w.held {
+			if isReply(d) { // taken while w caught up: it is the Request's still
+				select {
+				case w.reply <- d:
+				default:
+				}
+			}
+		}
+		w.held = nil
+	}
 	delete(r.waiting, id)
 	switch {
 	case len(r.waiting) > 0 || r.listener == nil:

@@ -230,3 +230,34 @@ func TestReplyIDOf(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldReplyOfARequestThatGaveUp: a reply the listener heard while its
+// Request caught up after a reconnect is taken and held; a Request that
+// gives up before the catch-up ends (its deadline) still gets it from its
+// reply channel, as it would one handed over as it gave up. It was
+// dropped: taken, so that its stored copy reached no handler either.
+func TestHeldReplyOfARequestThatGaveUp(t *testing.T) {
+	var r requests
+	w := &waiter{request: Status{ID: "request", To: "worker"}, reply: make(chan *Delivery, 1),
+		cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1), follow: true}
+	r.waiting = map[string]*waiter{"request": w}
+	r.lost() // the connection dropped
+	reply := &Delivery{Message: Message{ID: "reply", From: "worker", CausationID: "request"}}
+	if took, again := r.take(reply, true); !took || again {
+		t.Fatalf("the reply heard while catching up: took %v, again %v; want taken", took, again)
+	}
+	select {
+	case d := <-w.reply:
+		t.Fatalf("reply %s handed over before the catch-up", d.ID)
+	default:
+	}
+	r.forget("request") // the Request gave up
+	select {
+	case d := <-w.reply:
+		if d != reply {
+			t.Errorf("got %s, want the reply", d.ID)
+		}
+	default:
+		t.Error("the held reply was dropped when its Request gave up")
+	}
+}
