@@ -195,8 +195,9 @@ func (c *client) watchEnded() error {
 }
 
 // watchFailed is what a watch of the registry returns when err ends it
-// while it runs: watchEnded's answer if its context (from whileOpen)
-// ended or the handle closed, which err is then the doing of, else err.
+// while it runs, or keeps it from starting: watchEnded's answer if its
+// context (from whileOpen) ended or the handle closed, which err is then
+// the doing of, else err.
 func (c *client) watchFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 		return c.watchEnded()

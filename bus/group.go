@@ -220,11 +220,11 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 		})
 	})
 	if err != nil {
-		return c.closedOr(fmt.Errorf("watch groups: %w", c.registryMissing(c.registry, err)))
+		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", c.registryMissing(c.registry, err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return c.closedOr(fmt.Errorf("watch groups: %w", err))
+		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
 	}
 	// Stopped when ctx ends, and each Next ends with ctx too: a Stop
 	// while the ordered consumer resets (after a reconnect) stops the old

@@ -1022,11 +1022,11 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 		})
 	})
 	if err != nil {
-		return c.closedOr(fmt.Errorf("watch presence: %w", c.registryMissing(c.presence, err)))
+		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", c.registryMissing(c.presence, err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return c.closedOr(fmt.Errorf("watch presence: %w", err))
+		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
 	}
 	// Stopped when ctx ends, and each Next ends with ctx too (see
 	// watchGroupsHere).

@@ -681,3 +681,25 @@ func TestRegisterBlocksNoOtherCall(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWatchesWhoseContextEndedFirst: a watch whose context ended before it
+// started, or while it set up, returns nil, as when its context ends
+// later. The watches of presence and groups returned their set-up's error
+// ("watch presence: context canceled"): `agentbus --shards 3 agents
+// --watch`, stopped while one shard's watch set up, exited 1.
+func TestWatchesWhoseContextEndedFirst(t *testing.T) {
+	s := newServer(t)
+	b, a := newBus(t, s, "watcher"), adminOf(t, s)
+	ctx, cancel := context.WithCancel(testContext(t))
+	cancel()
+	for _, w := range []call{
+		{"Bus.WatchPresence", func(ctx context.Context) error { return b.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
+		{"Bus.WatchGroups", func(ctx context.Context) error { return b.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
+		{"Admin.WatchPresence", func(ctx context.Context) error { return a.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
+		{"Admin.WatchGroups", func(ctx context.Context) error { return a.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
+	} {
+		if err := w.do(ctx); err != nil {
+			t.Errorf("%s with its context ended: %v; want nil", w.name, err)
+		}
+	}
+}
