@@ -697,6 +697,10 @@ func TestWatchesWhoseContextEndedFirst(t *testing.T) {
 		{"Bus.WatchGroups", func(ctx context.Context) error { return b.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
 		{"Admin.WatchPresence", func(ctx context.Context) error { return a.WatchPresence(ctx, func(bus.PresenceChange) {}) }},
 		{"Admin.WatchGroups", func(ctx context.Context) error { return a.WatchGroups(ctx, "", func(bus.GroupChange) {}) }},
+		{"Admin.WatchDeadLetters", func(ctx context.Context) error { return a.WatchDeadLetters(ctx) }},
+		{"Admin.WatchEscalations", func(ctx context.Context) error {
+			return a.WatchEscalations(ctx, []bus.EscalationPolicy{{Agent: "x", After: time.Hour, To: "y"}})
+		}},
 	} {
 		if err := w.do(ctx); err != nil {
 			t.Errorf("%s with its context ended: %v; want nil", w.name, err)
