@@ -281,11 +281,11 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 	case errors.As(err, &missing) && missing.stream == b.opts.scheme.UnsettledStream():
 		return b.watchAdvisories(ctx, err)
 	case err != nil:
-		return b.watchFailed(ctx, fmt.Errorf("watch dead letters: %w", err))
+		return b.watchNotStarted(ctx, fmt.Errorf("watch dead letters: %w", err))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return b.watchFailed(ctx, fmt.Errorf("watch dead letters: %w", err))
+		return b.watchNotStarted(ctx, fmt.Errorf("watch dead letters: %w", err))
 	}
 	defer it.Stop()
 	for {
@@ -327,7 +327,7 @@ func (b *Admin) watchAdvisories(ctx context.Context, missing error) error {
 	err = b.nc.FlushWithContext(fctx) // then the server has the subscription
 	cancel()
 	if err != nil {
-		return b.watchFailed(ctx, fmt.Errorf("watch dead letters: %w", err))
+		return b.watchNotStarted(ctx, fmt.Errorf("watch dead letters: %w", err))
 	}
 	b.opts.onError(fmt.Errorf("watch dead letters: %w; until it is, an unsettled delivery is dead-lettered only while a watcher runs", missing))
 	for {

@@ -195,11 +195,22 @@ func (c *client) watchEnded() error {
 }
 
 // watchFailed is what a watch of the registry returns when err ends it
-// while it runs, or keeps it from starting: watchEnded's answer if its
-// context (from whileOpen) ended or the handle closed, which err is then
-// the doing of, else err.
+// while it runs: watchEnded's answer if its context (from whileOpen)
+// ended or the handle closed, which err is then the doing of, else err.
 func (c *client) watchFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		return c.watchEnded()
+	}
+	return c.closedOr(err)
+}
+
+// watchNotStarted is what a watch returns when err keeps it from
+// starting: watchEnded's answer if its caller canceled its context (the
+// watch was asked to end) or the handle closed, else err (closedOr). A
+// deadline that passed before the watch started is err: the watch could
+// not be made, as any call while the server is down.
+func (c *client) watchNotStarted(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
 		return c.watchEnded()
 	}
 	return c.closedOr(err)

@@ -186,7 +186,8 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 
 // WatchGroups calls f with every membership of group ("" for every group)
 // as it stands and then with every change, in order, until ctx ends (it
-// returns nil then) or the handle closes (ErrClosed). f runs on the
+// returns nil then, but for a deadline that passed before the watch could
+// start) or the handle closes (ErrClosed). f runs on the
 // watch's goroutine. The Bus of a Shards watches every shard's registry:
 // each membership's changes come in order, and f is never called twice at
 // once.
@@ -220,11 +221,11 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 		})
 	})
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", c.registryMissing(c.registry, err)))
+		return c.watchNotStarted(ctx, fmt.Errorf("watch groups: %w", c.registryMissing(c.registry, err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
+		return c.watchNotStarted(ctx, fmt.Errorf("watch groups: %w", err))
 	}
 	// Stopped when ctx ends, and each Next ends with ctx too: a Stop
 	// while the ordered consumer resets (after a reconnect) stops the old

@@ -989,7 +989,9 @@ type PresenceChange struct {
 }
 
 // WatchPresence calls f with every agent's presence as it stands and then
-// with every change, in order, until ctx ends (it returns nil then) or the
+// with every change, in order, until ctx ends (it returns nil then, but
+// for a deadline that passed before the watch could start: that is the
+// error of a call the server did not answer) or the
 // handle closes (ErrClosed). A heartbeat is no change, nor one of another
 // process of the agent that came online while the agent was; an agent
 // that restarted (online again, since after the last heartbeat seen) is.
@@ -1022,11 +1024,11 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 		})
 	})
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", c.registryMissing(c.presence, err)))
+		return c.watchNotStarted(ctx, fmt.Errorf("watch presence: %w", c.registryMissing(c.presence, err)))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return c.watchFailed(ctx, fmt.Errorf("watch presence: %w", err))
+		return c.watchNotStarted(ctx, fmt.Errorf("watch presence: %w", err))
 	}
 	// Stopped when ctx ends, and each Next ends with ctx too (see
 	// watchGroupsHere).

@@ -682,9 +682,11 @@ func TestRegisterBlocksNoOtherCall(t *testing.T) {
 	}
 }
 
-// TestWatchesWhoseContextEndedFirst: a watch whose context ended before it
-// started, or while it set up, returns nil, as when its context ends
-// later. The watches of presence and groups returned their set-up's error
+// TestWatchesWhoseContextEndedFirst: a watch whose context was canceled
+// before it started, or while it set up, returns nil, as when its context
+// ends later (a deadline that passes before it starts is an error:
+// TestReliabilityEveryCallWhileServerDown). The watches returned their
+// set-up's error
 // ("watch presence: context canceled"): `agentbus --shards 3 agents
 // --watch`, stopped while one shard's watch set up, exited 1.
 func TestWatchesWhoseContextEndedFirst(t *testing.T) {
