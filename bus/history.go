@@ -683,6 +683,13 @@ func (b *Admin) Redeliver(ctx context.Context, id, to string) (PubAck, error) {
 		return PubAck{}, refusedCall(ctx, fmt.Errorf("redeliver %s: %w", id, err))
 	}
 	if len(all) == 0 {
+		if sts, err := b.Status(ctx, id); err == nil {
+			for _, st := range sts {
+				if st.State == StateScheduled {
+					return PubAck{}, fmt.Errorf("%w: %s is scheduled (%s) and has not fired: nothing is stored to redeliver", ErrNoStatus, id, st.Schedule)
+				}
+			}
+		}
 		return PubAck{}, fmt.Errorf("%w: %s", ErrNoStatus, id)
 	}
 	latest := all[len(all)-1]

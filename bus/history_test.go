@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -512,5 +513,24 @@ func TestHistoryOfARecurringSchedule(t *testing.T) {
 	}
 	if _, err := admin.Redeliver(ctx, fired[0].ID, "bob"); err != nil {
 		t.Errorf("Redeliver of firing %s: %v", fired[0].ID, err)
+	}
+}
+
+// TestRedeliverOfAScheduleNotFired: Redeliver of a message scheduled and
+// not fired says so (ErrNoStatus: nothing is stored), where it said only
+// "no status recorded" while its status read scheduled.
+func TestRedeliverOfAScheduleNotFired(t *testing.T) {
+	_, alice, _, admin := scheduling(t)
+	ctx := testContext(t)
+	ack, err := alice.Schedule(ctx, bus.Message{To: "bob", Type: "later"}, bus.In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.Redeliver(ctx, ack.ID, "bob")
+	if !errors.Is(err, bus.ErrNoStatus) || !strings.Contains(err.Error(), "has not fired") {
+		t.Errorf("Redeliver of a schedule not fired: %v; want ErrNoStatus saying it has not fired", err)
 	}
 }
