@@ -642,7 +642,7 @@ func (r *requests) register(b *Bus, w *waiter) error {
 }
 
 // forget removes the Request for id. A reply held for it while it caught
-// up after a reconnect (hold) goes to it still: the Request reads its
+// up after a reconnect (take) goes to it still: the Request reads its
 // reply channel once more. The listener ends listenerLinger after the
 // last one, unless another comes meanwhile, or at once after the bus
 // closed. It is idempotent.
@@ -749,7 +749,7 @@ func (r *requests) updates(w *waiter) []*Delivery {
 // record. A progress update goes to a Request that follows progress (and
 // is otherwise not taken); it never completes one. live says d came from
 // the listener, not from the stream: for a Request catching up after a
-// reconnect it is held until then (hold).
+// reconnect it is held until then (waiter.held).
 func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -768,12 +768,9 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 		// readAnswers skips it.
 		return false, false
 	}
-	if w.catchingUp && (live || isReply(d)) {
-		// The reply comes after every update missed, whichever way it came.
-		if took, again, held := r.hold(w, d); held {
-			return took, again
-		}
-	}
+	// Held while w catches up after a reconnect, what the listener hears
+	// (and the reply, whichever way it came), comes after what w missed.
+	hold := w.catchingUp && (live || isReply(d))
 	if d.Type == TypeCancel {
 		// Not taken: the Request checks the record, and the stored copy
 		// goes its own way.
@@ -790,10 +787,7 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 		// A question: answered by the Request (taken), or shown to it
 		// and left to the handler of its stored copy. Either way it is
 		// news: the work goes on (IdleTimeout).
-		select {
-		case w.news <- struct{}{}:
-		default:
-		}
+		w.heard()
 		switch {
 		case w.answer:
 			r.taken.add(d.ID)
@@ -805,14 +799,11 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 		default:
 			return false, false
 		}
-		w.updates = append(w.updates, d)
+		w.queue(d, hold)
 		return w.answer, false
 	}
 	if d.IsProgress() {
-		select {
-		case w.news <- struct{}{}:
-		default:
-		}
+		w.heard()
 		if !w.follow {
 			return false, false
 		}
@@ -823,14 +814,37 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 			w.handed = make(map[string]bool)
 		}
 		w.handed[d.ID] = true
-		w.updates = append(w.updates, d)
+		w.queue(d, hold)
 		r.taken.add(d.ID)
 		return true, false
 	}
-	delete(r.waiting, d.CausationID)
 	r.taken.add(d.ID)
+	if hold {
+		w.held = append(w.held, d)
+		return true, false
+	}
+	delete(r.waiting, d.CausationID)
 	w.reply <- d
 	return true, false
+}
+
+// heard tells the Request w waits for that news came (IdleTimeout, follow).
+func (w *waiter) heard() {
+	select {
+	case w.news <- struct{}{}:
+	default:
+	}
+}
+
+// queue adds d, a progress update or a question, to those the Request w
+// waits for hands to its functions, or to those held while it catches up
+// (hold).
+func (w *waiter) queue(d *Delivery, hold bool) {
+	if hold {
+		w.held = append(w.held, d)
+	} else {
+		w.updates = append(w.updates, d)
+	}
 }
 
 // isReply reports whether d, an answer to a request, is its reply: neither
@@ -838,31 +852,6 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 func isReply(d *Delivery) bool {
 	_, question := d.IsInputRequest()
 	return !question && !d.IsProgress() && d.Type != TypeCancel
-}
-
-// hold keeps d, which the listener heard for w while w catches up after a
-// reconnect, or w's reply, until readMissed handed w what it missed
-// (release); held reports whether it did. It is taken now, so that its
-// stored copy, which the read meets too, is dropped as taken again. A
-// cancel notice, a question shown and not answered, a progress update not
-// followed are not taken, and not held.
-func (r *requests) hold(w *waiter, d *Delivery) (took, again, held bool) {
-	_, question := d.IsInputRequest()
-	progress := d.IsProgress()
-	switch {
-	case d.Type == TypeCancel, question && !w.answer, progress && !w.follow:
-		return false, false, false
-	case progress && w.handed[d.ID]:
-		return true, true, true
-	case progress:
-		if w.handed == nil {
-			w.handed = make(map[string]bool)
-		}
-		w.handed[d.ID] = true
-	}
-	r.taken.add(d.ID)
-	w.held = append(w.held, d)
-	return true, false, true
 }
 
 // release ends w's catching up: the answers held meanwhile go to it, in
@@ -878,12 +867,9 @@ func (r *requests) release(id string) {
 	held := w.held
 	w.catchingUp, w.held = false, nil
 	for _, d := range held {
-		if _, question := d.IsInputRequest(); question || d.IsProgress() {
+		if !isReply(d) {
 			w.updates = append(w.updates, d)
-			select {
-			case w.news <- struct{}{}:
-			default:
-			}
+			w.heard()
 			continue
 		}
 		delete(r.waiting, id)
@@ -951,7 +937,7 @@ func (r *requests) handedOver() {
 // (readAnswers), and hands them over as the listener would have: those
 // published meanwhile reached no listener, and only a subscription of the
 // process would otherwise meet their stored copies. What the listener
-// hears for a Request before its read is done is held until then (hold).
+// hears for a Request before its read is done is held until then (waiter.held).
 // A read ends with lasting, which ends with the listener.
 func (b *Bus) readMissed(lasting context.Context, reconnected chan nats.Status) {
 	for status := range reconnected {
