@@ -192,37 +192,41 @@ func (b *Bus) scheduleHere(ctx context.Context, m Message, w When) (PubAck, erro
 		return PubAck{}, err
 	}
 	ack, err := b.send(ctx, msg)
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeSchedulePatternInvalid:
-		// Validate leaves a cron expression to the server, which parses it.
-		err = fmt.Errorf("%w: Cron(%q): the server refuses the expression: %w", ErrInvalidOption, w.cron, err)
-		op.abandon(err)
-		return PubAck{}, err
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeScheduleTimeZoneInvalid:
-		err = fmt.Errorf("%w: Cron(%q, %s): the server refuses the time zone: %w", ErrInvalidOption, w.cron, w.loc, err)
-		op.abandon(err)
-		return PubAck{}, err
-	case err != nil:
-		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
-	}
-	if err != nil && (errors.As(err, &apiErr) || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrPayloadTooLarge) ||
-		errors.Is(err, ErrNotProvisioned) || errors.Is(err, ErrClosed)) {
-		// Refused, or never sent: nothing is stored, and nothing recorded,
-		// so that the same ID scheduled again is recorded scheduled.
-		op.abandon(err)
-		return PubAck{}, err
-	}
 	if err != nil {
-		// Maybe stored (the ack lost, the context ended): the record keeps
-		// the schedule, which its sender's Cancel then removes.
-		op.end(b.tel, ctx, err, false)
-		b.status.record(scheduleStatus(&m, w, StateFailed, b.agent, err), false)
-		return PubAck{}, err
+		return PubAck{}, b.scheduleFailed(ctx, op, &m, w, msg, err)
 	}
 	b.status.recordPending(scheduleStatus(&m, w, StateScheduled, b.agent, nil), ack)
 	op.end(b.tel, ctx, nil, ack.Duplicate)
 	return PubAck{ID: m.ID, Subject: msg.Subject, Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// scheduleFailed ends op, the Schedule of m as w says, sent as msg, that
+// failed with err, and returns the error Schedule returns. A schedule the
+// server refused (a cron expression or a zone it cannot read among them:
+// ErrInvalidOption) or that was never sent leaves no record, so that the
+// same ID scheduled again reads scheduled. One that may be stored (its ack
+// lost, the context ended) is recorded failed with its schedule, which
+// its sender's Cancel then removes.
+func (b *Bus) scheduleFailed(ctx context.Context, op sendOp, m *Message, w When, msg *nats.Msg, err error) error {
+	var apiErr *jetstream.APIError
+	refused := errors.As(err, &apiErr)
+	switch {
+	case refused && apiErr.ErrorCode == jetstream.JSErrCodeSchedulePatternInvalid:
+		// Validate leaves a cron expression to the server, which parses it.
+		err = fmt.Errorf("%w: Cron(%q): the server refuses the expression: %w", ErrInvalidOption, w.cron, err)
+	case refused && apiErr.ErrorCode == jsErrCodeScheduleTimeZoneInvalid:
+		err = fmt.Errorf("%w: Cron(%q, %s): the server refuses the time zone: %w", ErrInvalidOption, w.cron, w.loc, err)
+	default:
+		err = b.publishError(b.opts.scheme.ScheduleStream(), msg, m.ID, err)
+	}
+	if refused || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrPayloadTooLarge) ||
+		errors.Is(err, ErrNotProvisioned) || errors.Is(err, ErrClosed) {
+		op.abandon(err)
+		return err
+	}
+	op.end(b.tel, ctx, err, false)
+	b.status.record(scheduleStatus(m, w, StateFailed, b.agent, err), false)
+	return err
 }
 
 // scheduleStatus returns the sender's record of m, scheduled as w says:
