@@ -706,12 +706,6 @@ func TestShardsMadeWhileReconnecting(t *testing.T) {
 	sender := sh.Bus()
 	p.hold()
 	waitFor(t, "the connection down", func() (bool, string) { return !sender.Conn().IsConnected(), sender.Conn().Status().String() })
-	released := make(chan struct{})
-	go func() {
-		defer close(released)
-		time.Sleep(300 * time.Millisecond) // the sends below are under way
-		p.release()
-	}()
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for k := 1; k < n; k++ {
@@ -719,8 +713,12 @@ func TestShardsMadeWhileReconnecting(t *testing.T) {
 			_, errs[k] = sender.Publish(ctx, bus.Message{To: inst.agents[k], Type: "TASK"})
 		})
 	}
+	waitFor(t, "both sends waiting for the connection", func() (bool, string) {
+		n := goroutinesIn("bus.(*Shards).connected")
+		return n == 2, fmt.Sprintf("%d waiting", n)
+	})
+	p.release()
 	wg.Wait()
-	<-released
 	for k := 1; k < n; k++ {
 		if errs[k] != nil {
 			t.Errorf("publish to %s on shard %d, not made yet, across a reconnect: %v", inst.agents[k], k, errs[k])
