@@ -104,8 +104,12 @@ func setExtension(m *Message, name, v string) {
 // Delivery being handled, and what the subscription and Reply share about
 // it.
 type handling struct {
-	d        *Delivery
-	replied  atomic.Bool  // Reply answered d
+	d *Delivery
+	// mu orders the records of d's work (recordWork) and its reply
+	// (sendReply): a work record is written before the reply is sent, or
+	// not at all once d is replied to.
+	mu       sync.Mutex
+	replied  atomic.Bool  // Reply answered d; set under mu
 	progress atomic.Int64 // progress updates sent on d, before this delivery too
 	// seedProgress reads, once, how many updates earlier deliveries sent.
 	seedProgress sync.Once
@@ -114,7 +118,8 @@ type handling struct {
 	ctx      *handlerContext
 	canceled atomic.Bool
 	lastAt   atomic.Int64 // when the last of them was sent, Unix nanoseconds
-	// progressRecord is the write of the last update's record (working,
+	// progressRecord is the write of the last work record (working or
+	// input-required, with the count of updates), written under mu,
 	// with the count), which the reply and the settlement wait for.
 	progressRecord atomic.Pointer[asyncpub.Future]
 	slot           int // its index in cancels.running while it runs
@@ -134,8 +139,8 @@ func (h *handling) progressCount() (int, time.Time) {
 	return int(n), time.Unix(0, h.lastAt.Load()).UTC()
 }
 
-// awaitProgressRecord waits until the record of the last progress update
-// sent on h is stored, or its write failed, or ctx ends. The reply and the
+// awaitProgressRecord waits until the last work record of h (recordWork)
+// is stored, or its write failed, or ctx ends. The reply and the
 // settlement of the request come after it: a lookup that finds the reply,
 // or the consumer's ack floor past the request, derives the final state
 // from the record and writes it back, and must read the record with every
@@ -151,6 +156,20 @@ func (h *handling) awaitProgressRecord(ctx context.Context) {
 	case <-f.Done(): // a failure went to the error handler
 	case <-ctx.Done():
 	}
+}
+
+// sendReply sends the reply to h's request (send) after its last work
+// record is stored, and marks the request replied if it went out. No work
+// record is written while it does (mu), nor after.
+func (h *handling) sendReply(ctx context.Context, send func() (PubAck, error)) (PubAck, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.awaitProgressRecord(ctx)
+	ack, err := send()
+	if err == nil {
+		h.replied.Store(true)
+	}
+	return ack, err
 }
 
 // handlerContext is the context a handler runs under: its parent (the

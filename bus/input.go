@@ -108,9 +108,19 @@ func (b *Bus) answerInput(ctx context.Context, f func(context.Context, *Delivery
 	}
 }
 
-// recordWork writes the state of the request h handles, with its progress.
+// recordWork writes the state of the request h handles (working,
+// input-required), with its progress, unless the request is replied to: an
+// update or a question racing the reply (a goroutine of the handler) leaves
+// the record replied, which it overwrote before.
 func (b *Bus) recordWork(h *handling, state State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.replied.Load() {
+		return // the reply came first, and the record stays replied
+	}
 	s := statusOf(&h.d.Message, b.agent, state, b.agent).withDelivery(h.d)
 	s.Progress, s.LastProgress = h.progressCount()
-	b.status.record(s, false)
+	if f := b.status.record(s, false); f != nil {
+		h.progressRecord.Store(f)
+	}
 }

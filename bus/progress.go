@@ -76,13 +76,8 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	if _, err := b.Publish(ctx, m); err != nil {
 		return err
 	}
-	now := time.Now().UTC()
-	h.lastAt.Store(now.UnixNano())
-	s := statusOf(&d.Message, b.agent, StateWorking, b.agent).withDelivery(d)
-	s.Progress, s.LastProgress = int(n), now
-	if f := b.status.record(s, false); f != nil {
-		h.progressRecord.Store(f)
-	}
+	h.lastAt.Store(time.Now().UnixNano())
+	b.recordWork(h, StateWorking)
 	return nil
 }
 

@@ -519,3 +519,59 @@ func TestProgressMissedBeforeTheReply(t *testing.T) {
 		t.Errorf("updates handed before the reply %s; want 1 to %d", got, updates)
 	}
 }
+
+// TestProgressRacingTheReply: a handler whose goroutine sends progress
+// while the handler replies leaves the request replied. An update that
+// passed its check before the reply and wrote its record after it made the
+// request read working again, for good when a lookup cannot find the
+// reply (a reply with an ID of its own).
+func TestProgressRacingTheReply(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	worker, req := newBus(t, s, "worker"), newBus(t, s, "req")
+	var returned atomic.Int32
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		defer returned.Add(1)
+		var wg sync.WaitGroup
+		sent := make(chan struct{})
+		wg.Go(func() { // updates until the reply ends them
+			for i := 0; ; i++ {
+				err := d.Progress(ctx, bus.Progress{Message: "step"})
+				if i == 0 {
+					close(sent)
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+		<-sent
+		_, err := d.Reply(ctx, bus.Message{ID: "own-" + d.ID, Type: "DONE"})
+		wg.Wait()
+		return err
+	}, bus.WithConcurrency(4))
+	const n = 20
+	for i := range n {
+		if _, err := req.Request(ctx, bus.Message{ID: fmt.Sprintf("race-%d", i), To: "worker", Type: "JOB"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the handlers returned", func() (bool, string) { return returned.Load() == n, fmt.Sprint(returned.Load()) })
+	if err := worker.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var working []string
+	for i := range n {
+		id := fmt.Sprintf("race-%d", i)
+		sts, err := req.Status(ctx, id)
+		if err != nil || len(sts) != 1 {
+			t.Fatalf("Status(%s) = %+v, %v", id, sts, err)
+		}
+		if sts[0].State != bus.StateReplied {
+			working = append(working, id+" "+string(sts[0].State))
+		}
+	}
+	if len(working) > 0 {
+		t.Errorf("%d of %d requests replied to while their progress raced the reply read otherwise: %v", len(working), n, working)
+	}
+}

@@ -448,17 +448,19 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	if h != nil && h.d.ID != request.ID {
 		h = nil
 	}
+	var ack PubAck
+	var err error
 	if h != nil {
-		h.awaitProgressRecord(ctx)
+		ack, err = h.sendReply(ctx, func() (PubAck, error) { return b.Publish(ctx, m) })
+	} else {
+		ack, err = b.Publish(ctx, m)
 	}
-	ack, err := b.Publish(ctx, m)
 	if err != nil {
 		return PubAck{}, err
 	}
 	s := statusOf(request, b.agent, StateReplied, b.agent)
 	s.ReplyID = ack.ID
 	if h != nil {
-		h.replied.Store(true)
 		s.Progress, s.LastProgress = h.progressCount()
 		if !derivedID || !h.replyFound || h.d.Deliveries > 1 {
 			// Stored before the handler returns and the request is acked
