@@ -427,6 +427,7 @@ func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	}
 	if m, err := codec.Decode(raw.Header, raw.Data); err == nil {
 		b.recordDeadLetter(dl, m, agent) // on the agent's behalf
+		b.tellSender(m, dl, b.publishAsOperator)
 	}
 	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
 		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))

@@ -68,7 +68,9 @@ func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*De
 		}
 		// Delivered and not answered by its reply-by: its handler may
 		// still reply, late.
-	case StateCompleted, StateDeadLettered:
+	case StateDeadLettered:
+		return nil, fmt.Errorf("%w: %w: request %s is %s, without a reply: %s", ErrFinal, ErrDeadLettered, id, st.State, st.Reason)
+	case StateCompleted:
 		return nil, fmt.Errorf("%w: request %s is %s, without a reply", ErrFinal, id, st.State)
 	}
 	// Past the reply-by, and without a deadline of the caller's, a late
@@ -174,6 +176,10 @@ func (b *Bus) readAnswers(ctx context.Context, st Status, update func(*Delivery)
 		}
 		d := &Delivery{bus: b, Message: *m, Subject: jm.Subject(), Stream: md.Stream, Consumer: md.Consumer,
 			Sequence: md.Sequence.Stream, Deliveries: int(md.NumDelivered)}
+		if m.Type == TypeDeadLettered {
+			b.req.take(d, false) // ends the Request or Attach waiting for it
+			return false, nil
+		}
 		if _, question := d.IsInputRequest(); question || d.IsProgress() {
 			update(d)
 			return false, nil

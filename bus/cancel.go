@@ -85,10 +85,14 @@ func (b *Bus) cancelHere(ctx context.Context, id string) (Status, error) {
 // for its sender or recipient; the notice comes from "agentbus".
 func (a *Admin) Cancel(ctx context.Context, id string) (Status, error) {
 	anyone := func(Status) bool { return true }
-	return a.cancelByID(ctx, id, a.Status, anyone, operatorSender, func(ctx context.Context, m Message) (PubAck, error) {
-		m.From = operatorSender
-		return PubAck{}, a.publishAs(ctx, m)
-	})
+	return a.cancelByID(ctx, id, a.Status, anyone, operatorSender, a.publishAsOperator)
+}
+
+// publishAsOperator publishes m from "agentbus", as the notices of an
+// operator's cancel and of its dead-letter watcher come.
+func (a *Admin) publishAsOperator(ctx context.Context, m Message) (PubAck, error) {
+	m.From = operatorSender
+	return PubAck{}, a.publishAs(ctx, m)
 }
 
 // cancelAttempts bounds how often a cancel reads a record again that

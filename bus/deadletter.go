@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/codec/profiles"
 	"github.com/agentbus/agentbus/consumers"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -258,6 +260,7 @@ func (b *Bus) deadLetter(cm *consumers.Msg, m *Message, r DeadLetterReason, reas
 		return err
 	}
 	b.recordDeadLetter(dl, m, b.agent)
+	b.tellSender(m, dl, b.Publish)
 	return nil
 }
 
@@ -272,6 +275,98 @@ func (b *client) recordDeadLetter(dl deadLetter, m *Message, by string) {
 	s.Stream, s.Sequence, s.Deliveries = dl.stream, dl.seq, int(dl.deliveries)
 	s.Reason = fmt.Sprintf("%s: %v", dl.reason, dl.err)
 	b.status.record(s, false)
+}
+
+// TypeDeadLettered is the type of the notice the bus sends the sender of a
+// request that was dead-lettered (its handler failed on every delivery
+// allowed, rejected it, or never settled it), so that a Request or a Gather
+// waiting for the reply ends at once, where it waited out its deadline: a
+// Request with a *DeadLetteredError. The notice comes from the request's
+// recipient, or from "agentbus" when an operator's dead-letter watcher
+// dead-lettered it (ReasonUnsettled); its causation is the request, its
+// data says why (JSON: id, from, to, reason, error), and it expires at the
+// request's reply-by. A subscriber takes it and hands it to no handler.
+const TypeDeadLettered = "agentbus.dead_lettered"
+
+// ErrDeadLettered is wrapped by the error of a Request whose request was
+// dead-lettered while it waited (*DeadLetteredError).
+var ErrDeadLettered = errors.New("bus: request dead-lettered")
+
+// DeadLetteredError is returned by a Request whose request was
+// dead-lettered while it waited; it wraps ErrDeadLettered.
+type DeadLetteredError struct {
+	ID     string           // the request's ID
+	Agent  string           // the agent that could not handle it
+	Reason DeadLetterReason // why it was dead-lettered
+	Err    string           // the last error, as the dead letter has it
+}
+
+func (e *DeadLetteredError) Error() string {
+	if e.Err == "" {
+		return fmt.Sprintf("request %s dead-lettered at %s: %s", e.ID, e.Agent, e.Reason)
+	}
+	return fmt.Sprintf("request %s dead-lettered at %s: %s: %s", e.ID, e.Agent, e.Reason, e.Err)
+}
+
+// Unwrap returns ErrDeadLettered.
+func (e *DeadLetteredError) Unwrap() error { return ErrDeadLettered }
+
+// deadLetteredNotice is the data of a TypeDeadLettered notice.
+type deadLetteredNotice struct {
+	ID     string           `json:"id"`
+	From   string           `json:"from"`
+	To     string           `json:"to"`
+	Reason DeadLetterReason `json:"reason"`
+	Error  string           `json:"error,omitempty"`
+}
+
+// tellSender sends the sender of m, dead-lettered as dl says, a
+// TypeDeadLettered notice with publish when m is a request whose sender
+// may still wait for its reply: one with a reply-by to come, from another
+// agent, that its recipient did not answer with a protocol rejection
+// (checkNative) and whose sender the subject vouched for (not
+// ReasonSenderMismatch). Progress updates and the bus's own notices are
+// no requests. A failure goes to the error handler: the Request then
+// waits out its deadline, as before.
+func (c *client) tellSender(m *Message, dl deadLetter, publish func(context.Context, Message) (PubAck, error)) {
+	if m == nil || m.From == dl.agent || m.From == operatorSender || subjects.ValidateID(m.From) != nil ||
+		m.Extensions[ExtProgress] != "" || m.Type == TypeCancel || m.Type == TypeDeadLettered {
+		return
+	}
+	replyBy, err := time.Parse(time.RFC3339Nano, m.Extensions[ExtReplyBy])
+	if err != nil || m.CausationID != "" && m.ID == replyIDOf(m.CausationID) {
+		return // not a request, or a reply to one
+	}
+	switch dl.reason {
+	case ReasonMaxDeliveries, ReasonRejected, ReasonUnsettled:
+	case ReasonInvalidNative:
+		if p, ok := profiles.ForDataSchema(m.DataSchema); ok {
+			if _, rejects := p.(profiles.Rejecter); rejects {
+				return // the protocol's rejection is the answer
+			}
+		}
+	default:
+		return
+	}
+	untilReplyBy := time.Until(replyBy)
+	if untilReplyBy <= 0 {
+		return // nobody waits any more
+	}
+	n := deadLetteredNotice{ID: m.ID, From: m.From, To: dl.agent, Reason: dl.reason}
+	if dl.err != nil {
+		n.Error = oneLine(dl.err.Error(), maxErrorHeader)
+	}
+	data, err := json.Marshal(n)
+	if err != nil {
+		return
+	}
+	notice := Message{To: m.From, Type: TypeDeadLettered, Priority: m.Priority, CorrelationID: conversationOf(m), CausationID: m.ID,
+		ContentType: "application/json", Data: data, TTL: max(untilReplyBy, time.Second)}
+	ctx, cancel := context.WithTimeout(context.Background(), publishAttemptTimeout)
+	defer cancel()
+	if _, err := publish(ctx, notice); err != nil {
+		c.opts.onError(fmt.Errorf("tell %s that its request %s was dead-lettered: %w", m.From, m.ID, err))
+	}
 }
 
 // DeadLetter is a message kept on the dead-letter stream.

@@ -364,3 +364,152 @@ func TestDeadLetterListShowReplayPurge(t *testing.T) {
 		t.Errorf("after purge: %d dead letters", len(rest))
 	}
 }
+
+// TestRequestDeadLettered: a Request whose request is dead-lettered ends at
+// once with a *DeadLetteredError saying why, from the recipient's bus
+// (rejected, failed on every delivery) or from an operator's dead-letter
+// watcher (never settled). It waited out its deadline. The notice that
+// ends it reaches no handler of the requester, and Attach to the request
+// says it was dead-lettered.
+func TestRequestDeadLettered(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		reason bus.DeadLetterReason
+		opts   []bus.SubscribeOption
+		err    string
+	}{
+		{name: "rejected", reason: bus.ReasonRejected, err: "no such tool"},
+		{name: "failed on every delivery", reason: bus.ReasonMaxDeliveries, err: "flaky",
+			opts: []bus.SubscribeOption{bus.WithMaxDeliver(2), bus.WithBackoff(func(int) time.Duration { return time.Millisecond })}},
+		{name: "never settled", reason: bus.ReasonUnsettled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newServer(t)
+			orch := newBus(t, s, "orch")
+			rec := newRecorder()
+			subscribe(t, orch, rec.handle)
+			ctx := testContext(t)
+			type result struct {
+				d   *bus.Delivery
+				err error
+			}
+			done := make(chan result, 1)
+			send := func() {
+				go func() {
+					d, err := orch.Request(ctx, bus.Message{ID: "doomed", To: "agent", Type: "crasher"})
+					done <- result{d, err}
+				}()
+			}
+			if c.reason == bus.ReasonUnsettled {
+				ops := adminOf(t, s)
+				wctx, cancel := context.WithCancel(context.Background())
+				watched := make(chan error, 1)
+				go func() { watched <- ops.WatchDeadLetters(wctx) }()
+				t.Cleanup(func() { cancel(); <-watched })
+				nc := embeddedtest.Connect(t, s)
+				agent, err := bus.New(nc, "agent")
+				if err != nil {
+					t.Fatal(err)
+				}
+				started := make(chan struct{}, 1)
+				sub, err := agent.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+					started <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				}, lastDelivery...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				send()
+				<-started
+				nc.Close() // crash: the delivery is never settled
+				sub.Stop()
+				<-sub.Done()
+				agent.Close()
+			} else {
+				agent := newBus(t, s, "agent")
+				subscribe(t, agent, func(context.Context, *bus.Delivery) error {
+					if c.reason == bus.ReasonRejected {
+						return bus.Permanent(errors.New(c.err))
+					}
+					return errors.New(c.err)
+				}, c.opts...)
+				send()
+			}
+			r := <-done
+			var de *bus.DeadLetteredError
+			if !errors.As(r.err, &de) || !errors.Is(r.err, bus.ErrDeadLettered) {
+				t.Fatalf("Request = %v, %v; want a *DeadLetteredError", r.d, r.err)
+			}
+			if de.ID != "doomed" || de.Agent != "agent" || de.Reason != c.reason || !strings.Contains(de.Err, c.err) {
+				t.Errorf("DeadLetteredError %+v, want request doomed at agent, %s, %q", de, c.reason, c.err)
+			}
+			_, err := orch.Attach(ctx, "doomed")
+			if !errors.Is(err, bus.ErrDeadLettered) || !errors.Is(err, bus.ErrFinal) {
+				t.Errorf("Attach = %v; want ErrDeadLettered and ErrFinal", err)
+			}
+			// After the notice, in the same queue: the notice reached no
+			// handler.
+			other := newBus(t, s, "other")
+			publish(t, other, bus.Message{To: "orch", Type: "marker"})
+			for _, d := range rec.waitCount(t, 1) {
+				if d.Type != "marker" {
+					t.Errorf("the requester's handler got %s %s", d.Type, d.Data)
+				}
+			}
+		})
+	}
+}
+
+// TestGatherCopyEnded: a Gather whose copy is dead-lettered, or canceled by
+// its sender, counts it failed at once and ends when the replies it wants
+// can no longer come. It waited out its deadline.
+func TestGatherCopyEnded(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		state bus.State
+	}{
+		{name: "dead-lettered", state: bus.StateDeadLettered},
+		{name: "canceled", state: bus.StateCanceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newServer(t)
+			ctx := testContext(t)
+			lead := newBus(t, s, "lead")
+			held := make(chan string, 1)
+			for _, name := range []string{"a", "b", "c"} {
+				member := newBus(t, s, name)
+				subscribe(t, member, func(ctx context.Context, d *bus.Delivery) error {
+					switch {
+					case name == "b" && c.state == bus.StateDeadLettered:
+						return bus.Permanent(errors.New("cannot"))
+					case name == "b":
+						held <- d.ID
+						<-ctx.Done() // until canceled
+						return ctx.Err()
+					}
+					_, err := d.Reply(ctx, bus.Message{Type: "VOTE"})
+					return err
+				})
+			}
+			if c.state == bus.StateCanceled {
+				go func() {
+					id := <-held
+					if _, err := lead.Cancel(ctx, id); err != nil {
+						t.Errorf("Cancel(%s): %v", id, err)
+					}
+				}()
+			}
+			res, err := lead.Gather(ctx, bus.Message{Type: "VOTE?"}, []string{"a", "b", "c"})
+			if !errors.Is(err, bus.ErrTooFewReplies) || errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Gather = %v; want ErrTooFewReplies, before the deadline", err)
+			}
+			if res == nil {
+				t.Fatal("no result")
+			}
+			if !res.Replied("a") || !res.Replied("c") || len(res.Failed) != 1 || res.Failed[0].To != "b" || res.Failed[0].State != c.state || len(res.TimedOut) != 0 {
+				t.Errorf("result: replies %d, failed %+v, timed out %v; want a and c replied, b %s", len(res.Replies), res.Failed, res.TimedOut, c.state)
+			}
+		})
+	}
+}

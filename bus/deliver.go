@@ -186,6 +186,10 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		b.takeNotice(ctx, m)
 		return nil
 	}
+	if m.Type == TypeDeadLettered && m.CausationID != "" {
+		b.req.take(d, false) // ends the Request waiting for it, if any; no handler's business
+		return nil
+	}
 	_, exchange := m.Extensions[ExtReplyBy] // a request, or a reply to one
 	skip, wait := b.settledElsewhere(ctx, d, exchange, maxDeliver)
 	if wait > 0 {

@@ -65,8 +65,10 @@ func (r *GatherResult) Replied(agent string) bool {
 }
 
 // Gather sends request m to each of agents and collects their replies as
-// they come, until it has as many as it wants (Want; all by default), the
-// replies stall (StallTimeout), or ctx ends (its deadline, else the
+// they come, until it has as many as it wants (Want; all by default),
+// every copy has replied or ended without a reply (canceled, or
+// dead-lettered: TypeDeadLettered), the replies stall (StallTimeout), or
+// ctx ends (its deadline, else the
 // request timeout, is every copy's reply-by, and a copy still queued then
 // expires unread). Each agent gets its own copy, as PublishGroup sends
 // them, and replies to it with Reply, as to any request.
@@ -130,11 +132,12 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 	}
 
 	replies := make(chan *Delivery, len(asked))
+	ended := make(chan endSignal, len(asked))   // a copy canceled or dead-lettered
 	byID := make(map[string]string, len(asked)) // copy ID -> agent
 	for _, a := range asked {
 		c := copyFor(m, a)
 		id := c.ID
-		if err := b.req.waitInto(b, Status{ID: id, To: a, Time: c.Time}, replies); err != nil {
+		if err := b.req.waitInto(b, Status{ID: id, To: a, Time: c.Time}, replies, ended); err != nil {
 			b.forgetAll(byID)
 			return nil, err
 		}
@@ -154,6 +157,26 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 		return res, err
 	}
 
+	// A copy that ended without a reply counts as failed at once: the
+	// Gather ends as soon as no copy is left that could still reply.
+	endedCopies := make(map[string]bool)
+	endCopy := func(e endSignal) {
+		a, ok := byID[e.id]
+		if !ok || endedCopies[a] || res.Replied(a) {
+			return
+		}
+		c := copyFor(m, a)
+		st := Status{ID: e.id, From: b.agent, To: a, CorrelationID: m.CorrelationID, State: StateDeadLettered}
+		if e.deadLettered != nil {
+			st.Reason = fmt.Sprintf("%s: %s", e.deadLettered.Reason, e.deadLettered.Err)
+		} else if !e.verified && !b.canceledRecord(ctx, &c) {
+			return
+		} else {
+			st.State, st.By, st.Reason = StateCanceled, e.by, "canceled by "+e.by
+		}
+		endedCopies[a] = true
+		res.Failed = append(res.Failed, st)
+	}
 	var stall <-chan time.Time
 	var stallTimer *time.Timer
 	defer func() {
@@ -162,7 +185,7 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 		}
 	}()
 collect:
-	for len(res.Replies) < want {
+	for len(res.Replies) < want && len(res.Replies)+len(endedCopies) < pending {
 		select {
 		case d := <-replies:
 			res.Replies = append(res.Replies, d)
@@ -174,6 +197,8 @@ collect:
 					stallTimer.Reset(o.stall)
 				}
 			}
+		case e := <-ended:
+			endCopy(e)
 		case <-stall:
 			break collect
 		case <-ctx.Done():

@@ -203,8 +203,8 @@ func TestGatherReviewRound(t *testing.T) {
 		t.Errorf("Attach to the late copy = %+v, %v", d, err)
 	}
 
-	// Wanting more than can come: the round ends at its stall timeout
-	// with what it got.
+	// Wanting more than can come: the round ends with what it got once
+	// every copy replied or was dead-lettered, before its stall timeout.
 	res, err = lead.Gather(rctx, bus.Message{Type: "REVIEW_REQUEST"}, []string{"fast-1", "fast-2", "failing"}, bus.StallTimeout(500*time.Millisecond))
 	if !errors.Is(err, bus.ErrTooFewReplies) || errors.Is(err, context.DeadlineExceeded) || len(res.Replies) != 2 || rctx.Err() != nil {
 		t.Errorf("Gather wanting 3 of which 2 can = %+v, %v", res, err)

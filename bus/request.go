@@ -42,7 +42,11 @@ const ExtReplyBy = "replyby"
 // (DoBy: the handler's context ends there too) or an idle timeout
 // (IdleTimeout, reset by each progress update). A request canceled while
 // Request waits (Cancel, by its recipient, an operator or another process
-// of the agent too) returns a *CanceledError (errors.Is ErrCanceled).
+// of the agent too) returns a *CanceledError (errors.Is ErrCanceled). A
+// request dead-lettered while Request waits (its handler rejected it,
+// failed on every delivery allowed, or never settled it) returns a
+// *DeadLetteredError (errors.Is ErrDeadLettered), from the notice its
+// recipient, or an operator's dead-letter watcher, sends (TypeDeadLettered).
 // Close ends a Request still waiting with an error wrapping ErrClosed; its
 // reply, when it comes, goes to a handler of the agent like any late
 // reply.
@@ -229,9 +233,13 @@ wait:
 		case <-w.news:
 			follow()
 			resetIdle() // after the callbacks: their time is the requester's, not the work's
-		case c := <-w.cancel:
-			if c.verified || b.canceledRecord(ctx, m) {
-				failed = &CanceledError{ID: m.ID, By: c.by}
+		case e := <-w.ended:
+			if e.deadLettered != nil {
+				failed = e.deadLettered
+				break wait
+			}
+			if e.verified || b.canceledRecord(ctx, m) {
+				failed = &CanceledError{ID: m.ID, By: e.by}
 				break wait
 			}
 		case <-check.C():
@@ -565,11 +573,11 @@ type waiter struct {
 	// request is what the answers are read from the stream by after a
 	// reconnect (readAnswers): the request's ID, recipient and time.
 	request Status
-	reply   chan *Delivery    // room for the reply (a Gather's is shared by its copies)
-	cancel  chan cancelSignal // capacity 1
-	news    chan struct{}     // capacity 1: a progress update or question came
-	follow  bool              // the Request follows progress (OnProgress)
-	answer  bool              // the Request answers questions (OnInput)
+	reply   chan *Delivery // room for the reply (a Gather's is shared by its copies)
+	ended   chan endSignal // capacity 1 (a Gather's is shared by its copies, with room for each)
+	news    chan struct{}  // capacity 1: a progress update or question came
+	follow  bool           // the Request follows progress (OnProgress)
+	answer  bool           // the Request answers questions (OnInput)
 	// updates are the progress updates and questions taken and not yet
 	// handed to the Request, in order, under requests.mu: as many as the
 	// recipient sends before the Request's function catches up, so none is
@@ -589,25 +597,37 @@ type waiter struct {
 	held       []*Delivery
 }
 
-// cancelSignal tells a Request its request was canceled by an agent; a
-// notice that came over the network is verified against the record first.
-type cancelSignal struct {
-	by       string
-	verified bool
+// endSignal tells a Request its request ended without a reply: canceled
+// by an agent (by; a notice that came over the network is verified
+// against the record first), or dead-lettered (TypeDeadLettered).
+type endSignal struct {
+	id           string // the request's
+	by           string
+	verified     bool
+	deadLettered *DeadLetteredError
+}
+
+// end tells w its request ended, unless it was told already.
+func (w *waiter) end(e endSignal) {
+	select {
+	case w.ended <- e:
+	default:
+	}
 }
 
 // wait registers a Request for the reply to request, which needs its ID,
 // recipient and time, and makes sure the process listens on the agent's
 // subjects.
 func (r *requests) wait(b *Bus, request Status, ro requestOptions) (*waiter, error) {
-	w := &waiter{request: request, reply: make(chan *Delivery, 1), cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1),
+	w := &waiter{request: request, reply: make(chan *Delivery, 1), ended: make(chan endSignal, 1), news: make(chan struct{}, 1),
 		follow: ro.onProgress != nil, answer: ro.onInput != nil}
 	return w, r.register(b, w)
 }
 
-// waitInto registers a copy of a Gather, whose reply goes to replies.
-func (r *requests) waitInto(b *Bus, request Status, replies chan *Delivery) error {
-	return r.register(b, &waiter{request: request, reply: replies, cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1)})
+// waitInto registers a copy of a Gather, whose reply goes to replies and
+// whose end without one to ended.
+func (r *requests) waitInto(b *Bus, request Status, replies chan *Delivery, ended chan endSignal) error {
+	return r.register(b, &waiter{request: request, reply: replies, ended: ended, news: make(chan struct{}, 1)})
 }
 
 // register makes w wait for the reply to its request.
@@ -721,10 +741,7 @@ func (r *requests) cancel(id, by string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w, ok := r.waiting[id]; ok {
-		select {
-		case w.cancel <- cancelSignal{by: by, verified: true}:
-		default:
-		}
+		w.end(endSignal{id: id, by: by, verified: true})
 	}
 }
 
@@ -763,6 +780,16 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 	if !ok {
 		return false, false
 	}
+	if d.Type == TypeDeadLettered {
+		// Not taken either: the request's recipient, or an operator's
+		// dead-letter watcher, says it ended without a reply.
+		var n deadLetteredNotice
+		if (d.From == w.request.To || d.From == operatorSender) && json.Unmarshal(d.Data, &n) == nil && n.ID == d.CausationID {
+			w.end(endSignal{id: n.ID, verified: true,
+				deadLettered: &DeadLetteredError{ID: n.ID, Agent: w.request.To, Reason: n.Reason, Err: n.Error}})
+		}
+		return false, false
+	}
 	if d.Type != TypeCancel && d.From != w.request.To {
 		// Only the agent asked answers: another that knows the request's
 		// ID (a Gather's other member, which can derive its copies' IDs)
@@ -778,10 +805,7 @@ func (r *requests) take(d *Delivery, live bool) (took, again bool) {
 		// goes its own way.
 		var n cancelNotice
 		if json.Unmarshal(d.Data, &n) == nil && n.ID == d.CausationID {
-			select {
-			case w.cancel <- cancelSignal{by: n.By}:
-			default:
-			}
+			w.end(endSignal{id: n.ID, by: n.By})
 		}
 		return false, false
 	}
@@ -853,7 +877,7 @@ func (w *waiter) queue(d *Delivery, hold bool) {
 // a progress update, a question nor a cancel notice.
 func isReply(d *Delivery) bool {
 	_, question := d.IsInputRequest()
-	return !question && !d.IsProgress() && d.Type != TypeCancel
+	return !question && !d.IsProgress() && d.Type != TypeCancel && d.Type != TypeDeadLettered
 }
 
 // release ends w's catching up: the answers held meanwhile go to it, in

@@ -239,7 +239,7 @@ func TestReplyIDOf(t *testing.T) {
 func TestHeldReplyOfARequestThatGaveUp(t *testing.T) {
 	var r requests
 	w := &waiter{request: Status{ID: "request", To: "worker"}, reply: make(chan *Delivery, 1),
-		cancel: make(chan cancelSignal, 1), news: make(chan struct{}, 1), follow: true}
+		ended: make(chan endSignal, 1), news: make(chan struct{}, 1), follow: true}
 	r.waiting = map[string]*waiter{"request": w}
 	r.lost() // the connection dropped
 	reply := &Delivery{Message: Message{ID: "reply", From: "worker", CausationID: "request"}}

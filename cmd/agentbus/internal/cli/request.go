@@ -61,7 +61,9 @@ Without a reply in time it exits 1 with an error that names the request
 and the deadline that passed; 'agentbus status ID' shows where the request
 is, a reply that comes later goes to the inbox of --from (marked late), and
 'agentbus attach ID' takes the request up again. A request canceled while
-it waits ('agentbus cancel') exits 1 saying who canceled it.`,
+it waits ('agentbus cancel') exits 1 saying who canceled it, and one
+dead-lettered while it waits (its handler rejected it or failed on every
+delivery) exits 1 saying why ('agentbus dlq' shows it).`,
 		Example: `  agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --timeout 30s
   agentbus request --from lead --to worker --type REVIEW --data 'PR 42' --json | jq .data
   agentbus request --from lead --to worker --type REVIEW --timeout 1h --idle-timeout 2m --follow
@@ -251,9 +253,12 @@ func (a *app) printProgress(u *bus.Delivery, asJSON bool) {
 func requestError(err error, m bus.Message, timeout time.Duration) error {
 	var de *bus.DeadlineError
 	var ce *bus.CanceledError
+	var dle *bus.DeadLetteredError
 	switch {
 	case errors.As(err, &ce):
 		return fmt.Errorf("request %s: canceled by %s", ce.ID, ce.By)
+	case errors.As(err, &dle):
+		return fmt.Errorf("%w; 'agentbus dlq list --agent %s' shows it", dle, dle.Agent)
 	case errors.As(err, &de) && de.Kind == "idle":
 		return fmt.Errorf("request %s to %s: nothing heard for %s; it was canceled", de.ID, de.To, formatDuration(de.Idle))
 	case errors.As(err, &de) && de.Kind == "do-by":

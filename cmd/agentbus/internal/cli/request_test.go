@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -72,6 +73,23 @@ func TestRequestReplyRoundTrip(t *testing.T) {
 			t.Errorf("reply = %+v, want the worker's RESULT to req-json in conv-json", m)
 		}
 	})
+}
+
+// TestRequestDeadLettered: a request its handler rejects exits 1 at once,
+// saying it was dead-lettered, why, and where to look. It waited out its
+// --timeout.
+func TestRequestDeadLettered(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	handle(t, agentBus(t, url, "worker"), func(context.Context, *bus.Delivery) error {
+		return bus.Permanent(errors.New("no such tool"))
+	})
+	r := runIn(t, "", "--server", url, "request", "--from", "lead", "--to", "worker", "--id", "doomed", "--type", "RUN", "--timeout", "10m")
+	checkOneErrorLine(t, r)
+	want := "request doomed dead-lettered at worker: rejected: no such tool; 'agentbus dlq list --agent worker' shows it"
+	if r.code != exitError || r.stdout != "" || !strings.Contains(r.stderr, want) {
+		t.Errorf("request rejected: exit %d, stdout %q, stderr %q; want exit 1 and %q", r.code, r.stdout, r.stderr, want)
+	}
 }
 
 // TestRequestProfile sends a native coordination question with its
