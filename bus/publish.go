@@ -37,7 +37,8 @@ type PubAck struct {
 // their defaults (see codec.Message.SetDefaults); From must be empty or the
 // bus's agent. The message ID becomes the JetStream Nats-Msg-Id, so
 // publishing the same ID again, for example on a retry, stores it once and
-// reports Duplicate. A TTL sets the expirytime attribute (Time + TTL) and
+// reports Duplicate; an ID with a space at either end, which that header
+// cannot carry, is refused (ErrInvalidMessage). A TTL sets the expirytime attribute (Time + TTL) and
 // Nats-TTL, the time left until then in whole seconds, rounded up; a
 // request (it carries ExtReplyBy) sent with lifecycle tracking gets no
 // Nats-TTL: it stays in the stream, and its recipient drops it unread past
@@ -258,6 +259,12 @@ func (b *client) encode(m *Message) (*nats.Msg, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if id := m.ID; id[0] == ' ' || id[len(id)-1] == ' ' {
+		// The server trims a header value's spaces: " a" and "a" would
+		// deduplicate as one ID, and the second be dropped.
+		return nil, &codec.FieldError{Field: "ID", Value: id,
+			Err: fmt.Errorf("%w: a space at either end, which JetStream's Nats-Msg-Id header drops (the ID would deduplicate as another)", ErrInvalidMessage)}
 	}
 	subject, err := b.subjectOf(m)
 	if err != nil {

@@ -101,3 +101,25 @@ func TestAsyncPublish(t *testing.T) {
 	subscribe(t, newBus(t, s, "agent"), r.handle, bus.WithPrefetch(32), bus.WithConcurrency(4))
 	r.waitCount(t, 100)
 }
+
+// TestPublishIDWithASpaceAtAnEnd: an ID with a space at either end is
+// refused. The server trims the Nats-Msg-Id header's value, so " job-1"
+// was stored as a duplicate of "job-1": Publish reported Duplicate, and the
+// message was lost.
+func TestPublishIDWithASpaceAtAnEnd(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "sender")
+	ctx := testContext(t)
+	for _, id := range []string{"job-1", "job-2\u00a0", "\u3000job-3", "job 4"} {
+		if ack, err := b.Publish(ctx, bus.Message{ID: id, To: "worker", Type: "T"}); err != nil || ack.Duplicate {
+			t.Errorf("Publish(%q) = %+v, %v; want it stored", id, ack, err)
+		}
+	}
+	for _, id := range []string{" job-1", "job-1 "} {
+		ack, err := b.Publish(ctx, bus.Message{ID: id, To: "worker", Type: "T"})
+		var fe *codec.FieldError
+		if !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "ID" {
+			t.Errorf("Publish(%q) = %+v, %v; want a FieldError on ID wrapping ErrInvalidMessage", id, ack, err)
+		}
+	}
+}
