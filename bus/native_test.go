@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -135,5 +136,34 @@ func TestInvalidNativeFromRawPublisher(t *testing.T) {
 	}
 	if got := r.deliveries(); len(got) != 0 {
 		t.Errorf("the invalid message reached the handler: %v", r.types())
+	}
+}
+
+// TestMessageErrorGoesToTheSender: the MESSAGE_ERROR for an invalid
+// basemessage goes to its sender, whom the subject vouches for, whatever
+// its native from says. It went to the agent the native from named: an
+// agent that sent nothing got it, or with "*" every agent did, and the
+// sender got nothing addressed to it.
+func TestMessageErrorGoesToTheSender(t *testing.T) {
+	for _, claimed := range []string{"alice", "*"} {
+		t.Run(claimed, func(t *testing.T) {
+			s := newServer(t)
+			native := []byte(`{"messageId":"msg-9","correlationId":"c-9","timestamp":"2024-01-01T12:00:00Z",` +
+				`"from":"` + claimed + `","to":"worker","type":"STATUS_UPDATE","payload":{}}`) // no version: invalid
+			m := bus.Message{ID: "msg-9", To: "worker", Type: "STATUS_UPDATE", CorrelationID: "c-9",
+				ContentType: "application/json", DataSchema: profiles.BaseMessage{}.DataSchema(), Data: native}
+			toSender := newRecorder()
+			mallory := newBus(t, s, "mallory")
+			subscribe(t, mallory, toSender.handle)
+			if _, err := mallory.Publish(testContext(t), m); err != nil {
+				t.Fatal(err)
+			}
+			subscribe(t, newBus(t, s, "worker"), newRecorder().handle)
+			d := toSender.waitCount(t, 1)[0]
+			var reply struct{ To string }
+			if d.Type != profiles.TypeMessageError || d.To != "mallory" || json.Unmarshal(d.Data, &reply) != nil || reply.To != "mallory" {
+				t.Errorf("the sender got %s to %q (native to %q), want a MESSAGE_ERROR to mallory", d.Type, d.To, reply.To)
+			}
+		})
 	}
 }

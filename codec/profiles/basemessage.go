@@ -137,9 +137,12 @@ func ErrorCode(err error) string {
 // payload.originalMessageId, the original correlationId, replyTo set to the
 // original message ID, errorType code and details detail. The original's
 // native fields (orig.Data) are used where they can be read, the event's
-// (orig.ID, orig.From, orig.CorrelationID) otherwise, so that input too
-// broken to parse still gets its reply. The reply gets a new random
-// messageId and timestamp now.
+// (orig.ID, orig.CorrelationID) otherwise, so that input too broken to
+// parse still gets its reply. The reply goes to the event's sender
+// (orig.From), whom the bus checked against its subject; the native from
+// only when the event names none: a message that claims another sender in
+// its native from (or "*") would send that agent (or everyone) the error.
+// The reply gets a new random messageId and timestamp now.
 //
 // A code other than INVALID_FORMAT, UNKNOWN_TYPE and MISSING_FIELD, an
 // empty from, or an original with no sender or ID fails with an error
@@ -162,7 +165,10 @@ func (p BaseMessage) ErrorReply(orig *codec.Message, code, detail, from string, 
 		return event
 	}
 	origID := pick("messageId", orig.ID)
-	to := pick("from", orig.From)
+	to := orig.From
+	if to == "" {
+		to = o.str("from")
+	}
 	correlation := pick("correlationId", orig.CorrelationID)
 	if origID == "" || to == "" {
 		return nil, fmt.Errorf("%w: error reply needs the original's message ID and sender", ErrInvalid)
