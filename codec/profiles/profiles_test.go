@@ -175,7 +175,9 @@ func TestErrorReply(t *testing.T) {
 		wantTo, wantOID string
 		wantCorrelation string
 	}{
-		{"native fields", &codec.Message{ID: "ce-1", From: "ce-sender", Data: orig}, profiles.CodeMissingField, false, "planner", "req-123", "task-001"},
+		// The event's sender, whom the bus checked, wins over the native from.
+		{"native fields", &codec.Message{ID: "ce-1", From: "ce-sender", Data: orig}, profiles.CodeMissingField, false, "ce-sender", "req-123", "task-001"},
+		{"native from without the event's", &codec.Message{ID: "ce-1", Data: orig}, profiles.CodeMissingField, false, "planner", "req-123", "task-001"},
 		{"garbage falls back to event", &codec.Message{ID: "ce-1", From: "ce-sender", CorrelationID: "conv", Data: []byte("{nope")}, profiles.CodeInvalidFormat, false, "ce-sender", "ce-1", "conv"},
 		{"bad code", &codec.Message{ID: "ce-1", From: "ce-sender", Data: orig}, "OOPS", true, "", "", ""},
 		{"no sender", &codec.Message{ID: "ce-1", Data: []byte("x")}, profiles.CodeInvalidFormat, true, "", "", ""},
