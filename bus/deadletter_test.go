@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
@@ -512,4 +513,36 @@ func TestGatherCopyEnded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestImpersonatedOwnBroadcast: a broadcast on another agent's subject
+// whose event claims to come from the recipient is dead-lettered by that
+// recipient too (sender_mismatch), as by every other. The recipient took
+// it for its own broadcast, by the event alone, and dropped it unhandled.
+func TestImpersonatedOwnBroadcast(t *testing.T) {
+	s := newServer(t)
+	worker, alice := newBus(t, s, "worker"), newBus(t, s, "alice")
+	subscribe(t, worker, newRecorder().handle)
+	subscribe(t, alice, newRecorder().handle)
+	m := &codec.Message{ID: "fake-1", From: "worker", To: "*", Type: "T", Priority: 3}
+	h, data, err := codec.Binary{}.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := subjects.Default().Broadcast("mallory", "T", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(embeddedtest.Connect(t, s))
+	if _, err := js.PublishMsg(testContext(t), &nats.Msg{Subject: subject, Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both recipients' sender_mismatch dead letters", func() (bool, string) {
+		got := map[string]string{}
+		for _, dl := range deadLetters(t, worker) {
+			got[dl.Header.Get(bus.HeaderDeadLetterAgent)] = dl.Header.Get(bus.HeaderDeadLetterReason)
+		}
+		mismatch := string(bus.ReasonSenderMismatch)
+		return got["worker"] == mismatch && got["alice"] == mismatch, fmt.Sprintf("dead letters by agent: %v", got)
+	})
 }

@@ -93,7 +93,7 @@ func (b *Bus) deliver(h Handler, o subscribeOptions) consumers.Handler {
 		if derr != nil {
 			m = nil
 		}
-		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) {
+		if derr == nil && m.Broadcast() && m.From == b.agent && !o.ownBroadcasts && !m.Expired(time.Now()) && b.ownSubject(cm.Subject) {
 			b.settle(cm, settlement{outcome: outcomeAck}, nil)
 			return
 		}
@@ -388,6 +388,15 @@ func (b *Bus) checkSender(subject string, m *Message) (subjects.Address, error) 
 		return addr, fmt.Errorf("%w: subject %s is from %q, event source %q", ErrSenderMismatch, subject, addr.From, m.From)
 	}
 	return addr, nil
+}
+
+// ownSubject reports whether subject names this agent as its sender: a
+// broadcast whose event says it is this agent's own is dropped unhandled
+// only then, and one on another agent's subject is dead-lettered by
+// checkSender (sender_mismatch) as every other recipient does.
+func (b *Bus) ownSubject(subject string) bool {
+	addr, err := b.opts.scheme.Parse(subject)
+	return err == nil && addr.From == b.agent
 }
 
 // countDeadLetter and countExpired count a terminated message of dest.
