@@ -3,6 +3,8 @@ package bus
 import (
 	"errors"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
 )
@@ -25,7 +27,7 @@ var (
 	// quorum; retrying later (with the same message ID) is safe.
 	ErrUnavailable = errors.New("bus: stream unavailable")
 	// ErrPayloadTooLarge means the encoded message exceeds the server's
-	// maximum payload.
+	// maximum payload, or the stream's (StreamConfig.MaxMsgSize).
 	ErrPayloadTooLarge = errors.New("bus: message too large")
 	// ErrSenderMismatch is the reason a message is dead-lettered, unhandled,
 	// when its CloudEvents source names another agent than the sender in its
@@ -71,3 +73,9 @@ var (
 	// used; see docs/subjects.md for the rules.
 	ErrInvalidAgentID = subjects.ErrInvalidAgentID
 )
+
+// isAPIError reports whether err is the server's JetStream API error code.
+func isAPIError(err error, code jetstream.ErrorCode) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == code
+}

@@ -469,6 +469,8 @@ func (b *Bus) publishError(stream string, msg *nats.Msg, id string, err error) e
 			id, ErrPayloadTooLarge, hn+len(msg.Data), len(msg.Data), hn, b.nc.MaxPayload(), err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("publish %s: %w: %w", id, ErrPayloadTooLarge, err)
+	case isAPIError(err, jetstream.JSErrCodeStreamMessageExceedsMaximum):
+		return fmt.Errorf("publish %s: %w: more than stream %s's MaxMsgSize: %w", id, ErrPayloadTooLarge, stream, err)
 	case errors.Is(err, nats.ErrConnectionClosed) && b.isClosed():
 		return ErrClosed
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbus/agentbus/bus"
 	"github.com/agentbus/agentbus/codec"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/embedded"
 )
 
@@ -121,5 +122,20 @@ func TestPublishIDWithASpaceAtAnEnd(t *testing.T) {
 		if !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "ID" {
 			t.Errorf("Publish(%q) = %+v, %v; want a FieldError on ID wrapping ErrInvalidMessage", id, ack, err)
 		}
+	}
+}
+
+// TestPublishOverTheStreamsMaxMsgSize: a message over the stream's
+// MaxMsgSize, under the server's max_payload, fails with
+// ErrPayloadTooLarge, as one over max_payload does. It failed with the
+// server's JetStream error (10054), which wrapped nothing of the bus's.
+func TestPublishOverTheStreamsMaxMsgSize(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	if _, err := adminOf(t, s).Provision(testContext(t), bus.StreamConfig{MaxMsgSize: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	b := newBus(t, s, "sender")
+	if _, err := b.Publish(testContext(t), bus.Message{To: "worker", Type: "T", Data: make([]byte, 4096)}); !errors.Is(err, bus.ErrPayloadTooLarge) {
+		t.Errorf("Publish of 4 KiB under a MaxMsgSize of 1 KiB = %v, want ErrPayloadTooLarge", err)
 	}
 }
