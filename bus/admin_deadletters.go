@@ -135,11 +135,37 @@ func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error
 	if dl.Message != nil {
 		id = dl.Message.ID
 	}
-	ack, err := b.republish(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: dl.Data}, id)
+	data := dl.Data
+	if dl.DataDropped > 0 {
+		if data, err = b.droppedData(ctx, dl); err != nil {
+			return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
+		}
+	}
+	ack, err := b.republish(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: data}, id)
 	if err != nil {
 		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
 	}
 	return ack, nil
+}
+
+// droppedData reads the data dl could not keep (DeadLetter.DataDropped)
+// from the original message, while its stream has it.
+func (b *Admin) droppedData(ctx context.Context, dl *DeadLetter) ([]byte, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	gone := fmt.Errorf("its data (%d bytes) was too large to keep with it, and the original, %s seq %d, is gone", dl.DataDropped, dl.Stream, dl.StreamSequence)
+	s, err := b.js.Stream(ctx, dl.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", gone, err)
+	}
+	raw, err := s.GetMsg(ctx, dl.StreamSequence)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", gone, err)
+	}
+	if raw.Subject != dl.Subject || len(raw.Data) != dl.DataDropped {
+		return nil, fmt.Errorf("%w: another message is at its place", gone)
+	}
+	return raw.Data, nil
 }
 
 // republish stores msg, which the admin publishes in an agent's name (a
@@ -233,11 +259,12 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 	dl.StreamSequence, _ = strconv.ParseUint(h.Get(HeaderDeadLetterSequence), 10, 64)
 	dl.Agent, _ = subjects.DecodeToken(h.Get(HeaderDeadLetterAgent))
 	dl.Time, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDeadLetterTime))
+	dl.DataDropped, _ = strconv.Atoi(h.Get(HeaderDeadLetterDataDropped))
 	for k, v := range h {
 		switch k {
 		case HeaderDeadLetterReason, HeaderDeadLetterError, HeaderDeadLetterDeliveries, HeaderDeadLetterStream,
 			HeaderDeadLetterSequence, HeaderDeadLetterSubject, HeaderDeadLetterAgent, HeaderDeadLetterTime,
-			jetstream.MsgIDHeader:
+			HeaderDeadLetterDataDropped, jetstream.MsgIDHeader:
 		default:
 			dl.Header[k] = v
 		}
@@ -422,7 +449,8 @@ func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
 		header:     raw.Header,
 		data:       raw.Data,
 	}
-	if err := b.writeDeadLetter(ctx, dl); err != nil {
+	dropped, err := b.writeDeadLetter(ctx, dl)
+	if err != nil {
 		return err
 	}
 	if m, err := codec.Decode(raw.Header, raw.Data); err == nil {
@@ -432,8 +460,9 @@ func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
 	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
 		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))
 	// A direct message concerns this agent alone; a broadcast stays for the
-	// agents that have not handled it yet.
-	if addr, err := b.opts.scheme.Parse(raw.Subject); err == nil && addr.Kind == subjects.KindDirect {
+	// agents that have not handled it yet. One whose data the dead letter
+	// could not keep stays too, for its replay.
+	if addr, err := b.opts.scheme.Parse(raw.Subject); err == nil && addr.Kind == subjects.KindDirect && !dropped {
 		if err := s.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("remove dead-lettered %s seq %d: %w", adv.Stream, adv.StreamSeq, err)
 		}

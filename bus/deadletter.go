@@ -37,6 +37,11 @@ const (
 	HeaderDeadLetterAgent = "Agentbus-Dlq-Agent"
 	// HeaderDeadLetterTime is when it was dead-lettered (RFC 3339).
 	HeaderDeadLetterTime = "Agentbus-Dlq-Time"
+	// HeaderDeadLetterDataDropped is the size in bytes of the original's
+	// data when it was too large to keep beside the dead letter's headers
+	// (a message close to the server's max_payload): the dead letter has
+	// no data, and the original stays in its stream until its retention.
+	HeaderDeadLetterDataDropped = "Agentbus-Dlq-Data-Dropped"
 	// HeaderDeadLetterOrigPrefix prefixes the JetStream control headers of
 	// the original message (Nats-Expected-Stream, Nats-TTL, Nats-Rollup,
 	// ...), which a dead letter keeps as "Agentbus-Dlq-Orig-<header>" with
@@ -155,14 +160,18 @@ func deadLetterID(dl deadLetter) string {
 }
 
 // writeDeadLetter stores dl on the dead-letter stream and waits for the ack.
-func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) error {
+// A message too large to store with the dead letter's headers is stored
+// without its data (HeaderDeadLetterDataDropped), and dropped says so: the
+// original must stay where it is. It failed, and the message was kept,
+// delivered again and never dead-lettered.
+func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) (dropped bool, err error) {
 	from, typ := "unknown", "unknown"
 	if addr, err := b.opts.scheme.Parse(dl.subject); err == nil {
 		from, typ = addr.From, addr.Type
 	}
 	subject, err := b.opts.scheme.DeadLetter(dl.agent, from, typ)
 	if err != nil {
-		return fmt.Errorf("dead-letter subject: %w", err)
+		return false, fmt.Errorf("dead-letter subject: %w", err)
 	}
 	h := deadLetterHeader(dl.header)
 	h[jetstream.MsgIDHeader] = []string{deadLetterID(dl)}
@@ -178,10 +187,17 @@ func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) error {
 	h[HeaderDeadLetterTime] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	if _, err := publishAgain(ctx, b.js, &nats.Msg{Subject: subject, Header: h, Data: dl.data}); err != nil {
-		return fmt.Errorf("write dead letter for %s seq %d: %w", dl.stream, dl.seq, b.notProvisioned(err))
+	msg := &nats.Msg{Subject: subject, Header: h, Data: dl.data}
+	_, err = publishAgain(ctx, b.js, msg)
+	if len(dl.data) > 0 && (errors.Is(err, nats.ErrMaxPayload) || isAPIError(err, jetstream.JSErrCodeStreamMessageExceedsMaximum)) {
+		h[HeaderDeadLetterDataDropped] = []string{strconv.Itoa(len(dl.data))}
+		msg.Data, dropped = nil, true
+		_, err = publishAgain(ctx, b.js, msg)
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("write dead letter for %s seq %d: %w", dl.stream, dl.seq, b.notProvisioned(err))
+	}
+	return dropped, nil
 }
 
 // deadLetterHeader returns the headers of a dead letter of a message with
@@ -256,7 +272,7 @@ func (b *Bus) deadLetter(cm *consumers.Msg, m *Message, r DeadLetterReason, reas
 		header:     cm.Header,
 		data:       cm.Data,
 	}
-	if err := b.writeDeadLetter(context.Background(), dl); err != nil {
+	if _, err := b.writeDeadLetter(context.Background(), dl); err != nil {
 		return err
 	}
 	b.recordDeadLetter(dl, m, b.agent)
@@ -394,4 +410,9 @@ type DeadLetter struct {
 	// dead letter's own headers.
 	Header nats.Header
 	Data   []byte
+	// DataDropped is the size of the original's data when it was too
+	// large to keep beside the dead letter's headers: Data is empty, and
+	// Admin.ReplayDeadLetter reads the original from Stream at
+	// StreamSequence while it is there.
+	DataDropped int
 }

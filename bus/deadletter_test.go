@@ -546,3 +546,51 @@ func TestImpersonatedOwnBroadcast(t *testing.T) {
 		return got["worker"] == mismatch && got["alice"] == mismatch, fmt.Sprintf("dead letters by agent: %v", got)
 	})
 }
+
+// TestDeadLetterOfALargeMessage: a message too large to store beside the
+// dead letter's headers (close to max_payload) is dead-lettered without
+// its data, which its replay reads from the original. The write failed:
+// the message was kept, delivered again and never dead-lettered.
+func TestDeadLetterOfALargeMessage(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	ops := adminOf(t, s)
+	ctx := testContext(t)
+	// Near the largest data Publish takes: room for the message's headers
+	// and a replay's, not for the dead letter's.
+	n := int(sender.Conn().MaxPayload())
+	for err := bus.ErrPayloadTooLarge; errors.Is(err, bus.ErrPayloadTooLarge); {
+		n -= 32
+		_, err = sender.Publish(ctx, bus.Message{To: "nobody", Type: "PROBE", Data: make([]byte, n)})
+		if err != nil && !errors.Is(err, bus.ErrPayloadTooLarge) {
+			t.Fatal(err)
+		}
+	}
+	n -= 128
+	ack, err := sender.Publish(ctx, bus.Message{To: "worker", Type: "POISON", Data: make([]byte, n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := make(chan int, 1)
+	subscribe(t, newBus(t, s, "worker"), func(ctx context.Context, d *bus.Delivery) error {
+		if d.Replayed {
+			replayed <- len(d.Data)
+			return nil
+		}
+		return bus.Permanent(errors.New("poison"))
+	})
+	raw := waitDeadLetters(t, ops, 1)[0]
+	dl, err := ops.DeadLetter(ctx, raw.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.DataDropped != n || len(dl.Data) != 0 || dl.Message == nil || dl.Message.ID != ack.ID || dl.Reason != bus.ReasonRejected {
+		t.Errorf("dead letter: data dropped %d (want %d), data %d bytes, decoded %t, reason %s", dl.DataDropped, n, len(dl.Data), dl.Message != nil, dl.Reason)
+	}
+	if _, err := ops.ReplayDeadLetter(ctx, raw.Sequence); err != nil {
+		t.Fatalf("ReplayDeadLetter: %v", err)
+	}
+	if got := <-replayed; got != n {
+		t.Errorf("replayed with %d bytes of data, want %d", got, n)
+	}
+}
