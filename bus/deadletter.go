@@ -241,19 +241,28 @@ func oneLine(s string, n int) string {
 
 // deadLetterReasonOf returns the dead-letter reason of a message terminated
 // for reason, and false if it was not dead-lettered because it only
-// expired or was canceled.
+// expired or was canceled. Only a termination the bus decided (busTerm) is
+// classified by what it wraps; a handler's error is a rejection, or a
+// failure on the last delivery allowed.
 func deadLetterReasonOf(reason error) (DeadLetterReason, bool) {
+	var bt busTerm
 	switch {
-	case reason == nil, errors.Is(reason, ErrExpired), errors.Is(reason, ErrCanceled):
+	case reason == nil:
 		return "", false
-	case errors.Is(reason, codec.ErrMalformed), errors.Is(reason, ErrMalformedSubject):
-		return ReasonMalformed, true
-	case errors.Is(reason, ErrSenderMismatch):
-		return ReasonSenderMismatch, true
-	case errors.Is(reason, ErrInvalidNative):
-		return ReasonInvalidNative, true
 	case errors.Is(reason, errMaxDeliver):
 		return ReasonMaxDeliveries, true
+	case !errors.As(reason, &bt):
+		return ReasonRejected, true
+	}
+	switch err := bt.err; {
+	case errors.Is(err, ErrExpired), errors.Is(err, ErrCanceled):
+		return "", false
+	case errors.Is(err, codec.ErrMalformed), errors.Is(err, ErrMalformedSubject):
+		return ReasonMalformed, true
+	case errors.Is(err, ErrSenderMismatch):
+		return ReasonSenderMismatch, true
+	case errors.Is(err, ErrInvalidNative):
+		return ReasonInvalidNative, true
 	}
 	return ReasonRejected, true
 }

@@ -594,3 +594,74 @@ func TestDeadLetterOfALargeMessage(t *testing.T) {
 		t.Errorf("replayed with %d bytes of data, want %d", got, n)
 	}
 }
+
+// TestHandlerErrorWrappingCanceledOrExpired: a handler's failure that
+// wraps ErrCanceled or ErrExpired (a Request of its own that was
+// canceled: *CanceledError) is dead-lettered like any other. Whether a
+// terminated message was dead-lettered was decided by errors.Is on the
+// handler's own error: its message was terminated with no dead letter, on
+// its last delivery or at once with Permanent, and read completed.
+func TestHandlerErrorWrappingCanceledOrExpired(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		opts []bus.SubscribeOption
+	}{
+		{"permanent", bus.Permanent(fmt.Errorf("ask the pricer: %w", &bus.CanceledError{ID: "sub-1", By: "pricer"})), nil},
+		{"max deliveries", fmt.Errorf("ask the pricer: %w", &bus.CanceledError{ID: "sub-1", By: "pricer"}),
+			[]bus.SubscribeOption{bus.WithMaxDeliver(2), bus.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond })}},
+		{"expired downstream", bus.Permanent(fmt.Errorf("downstream: %w", bus.ErrExpired)), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t)
+			sender := newBus(t, s, "sender")
+			worker := newBus(t, s, "worker")
+			ops := adminOf(t, s)
+			calls := make(chan struct{}, 16)
+			subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+				calls <- struct{}{}
+				return tc.err
+			}, tc.opts...)
+			ack := publish(t, sender, bus.Message{To: "worker", Type: "order"})
+			ctx := testContext(t)
+			var st []bus.Status
+			waitFor(t, "the message settled", func() (bool, string) {
+				var err error
+				st, err = ops.Status(ctx, ack.ID)
+				return err == nil && len(st) == 1 && st[0].State.Final(), fmt.Sprint(st, err)
+			})
+			dls, err := ops.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "worker"})
+			if err != nil || len(dls) != 1 || st[0].State != bus.StateDeadLettered {
+				t.Fatalf("handler failed %d times; dead letters %d (%v); status %s: terminated without a dead letter",
+					len(calls), len(dls), err, st[0].State)
+			}
+		})
+	}
+}
+
+// TestHandlerErrorWrappingMalformed: a handler that rejects a message
+// because a document inside it is not a valid CloudEvent (its error wraps
+// codec.ErrMalformed) has it dead-lettered as rejected. The same
+// classification filed it as malformed, the reason of a message the bus
+// itself refused.
+func TestHandlerErrorWrappingMalformed(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	worker := newBus(t, s, "worker")
+	ops := adminOf(t, s)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := codec.UnmarshalJSON(d.Data) // the attachment is no event
+		return bus.Permanent(fmt.Errorf("attachment: %w", err))
+	})
+	publish(t, sender, bus.Message{To: "worker", Type: "order", Data: []byte(`{"not":"an event"}`)})
+	ctx := testContext(t)
+	var dls []bus.DeadLetter
+	waitFor(t, "a dead letter", func() (bool, string) {
+		var err error
+		dls, err = ops.DeadLetters(ctx, bus.DeadLetterFilter{Agent: "worker"})
+		return err == nil && len(dls) == 1, fmt.Sprint(len(dls), err)
+	})
+	if dls[0].Reason != bus.ReasonRejected {
+		t.Fatalf("a message its handler rejected (Permanent) is dead-lettered as %q (%s), want %q", dls[0].Reason, dls[0].Error, bus.ReasonRejected)
+	}
+}

@@ -35,6 +35,22 @@ func Permanent(err error) error {
 	return permanent{err}
 }
 
+// busTerm is a termination the bus decided, not its handler: a message it
+// could not or must not hand over (undecodable, another sender than its
+// subject names, invalid for its protocol, scheduled wrongly), or whose
+// handling it ended (expired, canceled). Only these are classified by what
+// they wrap (deadLetterReasonOf); a handler's error is a rejection
+// whatever it wraps: one wrapping ErrCanceled or ErrExpired, from a Request
+// of its own say, was taken for the bus's, and its message terminated
+// without a dead letter.
+type busTerm struct{ err error }
+
+func (e busTerm) Error() string { return e.err.Error() }
+func (e busTerm) Unwrap() error { return e.err }
+
+// terminate is Permanent for a termination the bus decided (busTerm).
+func terminate(err error) error { return Permanent(busTerm{err}) }
+
 // isPermanent reports whether err, or an error it wraps, was made by
 // Permanent.
 func isPermanent(err error) bool {
@@ -129,17 +145,17 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	if derr != nil {
 		err = fmt.Errorf("decode message on %s: %w", cm.Subject, derr)
 		b.opts.onError(err)
-		return Permanent(err)
+		return terminate(err)
 	}
 	addr, err := b.checkSender(cm.Subject, m)
 	if err != nil {
 		b.opts.onError(err)
-		return Permanent(err)
+		return terminate(err)
 	}
 	fired, scheduled, err := b.checkSchedule(cm.Header, cm.Metadata, m)
 	if err != nil {
 		b.opts.onError(err)
-		return Permanent(err)
+		return terminate(err)
 	}
 	if m.To == "" {
 		// An event without the to extension (a foreign producer may leave
@@ -155,7 +171,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	}
 	if err := b.checkNative(ctx, m); err != nil {
 		b.opts.onError(err)
-		return Permanent(err)
+		return terminate(err)
 	}
 	b.reportFindings(ctx, m)
 	md := cm.Metadata
@@ -169,7 +185,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 		if ok && !by.After(m.ExpiresAt()) {
 			b.conversationExpired(ctx, m, by)
 		}
-		return Permanent(err)
+		return terminate(err)
 	}
 	f := &inFlight{d: Delivery{
 		bus:        b,
@@ -224,7 +240,7 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		defer stop()
 	}
 	if b.cancels.start(hs) {
-		return Permanent(fmt.Errorf("%w before it was handled", ErrCanceled))
+		return terminate(fmt.Errorf("%w before it was handled", ErrCanceled))
 	}
 	defer b.cancels.done(hs)
 	defer func() {
@@ -235,11 +251,11 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		}
 		switch {
 		case hs.canceled.Load() && !hs.replied.Load(): // replied, the work was done
-			err = Permanent(canceledReason(err))
+			err = terminate(canceledReason(err))
 			b.record(m, hs, StateCanceled, md, err)
 		case err != nil && hasDoBy && !time.Now().Before(doBy):
 			// Its work is void now: not retried.
-			err = Permanent(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
+			err = terminate(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
 			b.record(m, hs, StateExpired, md, err)
 		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)) && !b.repliedElsewhere(ctx, m):
 			b.record(m, hs, StateCompleted, md, nil)
