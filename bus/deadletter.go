@@ -291,10 +291,16 @@ func (b *Bus) deadLetter(cm *consumers.Msg, m *Message, r DeadLetterReason, reas
 
 // recordDeadLetter records the message dl holds, decoded as m, as
 // dead-lettered at its agent. A message that cannot be decoded (m nil) has
-// no record to update.
+// no record to update, and neither has one whose subject does not vouch
+// for its sender: its record's key names the sender and ID it claims, and
+// it wrote dead_lettered over the record of another agent's message with
+// that ID (whose request its recipient then skipped as ended).
 func (b *client) recordDeadLetter(dl deadLetter, m *Message, by string) {
-	if m == nil {
+	if m == nil || dl.reason == ReasonSenderMismatch || dl.reason == ReasonMalformed {
 		return
+	}
+	if addr, err := b.opts.scheme.Parse(dl.subject); err != nil || addr.From != m.From {
+		return // the unsettled path meets what no subscriber checked
 	}
 	s := statusOf(m, dl.agent, StateDeadLettered, by)
 	s.Stream, s.Sequence, s.Deliveries = dl.stream, dl.seq, int(dl.deliveries)

@@ -665,3 +665,50 @@ func TestHandlerErrorWrappingMalformed(t *testing.T) {
 		t.Fatalf("a message its handler rejected (Permanent) is dead-lettered as %q (%s), want %q", dls[0].Reason, dls[0].Error, bus.ReasonRejected)
 	}
 }
+
+// TestSenderMismatchWritesNoRecord: a message that names another sender
+// than its subject is dead-lettered (sender_mismatch) without a record. Its
+// dead_lettered record was written under the key of the sender and ID it
+// claims: mallory could write it over the record of a message of alice's
+// to bob, and bob then skipped alice's request with that ID unhandled (its
+// record was final).
+func TestSenderMismatchWritesNoRecord(t *testing.T) {
+	s := newServer(t)
+	alice := newBus(t, s, "alice")
+	bob := newBus(t, s, "bob")
+	var calls atomic.Int32
+	subscribe(t, bob, func(ctx context.Context, d *bus.Delivery) error {
+		calls.Add(1)
+		_, err := bob.Reply(ctx, &d.Message, bus.Message{Type: "answer"})
+		return err
+	})
+	const id = "order-42" // an ID mallory knows: a client's own, one of a conversation it is in
+	replyBy := time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)
+	forged := &codec.Message{ID: id, From: "alice", To: "bob", Type: "order", CorrelationID: id,
+		Extensions: map[string]string{bus.ExtReplyBy: replyBy}}
+	forged.SetDefaults(time.Now())
+	h, data, err := codec.Binary{}.Encode(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := embeddedtest.Connect(t, s) // mallory, publishing as itself
+	if err := raw.PublishMsg(&nats.Msg{Subject: "agentbus.agent.bob.p3.mallory.order", Header: h, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	ops := adminOf(t, s)
+	dl := waitDeadLetters(t, ops, 1)[0]
+	if r := dl.Header.Get(bus.HeaderDeadLetterReason); r != string(bus.ReasonSenderMismatch) {
+		t.Fatalf("dead-lettered as %q, want %q", r, bus.ReasonSenderMismatch)
+	}
+	if st, err := ops.Status(ctx, id); !errors.Is(err, bus.ErrNoStatus) {
+		t.Errorf("Status of alice's %s before alice sent anything = %+v, %v; want ErrNoStatus", id, st, err)
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	_, err = alice.Request(rctx, bus.Message{ID: id, To: "bob", Type: "order"})
+	if err != nil || calls.Load() != 1 {
+		t.Fatalf("alice's genuine request: %v; bob's handler ran %d times, want 1", err, calls.Load())
+	}
+}
