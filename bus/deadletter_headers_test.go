@@ -113,32 +113,7 @@ var deadLetterPaths = []deadLetterPath{
 	// The subscriber crashes while it handles the message's last allowed
 	// delivery; the server's advisory makes WatchDeadLetters dead-letter it.
 	{"unsettled", bus.ReasonUnsettled, func(t *testing.T, s *embedded.Server, agent string) {
-		nc := embeddedtest.Connect(t, s)
-		b, err := bus.New(nc, agent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		started := make(chan struct{}, 1)
-		sub, err := b.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
-			if string(d.Data) != "poison" {
-				return nil
-			}
-			started <- struct{}{}
-			<-ctx.Done()
-			return ctx.Err()
-		}, bus.WithMaxDeliver(1), bus.WithAckWait(200*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-started:
-		case <-testContext(t).Done():
-			t.Fatal("poison never delivered")
-		}
-		nc.Close() // crash: the delivery is never settled
-		sub.Stop()
-		<-sub.Done()
-		b.Close()
+		crashWhileHandling(t, s, agent, func(d *bus.Delivery) bool { return string(d.Data) == "poison" }, true)
 	}},
 }
 

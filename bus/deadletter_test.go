@@ -187,7 +187,7 @@ func testDeadLetterUnsettled(t *testing.T, withoutStream bool) {
 		}
 	}
 
-	ack := crashOnLastDelivery(t, s, sender)
+	ack := crashOnLastDelivery(t, s, sender, true)
 
 	dl := waitDeadLetters(t, ops, 1)[0]
 	if r := dl.Header.Get(bus.HeaderDeadLetterReason); r != string(bus.ReasonUnsettled) {
@@ -215,7 +215,7 @@ func testDeadLetterUnsettled(t *testing.T, withoutStream bool) {
 func TestDeadLetterUnsettledWithoutWatcher(t *testing.T) {
 	s := newServer(t)
 	sender := newBus(t, s, "sender")
-	ack := crashOnLastDelivery(t, s, sender)
+	ack := crashOnLastDelivery(t, s, sender, false)
 
 	// The agent comes back: its pull makes the server give the message
 	// up, with no watcher to hear it.
@@ -244,30 +244,61 @@ var lastDelivery = []bus.SubscribeOption{bus.WithMaxDeliver(1), bus.WithAckWait(
 
 // crashOnLastDelivery sends a message from sender to "agent", whose process
 // crashes while it handles its last allowed delivery (lastDelivery), and
-// returns its ack.
-func crashOnLastDelivery(t *testing.T, s *embedded.Server, sender *bus.Bus) bus.PubAck {
+// returns its ack; with pull, the agent comes back (crashWhileHandling).
+func crashOnLastDelivery(t *testing.T, s *embedded.Server, sender *bus.Bus, pull bool) bus.PubAck {
 	t.Helper()
 	ack := publish(t, sender, bus.Message{To: "agent", Type: "crasher"})
-	nc := embeddedtest.Connect(t, s)
-	agent, err := bus.New(nc, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{}, 1)
-	sub, err := agent.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
-		started <- struct{}{}
-		<-ctx.Done()
-		return ctx.Err()
-	}, lastDelivery...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-started
-	nc.Close() // crash: the delivery is never settled
-	sub.Stop()
-	<-sub.Done()
-	agent.Close()
+	crashWhileHandling(t, s, "agent", nil, pull)
 	return ack
+}
+
+// crashWhileHandling has a process of agent crash while it handles the
+// message match picks (any, for nil), on every delivery the server allows
+// a subscription with lastDelivery: twice its own limit (the room for
+// deliveries given back unhandled), so two. The next pull of the agent's
+// consumer, as a process that comes back makes, makes the server give the
+// message up unsettled; with pull, a process that fails the test if the
+// message reaches it makes that pull.
+func crashWhileHandling(t *testing.T, s *embedded.Server, agent string, match func(*bus.Delivery) bool, pull bool) {
+	t.Helper()
+	defer func() {
+		if pull {
+			subscribe(t, newBus(t, s, agent), func(_ context.Context, d *bus.Delivery) error {
+				if match == nil || match(d) {
+					t.Errorf("the unsettled message %s was delivered again", d.ID)
+				}
+				return nil
+			}, lastDelivery...)
+		}
+	}()
+	for range 2 {
+		nc := embeddedtest.Connect(t, s)
+		b, err := bus.New(nc, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{}, 1)
+		sub, err := b.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
+			if match != nil && !match(d) {
+				return nil
+			}
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}, lastDelivery...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-testContext(t).Done():
+			t.Fatal("the message never delivered")
+		}
+		nc.Close() // crash: the delivery is never settled
+		sub.Stop()
+		<-sub.Done()
+		b.Close()
+	}
 }
 
 // waitUnsettled waits until the unsettled stream holds n advisories.
@@ -407,26 +438,8 @@ func TestRequestDeadLettered(t *testing.T) {
 				watched := make(chan error, 1)
 				go func() { watched <- ops.WatchDeadLetters(wctx) }()
 				t.Cleanup(func() { cancel(); <-watched })
-				nc := embeddedtest.Connect(t, s)
-				agent, err := bus.New(nc, "agent")
-				if err != nil {
-					t.Fatal(err)
-				}
-				started := make(chan struct{}, 1)
-				sub, err := agent.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
-					started <- struct{}{}
-					<-ctx.Done()
-					return ctx.Err()
-				}, lastDelivery...)
-				if err != nil {
-					t.Fatal(err)
-				}
 				send()
-				<-started
-				nc.Close() // crash: the delivery is never settled
-				sub.Stop()
-				<-sub.Done()
-				agent.Close()
+				crashWhileHandling(t, s, "agent", nil, true)
 			} else {
 				agent := newBus(t, s, "agent")
 				subscribe(t, agent, func(context.Context, *bus.Delivery) error {

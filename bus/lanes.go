@@ -171,6 +171,23 @@ func (b *client) ensureConsumers(ctx context.Context, agent string, o subscribeO
 	return append(dueLanes, lanes[subjects.LowestPriority]), p1, nil
 }
 
+// serverSettings returns the consumer settings the server gets for a
+// subscription's s: a delivery limit twice its own (WithMaxDeliver). The
+// bus itself terminates a message whose handler failed on its last
+// delivery allowed (decide), so the server's limit ends only a message no
+// handler settles; its room keeps the deliveries that a stopping process
+// gives back unhandled (Stop, Drain, Close), or that a crash loses, from
+// ending a message before its handler failed. With the server's limit the
+// subscription's, a message given back on its last delivery was never
+// delivered again: with WithMaxDeliver(1), everything a stopping process
+// held.
+func serverSettings(s consumers.Settings) consumers.Settings {
+	if n := orDefault(s.MaxDeliver, consumers.DefaultMaxDeliver); n > 0 {
+		s.MaxDeliver = 2 * n
+	}
+	return s
+}
+
 // ensureSpecs makes the consumers specs describe exist with settings s,
 // and returns them, in the order of specs.
 func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s consumers.Settings) ([]jetstream.Consumer, error) {
@@ -179,7 +196,7 @@ func (b *client) ensureSpecs(ctx context.Context, specs []consumers.Spec, s cons
 	// The lookups, creates and updates are idempotent: askAgain makes them
 	// again when an answer does not come.
 	cs, err := askAgain(ctx, b.reconnects, func(ctx context.Context) ([]jetstream.Consumer, error) {
-		return consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, s)
+		return consumers.Ensure(ctx, b.js, b.opts.scheme.Stream(), specs, serverSettings(s))
 	})
 	if err != nil {
 		return nil, refusedCall(ctx, b.notProvisioned(err))

@@ -377,7 +377,11 @@ func WithAckWait(d time.Duration) SubscribeOption {
 }
 
 // WithMaxDeliver sets how many deliveries a message gets before a failing
-// one is terminated (default 5).
+// one is terminated (default 5). The server's consumers allow twice as
+// many, so that the deliveries a stopping process gives back unhandled,
+// or a crash loses, do not end a message (serverSettings): a message
+// whose process crashes on every delivery is given up after 2n, and
+// dead-lettered as unsettled by WatchDeadLetters.
 func WithMaxDeliver(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if n <= 0 {

@@ -836,3 +836,40 @@ func TestLookWithoutAnswerCreatesNoConsumer(t *testing.T) {
 		}
 	}
 }
+
+// TestStopOnTheLastDeliveryGivesBack: the messages a stopping process held,
+// on their last delivery allowed (WithMaxDeliver(1): every delivery),
+// reach the next process. The server's delivery limit was the
+// subscription's, so a message given back on it was never delivered
+// again: the next process got none of the four.
+func TestStopOnTheLastDeliveryGivesBack(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	for i := range 4 {
+		publish(t, sender, bus.Message{To: "agent", Type: fmt.Sprintf("job-%d", i)})
+	}
+	opts := []bus.SubscribeOption{bus.WithMaxDeliver(1), bus.WithPrefetch(10), bus.WithAckWait(time.Minute)}
+	first := newBus(t, s, "agent")
+	started := make(chan struct{}, 1)
+	sub := subscribe(t, first, func(ctx context.Context, d *bus.Delivery) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, opts...)
+	<-started
+	waitFor(t, "all four held by the first process", func() (bool, string) {
+		info, err := consumerInfo(t, first, "agent_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 4, fmt.Sprint(info.NumAckPending)
+	})
+	sub.Stop() // a graceful stop: nothing failed
+	<-sub.Done()
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "agent"), r.handle, opts...)
+	r.waitCount(t, 4)
+}
