@@ -323,3 +323,56 @@ func TestTraceHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeLowerCaseTAndZ: time and expirytime with a lower-case "t" or "z",
+// which RFC 3339 section 5.6 allows, are read as the same instant in both
+// content modes. Before, time.Parse refused them as not RFC 3339.
+func TestTimeLowerCaseTAndZ(t *testing.T) {
+	want := time.Date(2025, 3, 14, 15, 9, 26, 5e8, time.UTC)
+	for _, v := range []string{"2025-03-14t15:09:26.5z", "2025-03-14t15:09:26.5Z", "2025-03-14T15:09:26.5z", "2025-03-14t16:09:26.5+01:00"} {
+		m, err := codec.Decode(binaryHeader("ce-time", v, "ce-expirytime", strings.Replace(v, ":09:", ":10:", 1)), nil)
+		if err != nil {
+			t.Errorf("binary ce-time %q: %v", v, err)
+			continue
+		}
+		if !m.Time.Equal(want) || m.Time.Location() != time.UTC || m.TTL != time.Minute {
+			t.Errorf("binary ce-time %q: Time %v TTL %v, want %v and 1m", v, m.Time, m.TTL, want)
+		}
+		m, err = codec.UnmarshalJSON([]byte(`{"specversion":"1.0","id":"1","source":"/agents/a","type":"T","time":"` + v + `"}`))
+		if err != nil || !m.Time.Equal(want) {
+			t.Errorf("structured time %q: %v, %v; want %v", v, m, err, want)
+		}
+	}
+}
+
+// TestTimeCommaFractionRefused: a time with ',' before the fractional
+// seconds, which RFC 3339 does not allow (time-secfrac is "." 1*DIGIT), is
+// malformed like any other time that is not RFC 3339, as are the other
+// spellings time.Parse lets through. Before, time.Parse accepted them.
+func TestTimeCommaFractionRefused(t *testing.T) {
+	for _, v := range []string{
+		"2025-03-14T15:09:26,5Z",      // comma fraction
+		"2025-03-14T15:09:26,5+01:00", // comma fraction and offset
+		"2025-03-14T5:09:26Z",         // one-digit hour
+		"2025-03-14T15:09:26+24:00",   // offset hour out of range
+		"2025-03-14T15:09:26.Z",       // fraction without digits
+		"2025-03-14 15:09:26Z",        // space for T
+	} {
+		for _, attr := range []string{"time", "expirytime"} {
+			h := binaryHeader("ce-time", "2025-03-13T00:00:00Z", "ce-"+attr, v)
+			_, err := codec.Decode(h, nil)
+			var fe *codec.FieldError
+			if !errors.Is(err, codec.ErrMalformed) || !errors.As(err, &fe) || fe.Field != attr {
+				t.Errorf("binary ce-%s %q: err = %v, want a malformed %s", attr, v, err, attr)
+			}
+			event := `{"specversion":"1.0","id":"1","source":"/agents/a","type":"T","time":"` + v + `"}`
+			if attr == "expirytime" {
+				event = `{"specversion":"1.0","id":"1","source":"/agents/a","type":"T","time":"2025-03-13T00:00:00Z","expirytime":"` + v + `"}`
+			}
+			_, err = codec.UnmarshalJSON([]byte(event))
+			if !errors.Is(err, codec.ErrMalformed) || !errors.As(err, &fe) || fe.Field != attr {
+				t.Errorf("structured %s %q: err = %v, want a malformed %s", attr, v, err, attr)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/codec/internal/rfc3339"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -199,10 +200,11 @@ func parseSource(v string) (string, error) {
 	return v, nil
 }
 
-// parseTime parses an RFC 3339 timestamp and returns it in UTC.
+// parseTime parses an RFC 3339 timestamp, "t" and "z" in either case and
+// no more than the RFC allows (rfc3339.Parse), and returns it in UTC.
 func parseTime(v string) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
+	t, ok := rfc3339.Parse(v)
+	if !ok {
 		return time.Time{}, false
 	}
 	return t.UTC(), true

@@ -40,8 +40,8 @@ func (Structured) Decode(h nats.Header, data []byte) (*Message, error) { return 
 // written as
 //
 //   - "data" holding the JSON value itself, byte for byte, when ContentType
-//     declares JSON (or is "") and Data is a JSON value without surrounding
-//     white space;
+//     declares JSON (or is "") and Data is a JSON value in UTF-8 without
+//     surrounding white space;
 //   - "data" holding a JSON string when ContentType is text/* in UTF-8 and
 //     Data is valid UTF-8;
 //   - "data_base64" otherwise;
@@ -86,10 +86,12 @@ func dataMode(ct string, data []byte) int {
 }
 
 // embeddableJSON reports whether data is a JSON value that a reader gets
-// back byte for byte from the "data" member: valid, and without white space
-// around it, which a JSON parser does not keep.
+// back byte for byte from the "data" member: valid, in UTF-8 (json.Valid
+// does not check the bytes inside strings, and JSON text between systems
+// must be UTF-8, RFC 8259 section 8.1), and without white space around it,
+// which a JSON parser does not keep.
 func embeddableJSON(data []byte) bool {
-	return !isJSONSpace(data[0]) && !isJSONSpace(data[len(data)-1]) && json.Valid(data)
+	return !isJSONSpace(data[0]) && !isJSONSpace(data[len(data)-1]) && json.Valid(data) && utf8.Valid(data)
 }
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

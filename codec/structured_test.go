@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -246,5 +247,24 @@ func TestDecodeHeaderless(t *testing.T) {
 	var fe *codec.FieldError
 	if !errors.As(err, &fe) || fe.Field != "specversion" {
 		t.Errorf("Decode of a 0.3 event = %v, want a FieldError on specversion", err)
+	}
+}
+
+// TestStructuredJSONDataNotUTF8GoesAsBase64: JSON data holding bytes that
+// are not UTF-8 inside a string is sent as data_base64, so the event stays
+// valid JSON text (RFC 8259 8.1). Before, json.Valid, which does not check
+// UTF-8, let it be embedded raw in "data", and the event was not UTF-8.
+func TestStructuredJSONDataNotUTF8GoesAsBase64(t *testing.T) {
+	for _, data := range []string{"\"caf\xe9\"", "{\"a\":\"\xff\"}", "[\"\xed\xa0\x80\"]"} { // Latin-1 é, FF, a surrogate
+		m := sample()
+		m.ContentType, m.Data = "application/json", []byte(data)
+		b, err := codec.MarshalJSON(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !utf8.Valid(b) || !strings.Contains(string(b), `"data_base64":`) {
+			t.Errorf("data %q written as %q, want data_base64 in valid UTF-8", data, b)
+		}
+		roundTrip(t, codec.Structured{}, m)
 	}
 }

@@ -2,7 +2,10 @@ package profiles
 
 import (
 	"encoding/json"
+	"math"
 	"time"
+
+	"github.com/agentbus/agentbus/codec/internal/rfc3339"
 )
 
 // object is a native JSON object whose members are decoded on demand, so
@@ -47,17 +50,26 @@ func (o object) obj(name string) object {
 	return v
 }
 
-// integer returns the member name if it is a JSON integer, else 0, false.
+// integer returns the member name if it is a JSON number with an integer
+// value, as JSON Schema's "integer" has it (1, 1.0 and 1e0 alike), else
+// 0, false.
 func (o object) integer(name string) (int, bool) {
 	raw, ok := o[name]
 	if !ok {
 		return 0, false
 	}
 	var n int
-	if json.Unmarshal(raw, &n) != nil {
+	if json.Unmarshal(raw, &n) == nil {
+		return n, true
+	}
+	// Not in integer syntax: a whole number written with a fraction or an
+	// exponent. Beyond 2^53 float64 may not hold it exactly, which no
+	// member read here (a priority, a percentage) comes near.
+	var f float64
+	if json.Unmarshal(raw, &f) != nil || f != math.Trunc(f) || f < math.MinInt || f >= math.MaxInt {
 		return 0, false
 	}
-	return n, true
+	return int(f), true
 }
 
 // has reports whether the member name is present.
@@ -66,12 +78,13 @@ func (o object) has(name string) bool {
 	return ok
 }
 
-// timestamp returns the member name if it is an RFC 3339 time, else the
-// zero Time. A time the document allows but RFC 3339 does not (no zone)
-// is left for Validate to report.
+// timestamp returns the member name if it is an RFC 3339 time, "t" and
+// "z" in either case as the schemas' date-time allows, else the zero
+// Time. A time the document allows but RFC 3339 does not (no zone) is
+// left for Validate to report.
 func (o object) timestamp(name string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, o.str(name))
-	if err != nil {
+	t, ok := rfc3339.Parse(o.str(name))
+	if !ok {
 		return time.Time{}
 	}
 	return t

@@ -1,12 +1,14 @@
 package profiles
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
@@ -92,12 +94,25 @@ const (
 
 // ExtFindings is the Message extension in which [Prepare] attaches the
 // findings of an invalid message of a lenient profile: a JSON array of
-// Finding objects, at most [MaxAttachedFindings] of them.
+// Finding objects, at most [MaxAttachedFindings] of them and at most
+// codec.MaxExtensionLen bytes in all. Each message is cut short to a few
+// hundred bytes, ending in "…", and when findings had to be left out the
+// last object says how many: rule "truncated", message
+// "N more findings not attached".
 const ExtFindings = "profilefindings"
 
 // MaxAttachedFindings bounds how many findings Prepare attaches, so that a
 // badly broken message cannot grow the event's headers without limit.
 const MaxAttachedFindings = 16
+
+// maxAttachedMessageLen bounds, in bytes, the message of each finding
+// Prepare attaches: a message quoting a long bad value would otherwise
+// fill the extension on its own.
+const maxAttachedMessageLen = 256
+
+// ruleTruncated is the rule of the last finding Prepare attaches when it
+// left some out.
+const ruleTruncated = "truncated"
 
 // ErrInvalid is wrapped by every *ValidationError: a native message breaks
 // its document's rules or cannot be decoded.
@@ -115,6 +130,8 @@ type Finding struct {
 	// ("critical_count>0 requires signal=fail"), "syntax" for input that
 	// does not parse, "frontmatter" for a missing envelope, or "message"
 	// for a value a Message cannot carry (see codec.Message.Validate).
+	// Among attached findings (see ExtFindings), "truncated" marks the
+	// last one, which counts the findings left out.
 	Rule string `json:"rule"`
 	// Message says what is wrong, in English.
 	Message string `json:"message"`
@@ -206,9 +223,9 @@ func Names() []string {
 // Prepare is what a publisher does with a native message: Decode it, then
 // Validate it. An invalid message of a strict profile is refused with the
 // *ValidationError; one of a lenient profile (coordination) is returned
-// with its findings attached in Extensions[ExtFindings] (read them back
-// with [AttachedFindings]), so it is delivered and the receiver can log them.
-// An error from Decode is returned as it is.
+// with its findings attached in Extensions[ExtFindings], as many as fit
+// there (read them back with [AttachedFindings]), so it is delivered and
+// the receiver can log them. An error from Decode is returned as it is.
 func Prepare(p Profile, native []byte, addr Addressing) (*codec.Message, error) {
 	m, err := p.Decode(native, addr)
 	if err != nil {
@@ -225,20 +242,89 @@ func Prepare(p Profile, native []byte, addr Addressing) (*codec.Message, error) 
 	if !errors.As(verr, &ve) {
 		return nil, verr
 	}
-	findings := ve.Findings
-	if len(findings) > MaxAttachedFindings {
-		findings = findings[:MaxAttachedFindings]
-	}
-	b, err := json.Marshal(findings)
+	v, err := attachFindings(ve.Findings)
 	if err != nil {
 		return nil, fmt.Errorf("attach findings: %w", err)
 	}
 	if m.Extensions == nil {
 		m.Extensions = make(map[string]string, 1)
 	}
-	m.Extensions[ExtFindings] = string(b)
+	m.Extensions[ExtFindings] = v
 	return m, nil
 }
+
+// attachFindings returns the value of ExtFindings for fs: the first of fs,
+// each message cut to maxAttachedMessageLen bytes, as many as fit in
+// MaxAttachedFindings objects and codec.MaxExtensionLen bytes, the last
+// object saying how many were left out if any were.
+func attachFindings(fs []Finding) (string, error) {
+	n := min(len(fs), MaxAttachedFindings)
+	objs := make([][]byte, n, n+1)
+	for i, f := range fs[:n] {
+		f.Message = cutBytes(f.Message, maxAttachedMessageLen)
+		b, err := json.Marshal(f)
+		if err != nil {
+			return "", err
+		}
+		objs[i] = b
+	}
+	for k := n; ; k-- {
+		list := objs[:k]
+		if left := len(fs) - k; left > 0 {
+			if k == MaxAttachedFindings { // no room for the count
+				continue
+			}
+			what := "findings"
+			if left == 1 {
+				what = "finding"
+			}
+			b, err := json.Marshal(Finding{Rule: ruleTruncated, Message: fmt.Sprintf("%d more %s not attached", left, what)})
+			if err != nil {
+				return "", err
+			}
+			list = append(list, b)
+		}
+		size := len("[]") + len(list) - 1
+		for _, b := range list {
+			size += len(b)
+		}
+		if size <= codec.MaxExtensionLen || k == 0 { // k == 0: the count alone, a few dozen bytes
+			return "[" + string(bytes.Join(list, []byte(","))) + "]", nil
+		}
+	}
+}
+
+// cutBytes returns s if it is at most n bytes long, else as much of it as
+// fits in n bytes with "…" after it, cut where a rune starts.
+func cutBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len(ellipsis)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + ellipsis
+}
+
+// cutRunes returns s if it has at most n runes, else its first n-1 runes
+// and "…".
+func cutRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	runes := 0
+	for i := range s {
+		if runes == n-1 {
+			return s[:i] + ellipsis
+		}
+		runes++
+	}
+	return s // not reached: s has more than n runes
+}
+
+// ellipsis ends a text cut short.
+const ellipsis = "…"
 
 // AttachedFindings returns the findings Prepare attached to m, or nil when
 // there are none. A value that is not a JSON array of findings is an error.

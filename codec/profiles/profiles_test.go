@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/codec/profiles"
@@ -210,6 +212,110 @@ func TestErrorReply(t *testing.T) {
 			}
 			if err := json.Unmarshal(b, &r); err != nil || r.Payload.OriginalMessageID != tt.wantOID || r.Payload.ErrorType != tt.code {
 				t.Errorf("payload = %+v, %v", r.Payload, err)
+			}
+		})
+	}
+}
+
+// TestDecodeLowerCaseTimestamp: a native timestamp with a lower-case "t"
+// or "z", which RFC 3339 and the schemas' date-time allow, becomes the
+// Message's Time. Before, Decode left Time zero, and the bus stamped the
+// message with its own clock instead.
+func TestDecodeLowerCaseTimestamp(t *testing.T) {
+	want := time.Date(2026, 4, 11, 1, 10, 0, 5e8, time.UTC)
+	ts := "2026-04-11t03:10:00.5+02:00"
+	for _, tt := range []struct{ profile, native string }{
+		{"basemessage", `{"messageId":"m1","correlationId":"c1","timestamp":"` + ts + `","from":"a","to":"b","version":"1.0","type":"STATUS_UPDATE","payload":{"taskId":"T","status":"STARTED"}}`},
+		{"coordination", `{"type":"question","from":"w","to":"o","timestamp":"` + ts + `","content":{"question":"q?","taskId":"t1"}}`},
+		{"pipeline", `{"id":"m1","from":"pm","to":"dev","subject":"info","body":{"message":"x"},"timestamp":"` + ts + `"}`},
+		{"swarm", `{"schema":"ReviewFindings","reviewer":"security","timestamp":"` + ts + `","summary":{"total_findings":0,"by_severity":{"critical":0,"high":0,"medium":0,"low":0,"informational":0},"verdict":"clean"},"findings":[]}`},
+		{"pipeline", `{"id":"m1","from":"pm","to":"dev","subject":"info","body":{"message":"x"},"timestamp":"2026-04-11t01:10:00.5z"}`},
+		{"pipeline", `{"id":"m1","from":"pm","to":"dev","subject":"info","body":{"message":"x"},"timestamp":"2026-04-11T01:10:00.5z"}`},
+	} {
+		p, _ := profiles.Lookup(tt.profile)
+		if err := p.Validate([]byte(tt.native)); err != nil {
+			t.Errorf("%s: %v", tt.profile, err)
+		}
+		m, err := p.Decode([]byte(tt.native), profiles.Addressing{From: "a", To: "b"})
+		if err != nil {
+			t.Fatalf("%s Decode: %v", tt.profile, err)
+		}
+		if !m.Time.Equal(want) {
+			t.Errorf("%s: Time %v, want %v", tt.profile, m.Time, want)
+		}
+	}
+	// A ',' before the fraction is not RFC 3339: no Time, as before.
+	m, err := profiles.Pipeline{}.Decode([]byte(`{"id":"m1","from":"pm","to":"dev","subject":"info","body":{"message":"x"},"timestamp":"2026-04-11T01:10:00,5Z"}`), profiles.Addressing{})
+	if err != nil || !m.Time.IsZero() {
+		t.Errorf("timestamp with a comma fraction: Time %v, %v; want the zero Time", m.Time, err)
+	}
+}
+
+// TestPipelinePriorityWholeNumber: a pipeline priority written as a whole
+// number in another JSON spelling (1.0, 1e0), which the schema's "integer"
+// accepts, is the message's priority; 1.5 is none. Before, only the
+// spelling 1 was read, and 1.0 gave the subject's priority instead.
+func TestPipelinePriorityWholeNumber(t *testing.T) {
+	for _, tt := range []struct {
+		priority string
+		want     int
+	}{
+		{"1", 1}, {"1.0", 1}, {"1e0", 1}, {"2.000", 2}, {"0.2e1", 2}, {"10E-1", 1},
+		{"1.5", 5}, {`"1"`, 5}, {"1e400", 5}, {"-0.0", 5},
+	} {
+		native := []byte(`{"id":"m1","from":"pm","to":"dev","subject":"info","body":{"message":"x"},"priority":` + tt.priority + `,"timestamp":"2026-04-11T01:10:00Z"}`)
+		m, err := profiles.Pipeline{}.Decode(native, profiles.Addressing{})
+		if err != nil {
+			t.Fatalf("priority %s: %v", tt.priority, err)
+		}
+		if m.Priority != tt.want {
+			t.Errorf("priority %s gave %d, want %d", tt.priority, m.Priority, tt.want)
+		}
+	}
+}
+
+// TestPrepareFindingsFitExtension: the findings Prepare attaches to a
+// lenient message fit in one extension value (codec.MaxExtensionLen), each
+// message cut short, and when some are left out the last one says how
+// many. Before, a finding quoting a 5,000-character value made the
+// extension too long, and the bus refused the message it should deliver.
+func TestPrepareFindingsFitExtension(t *testing.T) {
+	for _, tt := range []struct {
+		name, native string
+		more         string // the message of the last finding, or ""
+	}{
+		{"long timestamp", `{"type":"question","from":"w","to":"o","timestamp":"` + strings.Repeat("x", 5000) + `","content":{"taskId":"t1","question":"ready?"}}`, ""},
+		{"long timestamp to escape", `{"type":"question","from":"w","to":"o","timestamp":"` + strings.Repeat("<é", 2000) + `","content":{"taskId":"t1","question":"ready?"}}`, ""},
+		{"too many findings", `{"type":"question","from":"w","to":"o","timestamp":"` + strings.Repeat("x", 5000) +
+			`","content":{"taskId":"t1","question":"ready?","options":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18]}}`, "4 more findings not attached"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := profiles.Prepare(profiles.Coordination{}, []byte(tt.native), profiles.Addressing{})
+			if err != nil {
+				t.Fatalf("lenient Prepare: %v", err)
+			}
+			if n := len(m.Extensions[profiles.ExtFindings]); n > codec.MaxExtensionLen {
+				t.Errorf("findings extension is %d bytes, over %d", n, codec.MaxExtensionLen)
+			}
+			m.SetDefaults(time.Now())
+			if err := m.Validate(); err != nil {
+				t.Errorf("a message with findings attached does not validate: %v", err)
+			}
+			fs, err := profiles.AttachedFindings(m)
+			if err != nil || len(fs) == 0 || len(fs) > profiles.MaxAttachedFindings {
+				t.Fatalf("AttachedFindings = %d findings, %v", len(fs), err)
+			}
+			for _, f := range fs {
+				if len(f.Message) > 256 || !utf8.ValidString(f.Message) {
+					t.Errorf("finding %s %s: message of %d bytes, valid UTF-8 %v", f.Field, f.Rule, len(f.Message), utf8.ValidString(f.Message))
+				}
+			}
+			last := fs[len(fs)-1]
+			switch {
+			case tt.more != "" && (last.Rule != "truncated" || last.Message != tt.more):
+				t.Errorf("last finding %+v, want rule truncated, message %q", last, tt.more)
+			case tt.more == "" && (last.Field != "/timestamp" || last.Rule != "format" || !strings.HasSuffix(last.Message, "…")):
+				t.Errorf("last finding %s %s (message of %d bytes), want the timestamp's format, cut short with …", last.Field, last.Rule, len(last.Message))
 			}
 		})
 	}

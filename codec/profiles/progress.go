@@ -98,10 +98,15 @@ func (BaseMessage) ReadUpdate(native []byte) (Update, bool) {
 	return u, true
 }
 
+// maxProgressLen is coordination.md's limit on content.progress, in
+// characters.
+const maxProgressLen = 200
+
 // StatusUpdate returns a status_update with status in_progress on task:
 // content.taskId is the task's (or its message ID); content.progress, the
 // document's free text, is the message, after the percentage when there
-// is one ("40% tests pass").
+// is one ("40% tests pass"), cut short with "…" to the document's 200
+// characters.
 func (Coordination) StatusUpdate(task *codec.Message, u Update, from string, now time.Time) ([]byte, error) {
 	if from == "" || task.From == "" {
 		return nil, fmt.Errorf("%w: a status update needs a sender and a recipient", ErrInvalid)
@@ -110,6 +115,7 @@ func (Coordination) StatusUpdate(task *codec.Message, u Update, from string, now
 	if u.Percent != nil {
 		text = strings.TrimSpace(strconv.Itoa(*u.Percent) + "% " + text)
 	}
+	text = cutRunes(text, maxProgressLen)
 	type content struct {
 		TaskID    string  `json:"taskId"`
 		Status    string  `json:"status"`

@@ -2,8 +2,10 @@ package profiles_test
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/codec/profiles"
 )
@@ -55,5 +57,40 @@ func TestStatusUpdate(t *testing.T) {
 				t.Error("the task itself read as a status update")
 			}
 		})
+	}
+}
+
+// TestCoordinationStatusUpdateProgressFits: a coordination status update
+// made from a long progress message keeps content.progress within the
+// document's 200 characters, cut short with an ellipsis, so it is valid.
+// Before, the whole message was sent, breaking the limit.
+func TestCoordinationStatusUpdateProgressFits(t *testing.T) {
+	task, err := profiles.Prepare(profiles.Coordination{}, []byte(`{"type":"task_assignment","from":"lead","to":"w",`+
+		`"timestamp":"2026-01-01T00:00:00Z","content":{"taskId":"t1","agentName":"w","objective":"do it"}}`), profiles.Addressing{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pct := 40
+	for _, u := range []profiles.Update{
+		{Message: strings.Repeat("step ", 50), Percent: &pct},
+		{Message: strings.Repeat("é", 250)},
+		{Message: strings.Repeat("x", 199) + "😀", Percent: &pct},
+		{Message: strings.Repeat("x", 200)}, // fits: kept whole
+	} {
+		native, err := profiles.Coordination{}.StatusUpdate(task, u, "w", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (profiles.Coordination{}).Validate(native); err != nil {
+			t.Errorf("status update from a %d-character message: %v", utf8.RuneCountInString(u.Message), err)
+		}
+		got, ok := profiles.Coordination{}.ReadUpdate(native)
+		if !ok {
+			t.Fatalf("ReadUpdate(%s) not ok", native)
+		}
+		fits := utf8.RuneCountInString(u.Message) <= 200 && u.Percent == nil
+		if fits && got.Message != u.Message || !fits && !strings.HasSuffix(got.Message, "…") {
+			t.Errorf("progress of %d characters read back as %d: %q", utf8.RuneCountInString(u.Message), utf8.RuneCountInString(got.Message), got.Message)
+		}
 	}
 }
