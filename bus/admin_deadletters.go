@@ -105,11 +105,16 @@ func (b *Admin) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, erro
 	return &dl, nil
 }
 
-// ReplayDeadLetter publishes the dead letter at seq again on its original
-// subject, with its original headers and data and HeaderReplayOf added, so
-// the receiver handles it anew and can tell it was replayed. Replaying the
-// same dead letter twice within the duplicate window stores it once
-// (PubAck.Duplicate). The dead letter stays until purged.
+// ReplayDeadLetter publishes the dead letter at seq again, with its
+// original data and HeaderReplayOf added, so the agent that dead-lettered
+// it handles it anew and can tell it was replayed. A valid event goes to
+// that agent alone (a broadcast's too, which the others handled), without
+// its expiry, which has passed more often than not, as Redeliver sends
+// one; its record reads pending again, at the replay. Any other (not a
+// valid event, or from another sender than its subject named) goes on its
+// original subject with its original headers, and is dead-lettered again.
+// Replaying the same dead letter twice within the duplicate window stores
+// it once (PubAck.Duplicate). The dead letter stays until purged.
 func (b *Admin) ReplayDeadLetter(ctx context.Context, seq uint64) (PubAck, error) {
 	ctx, stop := b.watchRefusals(ctx, "$JS.API.")
 	defer stop()
@@ -124,26 +129,55 @@ func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error
 	if err != nil {
 		return PubAck{}, err
 	}
-	h := make(nats.Header, len(dl.Header)+2)
-	for k, v := range dl.Header {
-		h[k] = v
-	}
-	ref := b.opts.scheme.DeadLetterStream() + "/" + strconv.FormatUint(seq, 10)
-	h[HeaderReplayOf] = []string{ref}
-	h[jetstream.MsgIDHeader] = []string{"replay/" + ref}
-	id := ""
-	if dl.Message != nil {
-		id = dl.Message.ID
-	}
 	data := dl.Data
 	if dl.DataDropped > 0 {
 		if data, err = b.droppedData(ctx, dl); err != nil {
 			return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
 		}
 	}
-	ack, err := b.republish(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: data}, id)
+	ref := b.opts.scheme.DeadLetterStream() + "/" + strconv.FormatUint(seq, 10)
+	if dl.Message == nil || dl.Reason == ReasonSenderMismatch || dl.Reason == ReasonMalformed || subjects.ValidateID(dl.Agent) != nil {
+		h := make(nats.Header, len(dl.Header)+2)
+		for k, v := range dl.Header {
+			h[k] = v
+		}
+		h[HeaderReplayOf] = []string{ref}
+		h[jetstream.MsgIDHeader] = []string{"replay/" + ref}
+		id := ""
+		if dl.Message != nil {
+			id = dl.Message.ID
+		}
+		ack, err := b.republish(ctx, &nats.Msg{Subject: dl.Subject, Header: h, Data: data}, id)
+		if err != nil {
+			return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
+		}
+		return ack, nil
+	}
+	m := *dl.Message
+	m.To, m.TTL, m.Data = dl.Agent, 0, data
+	msg, err := b.encode(&m)
 	if err != nil {
 		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
+	}
+	msg.Header[HeaderReplayOf] = []string{ref}
+	msg.Header[jetstream.MsgIDHeader] = []string{"replay/" + ref}
+	var rev uint64
+	if b.status != nil {
+		if st, err := b.status.get(ctx, &m, dl.Agent); err == nil {
+			rev = st.revision
+		}
+	}
+	ack, err := b.republish(ctx, msg, m.ID)
+	if err != nil {
+		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
+	}
+	if b.status != nil && !ack.Duplicate {
+		// Unless its recipient wrote a record of the replay meanwhile.
+		s := statusOf(&m, dl.Agent, StatePending, operatorSender)
+		s.Stream, s.Sequence = ack.Stream, ack.Sequence
+		if err := b.status.updateStored(ctx, s, rev); err != nil && !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) {
+			b.opts.onError(fmt.Errorf("replay dead letter %d: the record of %s: %w", seq, m.ID, err))
+		}
 	}
 	return ack, nil
 }

@@ -301,6 +301,8 @@ func (c *client) recorded(ctx context.Context, stored []Status, filters ...strin
 	}
 	at := make(map[entryKey]int)
 	seqs := make(map[uint64]bool) // the sequences of the entries
+	type copyKey struct{ id, from, to string }
+	recordedCopy := map[copyKey]bool{} // the messages whose records name a copy
 	var out []HistoryEntry
 	var again []string // keys whose last state has no sequence
 	lastStates := true
@@ -322,6 +324,13 @@ func (c *client) recorded(ctx context.Context, stored []Status, filters ...strin
 			if s.To == Broadcast { // the sender's record of a broadcast
 				out[i].To = Broadcast
 			}
+			return
+		}
+		if ck := (copyKey{s.ID, s.From, s.To}); subject != "" {
+			recordedCopy[ck] = true
+		} else if recordedCopy[ck] {
+			// Another copy of a message whose records name the one that
+			// counts (a dead-lettered original, whose replay they name).
 			return
 		}
 		if subject == "" && seqs[s.Sequence] {

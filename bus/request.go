@@ -1213,7 +1213,8 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, 
 	}
 	if b.status != nil {
 		s, err := b.status.get(ctx, &d.Message, b.agent)
-		if err == nil && (s.State.Final() || takenElsewhere(s)) {
+		replay := d.Replayed && s.State == StateDeadLettered // the replay's record may still be on its way
+		if err == nil && (s.State.Final() && !replay || takenElsewhere(s)) {
 			return true, 0
 		}
 		if d.Deliveries > 1 && !derivedReply && d.Type != TypeProgress {
