@@ -240,29 +240,46 @@ func (b *Admin) purgeDeadLetters(ctx context.Context, f DeadLetterFilter) (uint6
 	if err != nil {
 		return 0, fmt.Errorf("purge dead letters: %w", b.notProvisioned(err))
 	}
-	before, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("purge dead letters: %w", err)
-	}
-	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(filter)}
+	req := jetstream.StreamPurgeRequest{Subject: filter}
 	if !f.Since.IsZero() {
 		// Purge up to the first dead letter at or after Since.
 		raw, err := b.firstSince(ctx, s.CachedInfo().Config.Name, filter, f.Since)
 		if err != nil {
 			return 0, err
 		}
-		if raw > 0 {
-			opts = append(opts, jetstream.WithPurgeSequence(raw))
-		}
+		req.Sequence = raw
 	}
-	if err := s.Purge(ctx, opts...); err != nil {
-		return 0, fmt.Errorf("purge dead letters: %w", err)
-	}
-	after, err := s.Info(ctx)
+	n, err := purge(ctx, b.nc, s.CachedInfo().Config.Name, req)
 	if err != nil {
 		return 0, fmt.Errorf("purge dead letters: %w", err)
 	}
-	return before.State.Msgs - after.State.Msgs, nil
+	return n, nil
+}
+
+// purge purges stream as req says and returns how many messages the
+// server removed, which nats.go's Stream.Purge does not say. (The count
+// was the stream's before less after, which counted the dead letters of
+// other agents stored meanwhile, and wrapped around.)
+func purge(ctx context.Context, nc *nats.Conn, stream string, req jetstream.StreamPurgeRequest) (uint64, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+stream, body)
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Error  *jetstream.APIError `json:"error"`
+		Purged uint64              `json:"purged"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("purge %s: %w", stream, err)
+	}
+	if resp.Error != nil {
+		return 0, resp.Error
+	}
+	return resp.Purged, nil
 }
 
 // firstSince returns the sequence of the first message on filter stored at

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -723,5 +724,36 @@ func TestSenderMismatchWritesNoRecord(t *testing.T) {
 	_, err = alice.Request(rctx, bus.Message{ID: id, To: "bob", Type: "order"})
 	if err != nil || calls.Load() != 1 {
 		t.Fatalf("alice's genuine request: %v; bob's handler ran %d times, want 1", err, calls.Load())
+	}
+}
+
+// TestPurgeDeadLettersCountsWhatItRemoved: PurgeDeadLetters returns how
+// many dead letters it removed, with other agents' dead letters stored
+// meanwhile. It counted the whole stream before and after: a purge that
+// removed nothing returned a wrong count, or a huge one (the difference
+// wrapped around).
+func TestPurgeDeadLettersCountsWhatItRemoved(t *testing.T) {
+	s := newServer(t)
+	ops := adminOf(t, s)
+	raw := embeddedtest.Connect(t, s)
+	ctx, cancel := context.WithCancel(testContext(t))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Other agents' dead letters keep coming, as they do on a busy bus.
+		for ctx.Err() == nil {
+			if _, err := raw.Request("agentbus.dlq.other.sender.job", []byte("x"), testTimeout); err != nil {
+				return
+			}
+		}
+	})
+	defer func() { cancel(); wg.Wait() }()
+	for i := range 200 {
+		n, err := ops.PurgeDeadLetters(testContext(t), bus.DeadLetterFilter{Agent: "nobody"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("purge %d of nobody's dead letters (there are none) returned %d", i, n)
+		}
 	}
 }
