@@ -88,6 +88,9 @@ func (b *Admin) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, erro
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
+	if seq == 0 { // no stream holds it; the server calls it a bad request
+		return nil, fmt.Errorf("%w: sequence %d", ErrDeadLetterNotFound, seq)
+	}
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	s, err := b.js.Stream(ctx, b.opts.scheme.DeadLetterStream())

@@ -757,3 +757,22 @@ func TestPurgeDeadLettersCountsWhatItRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterSequenceZero: DeadLetter and ReplayDeadLetter of sequence
+// 0, which no stream holds, return ErrDeadLetterNotFound, as of any
+// sequence the stream does not hold. They returned the server's "bad
+// request" (10003).
+func TestDeadLetterSequenceZero(t *testing.T) {
+	s := newServer(t)
+	ops := adminOf(t, s)
+	ctx := testContext(t)
+	if _, err := ops.DeadLetter(ctx, 0); !errors.Is(err, bus.ErrDeadLetterNotFound) {
+		t.Errorf("DeadLetter(0) = %v, want ErrDeadLetterNotFound", err)
+	}
+	if _, err := ops.ReplayDeadLetter(ctx, 0); !errors.Is(err, bus.ErrDeadLetterNotFound) {
+		t.Errorf("ReplayDeadLetter(0) = %v, want ErrDeadLetterNotFound", err)
+	}
+	if _, err := ops.DeadLetter(ctx, 1<<63); !errors.Is(err, bus.ErrDeadLetterNotFound) {
+		t.Errorf("DeadLetter(1<<63) = %v, want ErrDeadLetterNotFound", err)
+	}
+}
