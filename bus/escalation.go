@@ -85,6 +85,15 @@ func (a *Admin) WatchEscalations(ctx context.Context, policies []EscalationPolic
 			// No agent can have it: the watch would wait for it forever.
 			return fmt.Errorf("%w: escalation policy %d: Agent: %w", ErrInvalidOption, i, err)
 		}
+		// Messages that can never be sent: every escalation would fail
+		// when due, told only to the error handler.
+		if err := subjects.ValidateID(p.From); p.From != "" && err != nil {
+			return fmt.Errorf("%w: escalation policy %d: From: %w", ErrInvalidOption, i, err)
+		}
+		if p.Priority != 0 && (p.Priority < subjects.HighestPriority || p.Priority > subjects.LowestPriority) {
+			return fmt.Errorf("%w: escalation policy %d: Priority %d is not 0 (for 2) or %d..%d",
+				ErrInvalidOption, i, p.Priority, subjects.HighestPriority, subjects.LowestPriority)
+		}
 	}
 	w := &escalations{a: a, policies: policies, outages: map[string]*outage{}}
 	defer w.stopAll()

@@ -160,7 +160,8 @@ func TestEscalationIgnoresFlapping(t *testing.T) {
 	}
 }
 
-// TestEscalationPolicyInvalid: a policy that can never apply is refused at
+// TestEscalationPolicyInvalid: a policy that can never apply, or whose
+// messages can never be sent, is refused at
 // once; one for an agent ID no agent can have watched for it forever.
 func TestEscalationPolicyInvalid(t *testing.T) {
 	admin := adminOf(t, newServer(t))
@@ -172,6 +173,12 @@ func TestEscalationPolicyInvalid(t *testing.T) {
 		{Agent: "*", After: time.Minute, To: "human"},
 		{Agent: strings.Repeat("w", 300), After: time.Minute, To: "human"},
 		{Agent: "a\x01b", After: time.Minute, To: "human"},
+		// Messages that can never be sent: each escalation failed when
+		// due, told only to the error handler (accepted before).
+		{Agent: "worker", After: time.Minute, To: "human", Priority: 9},
+		{Agent: "worker", After: time.Minute, To: "human", Priority: -1},
+		{Agent: "worker", After: time.Minute, To: "human", From: "*"},
+		{Agent: "worker", After: time.Minute, To: "human", From: "a\x01b"},
 	} {
 		ctx, cancel := context.WithTimeout(testContext(t), 5*time.Second)
 		err := admin.WatchEscalations(ctx, []bus.EscalationPolicy{p})
