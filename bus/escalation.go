@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -97,6 +96,8 @@ func (a *Admin) WatchEscalations(ctx context.Context, policies []EscalationPolic
 	}
 	w := &escalations{a: a, policies: policies, outages: map[string]*outage{}}
 	defer w.stopAll()
+	ctx, cancel := context.WithCancel(ctx) // ends the attempts under way, first
+	defer cancel()
 	return a.WatchPresence(ctx, func(c PresenceChange) { w.change(ctx, c) })
 }
 
@@ -137,12 +138,7 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 			w.timers.Done() // it will not run
 		}
 		o := &outage{since: c.Presence.Since, reason: c.Presence.Reason, policy: p, done: make(chan struct{})}
-		w.timers.Add(1)
-		o.timer = time.AfterFunc(time.Until(o.since.Add(p.After)), func() {
-			defer w.timers.Done()
-			defer close(o.done)
-			w.escalate(ctx, c.Agent, o)
-		})
+		w.arm(ctx, c.Agent, o, time.Until(o.since.Add(p.After)), 0)
 		w.outages[c.Agent] = o
 	case Online:
 		if prev == nil {
@@ -167,6 +163,35 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 			w.recover(ctx, c.Agent, prev, recovered)
 		})
 	}
+}
+
+// escalateRetry bounds the wait before an escalation that failed (the
+// registry or the stream out of reach: a dropped connection, a server
+// restarting) is tried again; the waits double from a second up to it.
+const escalateRetry = 30 * time.Second
+
+// arm makes agent's outage o escalate after d, and again after a failure
+// while o lasts (attempt counts them); o.done is closed when it is over.
+// Called with w.mu held.
+func (w *escalations) arm(ctx context.Context, agent string, o *outage, d time.Duration, attempt int) {
+	w.timers.Add(1)
+	o.timer = time.AfterFunc(d, func() {
+		defer w.timers.Done()
+		err := w.escalate(ctx, agent, o)
+		if err != nil && ctx.Err() == nil {
+			w.mu.Lock()
+			current := w.outages[agent] == o
+			if current {
+				w.arm(ctx, agent, o, min(time.Second<<min(attempt, 5), escalateRetry), attempt+1)
+			}
+			w.mu.Unlock()
+			w.a.opts.onError(fmt.Errorf("escalate %s (tried again while the outage lasts: %t): %w", agent, current, err))
+			if current {
+				return
+			}
+		}
+		close(o.done)
+	})
 }
 
 // policyFor returns the policy that covers agent, the first that does.
@@ -194,70 +219,87 @@ func (w *escalations) policyFor(ctx context.Context, agent string) (EscalationPo
 }
 
 // escalate sends the escalation of agent's outage o, if the agent is
-// still in it and nobody sent it yet.
-func (w *escalations) escalate(ctx context.Context, agent string, o *outage) {
+// still in it and nobody sent it yet. Its error says it could not tell or
+// could not send: the caller tries again.
+func (w *escalations) escalate(ctx context.Context, agent string, o *outage) error {
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
 	p, _, err := w.a.presenceOf(ctx, agent)
-	if err != nil || p.Status != Offline || !p.Since.Equal(o.since) {
-		return // back, or gone again since: the newer change decides
+	if err != nil {
+		return fmt.Errorf("read its presence: %w", err)
+	}
+	if p.Status != Offline || !p.Since.Equal(o.since) {
+		return nil // back, or gone again since: the newer change decides
 	}
 	e := Escalation{Agent: agent, OfflineSince: o.since, Reason: o.reason, After: Duration(o.policy.After)}
-	w.send(ctx, "escalated", o, e)
+	return w.send(ctx, "escalated", o, e)
 }
 
-// recover sends the recovery of agent's outage o if it was escalated.
+// recover sends the recovery of agent's outage o if it was escalated,
+// trying again after a failure until ctx ends.
 func (w *escalations) recover(ctx context.Context, agent string, o *outage, at time.Time) {
 	escalated, err := subjects.OutageKey("escalated", agent, o.since.UnixNano())
 	if err != nil {
 		return
 	}
-	if done, err := w.a.registryHas(ctx, escalated); err != nil || !done {
-		return // not escalated (or unknown): nothing to recover from
+	for attempt := 0; ; attempt++ {
+		done, err := w.a.registryHas(ctx, escalated)
+		if err == nil && !done {
+			return // not escalated: nothing to recover from
+		}
+		if err == nil {
+			e := Escalation{Agent: agent, OfflineSince: o.since, Reason: o.reason, After: Duration(o.policy.After), Recovered: true, RecoveredAt: at}
+			if err = w.send(ctx, "recovered", o, e); err == nil {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.a.opts.onError(fmt.Errorf("recover %s (tried again): %w", agent, err))
+		select {
+		case <-time.After(min(time.Second<<min(attempt, 5), escalateRetry)):
+		case <-ctx.Done():
+			return
+		}
 	}
-	e := Escalation{Agent: agent, OfflineSince: o.since, Reason: o.reason, After: Duration(o.policy.After), Recovered: true, RecoveredAt: at}
-	w.send(ctx, "recovered", o, e)
 }
 
 // send sends the escalation or recovery e (kind "escalated" or
 // "recovered") once: the message with an ID of its own, then the outage's
 // record. A process that dies in between leaves the record absent; the
 // next one to try sends the message again, and the stream drops it as a
-// duplicate within its duplicate window.
-func (w *escalations) send(ctx context.Context, kind string, o *outage, e Escalation) {
+// duplicate within its duplicate window. Its error says what failed; the
+// same send again is safe.
+func (w *escalations) send(ctx context.Context, kind string, o *outage, e Escalation) error {
 	key, err := subjects.OutageKey(kind, e.Agent, o.since.UnixNano())
 	if err != nil {
-		w.a.opts.onError(err)
-		return
+		return err
 	}
 	subject := w.a.registry.prefix + key
 	if done, err := w.a.registryHas(ctx, key); err != nil {
-		w.a.opts.onError(fmt.Errorf("%s %s: %w", kind, e.Agent, err))
-		return
+		return fmt.Errorf("%s %s: %w", kind, e.Agent, err)
 	} else if done {
-		return // sent already
+		return nil // sent already
 	}
 	e.To = o.policy.To
 	e.MessageID = kind + "/" + e.Agent + "/" + strconv.FormatInt(o.since.UnixNano(), 10)
 	m, err := escalationMessage(o.policy, e, kind)
-	if err != nil {
+	if err != nil { // the policy's Message: no use trying again
 		w.a.opts.onError(fmt.Errorf("%s %s: %w", kind, e.Agent, err))
-		return
+		return nil
 	}
 	m.ID = e.MessageID
 	if err := w.a.publishAs(ctx, m); err != nil {
-		w.a.opts.onError(fmt.Errorf("%s %s: %w", kind, e.Agent, err))
-		return
+		return fmt.Errorf("%s %s: %w", kind, e.Agent, err)
 	}
 	data, _ := json.Marshal(e)
 	rec := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}}
-	if _, err := publishAgain(ctx, w.a.js, rec); err != nil {
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
-			w.a.opts.onError(fmt.Errorf("%s %s: record: %w", kind, e.Agent, err))
-		}
+	if _, err := publishAgain(ctx, w.a.js, rec); err != nil && !isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) {
+		return fmt.Errorf("%s %s: record: %w", kind, e.Agent, err)
 	}
+	return nil
 }
 
 // registryHas reports whether the registry holds key.

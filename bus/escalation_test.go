@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
@@ -186,5 +187,44 @@ func TestEscalationPolicyInvalid(t *testing.T) {
 		if !errors.Is(err, bus.ErrInvalidOption) {
 			t.Errorf("policy %+v: %v, want ErrInvalidOption", p, err)
 		}
+	}
+}
+
+// TestEscalationAcrossABlip: an outage that comes due while the watcher's
+// connection is away is escalated once it is back. The escalation read
+// the agent's presence, failed, and gave up without a word: the outage,
+// which went on, was never escalated (found by a helper session).
+func TestEscalationAcrossABlip(t *testing.T) {
+	bus.SetAPIAttemptTimeout(t, 200*time.Millisecond)
+	s := newServer(t)
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	admin, err := bus.ConnectAdmin(p.URL(), bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "human"), r.handle)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- admin.WatchEscalations(ctx, []bus.EscalationPolicy{{Agent: "worker", After: 2 * time.Second, To: "human"}})
+	}()
+	defer func() { cancel(); <-done }()
+	worker := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	agentInfo(t, orch, "worker", bus.Online)
+	worker.Close()
+	due := agentInfo(t, orch, "worker", bus.Offline).Presence.Since.Add(2 * time.Second)
+	// The network goes away from before the outage is due until after.
+	waitFor(t, "half a second before it is due", func() (bool, string) { return time.Now().After(due.Add(-500 * time.Millisecond)), "" })
+	p.hold()
+	waitFor(t, "a second after it was due", func() (bool, string) { return time.Now().After(due.Add(time.Second)), "" })
+	p.release()
+	if d := r.waitCount(t, 1)[0]; d.Type != bus.EventEscalation {
+		t.Errorf("human got %s, want the escalation", d.Type)
 	}
 }
