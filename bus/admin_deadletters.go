@@ -398,10 +398,14 @@ func (b *Admin) WatchDeadLetters(ctx context.Context) error {
 // missing says: it hears the MAX_DELIVERIES advisories as they are
 // published, and reports missing once it does.
 func (b *Admin) watchAdvisories(ctx context.Context, missing error) error {
+	// Its connection closing ends it too, as it ends the watch through
+	// the unsettled stream: it waited for ctx alone, watching nothing.
+	closed := b.nc.StatusChanged(nats.CLOSED)
+	defer b.nc.RemoveStatusListener(closed)
 	events := make(chan *nats.Msg, 64)
 	sub, err := b.nc.ChanSubscribe(b.opts.scheme.MaxDeliveriesAdvisories(), events)
 	if err != nil {
-		return fmt.Errorf("watch dead letters: %w", err)
+		return fmt.Errorf("watch dead letters: %w", b.closedOr(err))
 	}
 	defer sub.Unsubscribe()
 	fctx, cancel := context.WithTimeout(ctx, defaultTimeout)
@@ -415,6 +419,8 @@ func (b *Admin) watchAdvisories(ctx context.Context, missing error) error {
 		select {
 		case <-ctx.Done():
 			return b.watchEnded()
+		case <-closed:
+			return fmt.Errorf("watch dead letters: %w", b.closedOr(nats.ErrConnectionClosed))
 		case m := <-events:
 			if err := b.handleMaxDeliveries(ctx, m.Data); err != nil {
 				b.opts.onError(err)

@@ -776,3 +776,42 @@ func TestDeadLetterSequenceZero(t *testing.T) {
 		t.Errorf("DeadLetter(1<<63) = %v, want ErrDeadLetterNotFound", err)
 	}
 }
+
+// TestWatchDeadLettersEndsWithItsConnection: WatchDeadLetters on a
+// connection of the caller's returns an error once that connection
+// closes, with the unsettled stream and without it. Without it, it waited
+// for its context alone, watching nothing (found by a helper session).
+func TestWatchDeadLettersEndsWithItsConnection(t *testing.T) {
+	for _, withoutStream := range []bool{false, true} {
+		t.Run(fmt.Sprint("without the unsettled stream: ", withoutStream), func(t *testing.T) {
+			s := newServer(t)
+			nc := embeddedtest.Connect(t, s)
+			ops, err := bus.NewAdmin(nc, bus.WithErrorHandler(func(error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ops.Close()
+			if withoutStream {
+				js, _ := jetstream.New(nc)
+				if err := js.DeleteStream(testContext(t), subjects.Default().UnsettledStream()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() { done <- ops.WatchDeadLetters(testContext(t)) }()
+			waitFor(t, "the watch running", func() (bool, string) {
+				n := goroutinesIn("bus.(*Admin).WatchDeadLetters")
+				return n == 1, fmt.Sprint(n)
+			})
+			nc.Close()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Error("WatchDeadLetters returned nil when its connection closed; want an error")
+				}
+			case <-testContext(t).Done():
+				t.Fatal("WatchDeadLetters still running after its connection closed")
+			}
+		})
+	}
+}
