@@ -120,11 +120,16 @@ type outage struct {
 	done   chan struct{} // closed when the timer's escalate returned
 }
 
-// change takes one presence change.
+// change takes one presence change. An agent back online ends its outage
+// under the policy that covered it when it went: a card that lost the
+// policy's tag meanwhile left the escalation without its recovery.
 func (w *escalations) change(ctx context.Context, c PresenceChange) {
-	p, ok := w.policyFor(ctx, c.Agent)
-	if !ok {
-		return
+	var p EscalationPolicy
+	if c.Presence.Status == Offline {
+		var ok bool
+		if p, ok = w.policyFor(ctx, c.Agent); !ok {
+			return
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

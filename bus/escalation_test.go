@@ -228,3 +228,33 @@ func TestEscalationAcrossABlip(t *testing.T) {
 		t.Errorf("human got %s, want the escalation", d.Type)
 	}
 }
+
+// TestTagPolicyRecoveryWhenTheCardChanged: an outage escalated under a Tag
+// policy is recovered when the agent comes back with a card without the
+// tag. The recovery was decided by the card it came back with: the
+// escalation's recipient waited for good (found by a helper session).
+func TestTagPolicyRecoveryWhenTheCardChanged(t *testing.T) {
+	s := newServer(t)
+	lead := newBus(t, s, "lead")
+	r := newRecorder()
+	subscribe(t, lead, r.handle)
+	stop := watchEscalations(t, s, []bus.EscalationPolicy{{Tag: "build", After: time.Second, To: "lead"}})
+	defer stop()
+	b := newBus(t, s, "builder")
+	if err := b.Register(testContext(t), bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"build"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	agentInfo(t, orch, "builder", bus.Online)
+	b.Close()
+	if d := r.waitCount(t, 1)[0]; d.Type != bus.EventEscalation {
+		t.Fatalf("first message %s, want the escalation", d.Type)
+	}
+	back := newBus(t, s, "builder")
+	if err := back.Register(testContext(t), bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"compile"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.waitCount(t, 2)[1]; d.Type != bus.EventRecovery {
+		t.Errorf("second message %s, want the recovery", d.Type)
+	}
+}
