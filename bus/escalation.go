@@ -98,6 +98,9 @@ func (a *Admin) WatchEscalations(ctx context.Context, policies []EscalationPolic
 	defer w.stopAll()
 	ctx, cancel := context.WithCancel(ctx) // ends the attempts under way, first
 	defer cancel()
+	if err := w.readEscalated(ctx); err != nil {
+		a.opts.onError(fmt.Errorf("watch escalations: outages escalated before: %w", err))
+	}
 	return a.WatchPresence(ctx, func(c PresenceChange) { w.change(ctx, c) })
 }
 
@@ -168,6 +171,59 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 			w.recover(ctx, c.Agent, prev, recovered)
 		})
 	}
+}
+
+// readEscalated takes the outages the registry says were escalated and
+// not recovered as w's own, escalated: a watcher that starts after such an
+// agent came back, while none ran, sends the recovery when the presence it
+// reads first says the agent is online. It saw the agent online with no
+// outage of its own, and the recovery never came.
+func (w *escalations) readEscalated(ctx context.Context) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	type outageID struct {
+		agent string
+		since int64
+	}
+	read := func(kind string) (map[outageID]Escalation, error) {
+		found := map[outageID]Escalation{}
+		cfg := jetstream.ConsumerConfig{FilterSubject: w.a.registry.prefix + kind + ".>", DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
+		err := w.a.reads.readStream(ctx, w.a.registry.stream, cfg, func(m jetstream.Msg, _ *jetstream.MsgMetadata) (bool, error) {
+			var e Escalation
+			if json.Unmarshal(m.Data(), &e) == nil && e.Agent != "" {
+				found[outageID{e.Agent, e.OfflineSince.UnixNano()}] = e
+			}
+			return false, nil
+		})
+		return found, err
+	}
+	escalated, err := read("escalated")
+	if err != nil {
+		return err
+	}
+	recovered, err := read("recovered")
+	if err != nil {
+		return err
+	}
+	for id, e := range escalated {
+		if _, ok := recovered[id]; ok {
+			continue
+		}
+		p, ok := w.policyFor(ctx, e.Agent)
+		if !ok {
+			continue
+		}
+		done := make(chan struct{})
+		close(done)
+		timer := time.AfterFunc(time.Hour, func() {})
+		timer.Stop() // escalated: there is nothing left to fire
+		w.mu.Lock()
+		if prev := w.outages[e.Agent]; prev == nil || prev.since.Before(e.OfflineSince) {
+			w.outages[e.Agent] = &outage{since: e.OfflineSince, reason: e.Reason, timer: timer, policy: p, done: done}
+		}
+		w.mu.Unlock()
+	}
+	return nil
 }
 
 // escalateRetry bounds the wait before an escalation that failed (the

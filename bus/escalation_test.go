@@ -258,3 +258,41 @@ func TestTagPolicyRecoveryWhenTheCardChanged(t *testing.T) {
 		t.Errorf("second message %s, want the recovery", d.Type)
 	}
 }
+
+// TestRecoveryWhenTheAgentCameBackBetweenWatchers: an outage escalated by
+// a watcher that stopped is recovered by the next, started after the agent
+// came back. The next saw the agent online with no outage of its own, and
+// the recovery never came (found by a helper session).
+func TestRecoveryWhenTheAgentCameBackBetweenWatchers(t *testing.T) {
+	s := newServer(t)
+	policies := []bus.EscalationPolicy{{Agent: "worker", After: time.Second, To: "human"}}
+	human := newBus(t, s, "human")
+	r := newRecorder()
+	subscribe(t, human, r.handle)
+	stop := watchEscalations(t, s, policies)
+
+	worker := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	orch := newBus(t, s, "orchestrator")
+	agentInfo(t, orch, "worker", bus.Online)
+	worker.Close()
+	agentInfo(t, orch, "worker", bus.Offline)
+	if d := r.waitCount(t, 1)[0]; d.Type != bus.EventEscalation {
+		t.Fatalf("first message %s, want the escalation", d.Type)
+	}
+	stop() // the watcher restarts (a deploy of agentbus serve) ...
+
+	back := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
+	if err := back.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	agentInfo(t, orch, "worker", bus.Online) // ... and the worker is back meanwhile
+
+	stop = watchEscalations(t, s, policies)
+	defer stop()
+	if d := r.waitCount(t, 2)[1]; d.Type != bus.EventRecovery {
+		t.Errorf("second message %s, want the recovery", d.Type)
+	}
+}
