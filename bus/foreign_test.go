@@ -322,3 +322,77 @@ func TestForeignAgent(t *testing.T) {
 		}
 	})
 }
+
+// TestForeignTTLRemovedUnreadReadsExpired: a foreign sender of a message
+// with a TTL writes its pending record as docs/foreign-agents.md gives it,
+// with expiresAt; once the server removed the message unread, a lookup
+// reads expired. The page gave the record without expiresAt, and a lookup
+// read completed: the recipient's ack floor passed its sequence, and the
+// record had no expiry to tell the two apart (found by a helper session).
+func TestForeignTTLRemovedUnreadReadsExpired(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	f := newForeignAgent(t, s, "js-agent")
+	worker := newBus(t, s, "worker")
+
+	// The worker's p3 consumer exists: it handled a first message.
+	r := newRecorder()
+	sub, err := worker.Subscribe(ctx, r.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.publish(t, ctx, event{id: "first", to: "worker", typ: "T", priority: 3, data: "{}"})
+	r.waitCount(t, 1)
+	sub.Stop()
+	<-sub.Done()
+
+	// A message with a TTL of 1s, sent and recorded as the page says.
+	now := time.Now().UTC()
+	msg := nats.NewMsg("agentbus.agent.worker.p3.js-agent.T")
+	for k, v := range map[string]string{
+		"ce-specversion": "1.0", "ce-id": "ttl-1", "ce-source": "/agents/js-agent", "ce-type": "T",
+		"ce-time": now.Format(time.RFC3339Nano), "ce-to": "worker", "ce-priority": "3",
+		"ce-expirytime": now.Add(time.Second).Format(time.RFC3339Nano),
+		"Nats-Msg-Id":   "ttl-1", "Nats-TTL": "1s",
+	} {
+		msg.Header.Set(k, v)
+	}
+	msg.Data = []byte("{}")
+	ack, err := f.js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.writeStatus(t, ctx, "ttl-1", "ttl-1", "js-agent", "worker", map[string]any{
+		"id": "ttl-1", "from": "js-agent", "to": "worker", "type": "T", "priority": 3,
+		"correlationId": "ttl-1", "causationId": "", "state": "pending", "time": now, "updated": now,
+		"expiresAt": now.Add(time.Second), "by": "js-agent", "stream": ack.Stream, "sequence": ack.Sequence,
+	}, true)
+	st, err := f.js.Stream(ctx, foreignStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to remove ttl-1", func() (bool, string) {
+		_, err := st.GetMsg(ctx, ack.Sequence)
+		return err != nil, "still stored, seq " + strconv.FormatUint(ack.Sequence, 10)
+	})
+	// The worker comes back and handles the next message.
+	f.publish(t, ctx, event{id: "second", to: "worker", typ: "T", priority: 3, data: "{}"})
+	subscribe(t, worker, r.handle)
+	r.waitCount(t, 2)
+	for _, d := range r.deliveries() {
+		if d.ID == "ttl-1" {
+			t.Fatalf("ttl-1 was delivered; the test wanted it removed unread")
+		}
+	}
+	var got []bus.Status
+	waitFor(t, "ttl-1's status to settle", func() (bool, string) {
+		got, err = worker.Status(ctx, "ttl-1")
+		if err != nil || len(got) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		return got[0].State != bus.StatePending && got[0].State != bus.StateDelivered, string(got[0].State)
+	})
+	if got[0].State != bus.StateExpired {
+		t.Errorf("ttl-1, removed unread at its expiry, reads %s (%s), want expired", got[0].State, got[0].Reason)
+	}
+}
