@@ -1050,6 +1050,9 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 			continue
 		}
 		prev, seen := last[name]
+		if seen && p.Reason == ReasonSilent && p.LastSeen.IsZero() {
+			p.LastSeen = prev.LastSeen // the last heartbeat the watch saw
+		}
 		last[name] = p
 		if seen && prev.Status == p.Status && (prev.Since.Equal(p.Since) || p.Status == Online && !p.Since.After(prev.LastSeen)) {
 			// A heartbeat; or one of another process of the agent, which

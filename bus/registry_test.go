@@ -709,3 +709,42 @@ func TestWatchesWhoseContextEndedFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchPresenceSilentLastSeen: the change WatchPresence reports for an
+// agent gone silent has its LastSeen, the last heartbeat the watch saw, as
+// LookupAgent has one. It had none (found by a helper session).
+func TestWatchPresenceSilentLastSeen(t *testing.T) {
+	s := newServer(t)
+	admin := adminOf(t, s)
+	changes := watchPresence(t, admin)
+	nc := embeddedtest.Connect(t, s)
+	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(testTimeout)
+	for {
+		select {
+		case c := <-changes:
+			switch {
+			case c.Agent == "worker" && c.Presence.Status == bus.Online:
+				nc.Close() // a crash
+			case c.Agent == "worker" && c.Presence.Status == bus.Offline:
+				looked, err := admin.LookupAgent(testContext(t), "worker")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Presence.LastSeen.IsZero() || c.Presence.LastSeen.After(c.Presence.Since) {
+					t.Fatalf("WatchPresence: silent change %+v, want a LastSeen before it; LookupAgent says %v", c.Presence, looked.Presence.LastSeen)
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatal("no offline change")
+		}
+	}
+}
