@@ -132,7 +132,7 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 	}
 
 	replies := make(chan *Delivery, len(asked))
-	ended := make(chan endSignal, len(asked))   // a copy canceled or dead-lettered
+	ended := make(chan endSignal, 2*len(asked)) // a copy canceled or dead-lettered, told live and from its stored notice
 	byID := make(map[string]string, len(asked)) // copy ID -> agent
 	for _, a := range asked {
 		c := copyFor(m, a)
@@ -166,13 +166,14 @@ func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...Ga
 			return
 		}
 		c := copyFor(m, a)
-		st := Status{ID: e.id, From: b.agent, To: a, CorrelationID: m.CorrelationID, State: StateDeadLettered}
-		if e.deadLettered != nil {
-			st.Reason = fmt.Sprintf("%s: %s", e.deadLettered.Reason, e.deadLettered.Err)
-		} else if !e.verified && !b.canceledRecord(ctx, &c) {
-			return
-		} else {
+		st := Status{ID: e.id, From: b.agent, To: a, CorrelationID: m.CorrelationID}
+		switch {
+		case e.deadLettered != nil:
+			st.State, st.Reason = StateDeadLettered, fmt.Sprintf("%s: %s", e.deadLettered.Reason, e.deadLettered.Err)
+		case e.verified || b.canceledRecord(ctx, &c):
 			st.State, st.By, st.Reason = StateCanceled, e.by, "canceled by "+e.by
+		default:
+			return // a notice its record does not bear out
 		}
 		endedCopies[a] = true
 		res.Failed = append(res.Failed, st)
