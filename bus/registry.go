@@ -1053,6 +1053,12 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 		if seen && p.Reason == ReasonSilent && p.LastSeen.IsZero() {
 			p.LastSeen = prev.LastSeen // the last heartbeat the watch saw
 		}
+		if seen && prev.Status == Offline && p.Status == Online && !p.Since.After(prev.Since) {
+			// Back from a silence its process never saw (a connection
+			// held, not dropped): its heartbeats carry the Since of
+			// before. It came online again with this one.
+			p.Since = p.LastSeen
+		}
 		last[name] = p
 		if seen && prev.Status == p.Status && (prev.Since.Equal(p.Since) || p.Status == Online && !p.Since.After(prev.LastSeen)) {
 			// A heartbeat; or one of another process of the agent, which

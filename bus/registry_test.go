@@ -748,3 +748,40 @@ func TestWatchPresenceSilentLastSeen(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchPresenceBackFromASilence: an agent whose connection was held
+// long enough for the server to find it silent, and then let go, comes
+// back online in WatchPresence since after it went offline. Its heartbeats
+// carry the Since of before, which the watch reported: online since before
+// it went offline, and an escalation's recovery came at a time before the
+// outage (found by a helper session). The registry's record keeps that
+// Since: its process never saw the silence.
+func TestWatchPresenceBackFromASilence(t *testing.T) {
+	s := newServer(t)
+	changes := watchPresence(t, adminOf(t, s))
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	worker := dialBus(t, p.URL(), "worker", bus.WithHeartbeat(time.Second))
+	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	next := func(status bus.PresenceStatus) bus.PresenceChange {
+		t.Helper()
+		for {
+			select {
+			case c := <-changes:
+				if c.Agent == "worker" && c.Presence.Status == status {
+					return c
+				}
+			case <-testContext(t).Done():
+				t.Fatalf("no change of worker to %s", status)
+			}
+		}
+	}
+	next(bus.Online)
+	p.hold() // the worker's network goes away, its connection held
+	gone := next(bus.Offline)
+	p.release()
+	if back := next(bus.Online); !back.Presence.Since.After(gone.Presence.Since) {
+		t.Errorf("online again since %v, after offline since %v: want since after", back.Presence.Since, gone.Presence.Since)
+	}
+}
