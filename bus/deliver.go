@@ -263,6 +263,19 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 			b.record(m, hs, StateFailed, md, err) // the last failure records dead_lettered
 		}
 	}()
+	if md.Deliveries > 1 && b.status != nil {
+		// So that a lookup, which cannot tell from the consumer's ack
+		// floor whether a redelivery was handled or given up by the
+		// server (its last delivery allowed never settled), does not read
+		// completed unless this handling records it. The record keeps the
+		// progress counted before, which a retried handler numbers on from.
+		st := statusOf(m, b.agent, StateDelivered, b.agent)
+		st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.Deliveries)
+		if prev, err := b.status.get(ctx, m, b.agent); err == nil {
+			st.Progress, st.LastProgress = prev.Progress, prev.LastProgress
+		}
+		b.status.record(st, false)
+	}
 	return h(hctx, d)
 }
 

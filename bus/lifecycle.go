@@ -472,7 +472,10 @@ func (t *tracker) unsent(m *nats.Msg, err error) {
 		}
 	}
 	s.State, s.Reason = StateFailed, err.Error()
-	t.record(s, false)
+	// Create only: a failed future does not say the server did not store
+	// the message (an ack lost with the connection), and a state its
+	// recipient wrote since stands. It was overwritten.
+	t.record(s, true)
 	t.release(m)
 }
 
@@ -781,9 +784,12 @@ func (t *tracker) deriveOne(ctx context.Context, floors map[string]*jetstream.Co
 	if s.To != Broadcast && s.Sequence > 0 && s.Stream == t.stream {
 		if info := t.consumerOf(ctx, floors, s.To, s.Priority); info != nil {
 			switch {
-			case s.Sequence <= info.AckFloor.Stream && s.ExpiresAt.IsZero():
+			case s.Sequence <= info.AckFloor.Stream && s.ExpiresAt.IsZero() && s.Deliveries <= 1:
+				// A redelivery's recipient records its completion itself
+				// (completionRecorded): past the ack floor without it, the
+				// server gave the message up (unsettled), unhandled.
 				s.State, s.Reason = StateCompleted, ""
-			case s.Sequence <= info.AckFloor.Stream && now.After(s.ExpiresAt):
+			case s.Sequence <= info.AckFloor.Stream && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt):
 				s.State, s.Reason = StateExpired, "removed at its expiry before it was handled"
 			case s.Sequence <= info.Delivered.Stream && s.State == StatePending:
 				s.State = StateDelivered

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/bus"
@@ -473,4 +474,92 @@ func TestLifecycleWithoutIndex(t *testing.T) {
 	r.waitCount(t, 2)
 	waitState(t, orch, sent.ID, bus.StateCompleted)
 	waitState(t, orch, async.ID, bus.StateCompleted)
+}
+
+// TestLostAsyncAckKeepsTheCompletion: a PublishAsync whose ack is lost
+// with the connection fails its future, though the server stored the
+// message and its recipient handled it: the message reads completed. The
+// sender's failed record was a put over the recipient's completed one, and
+// past the TTL a lookup read expired (found by a helper session). It is
+// now written only if no record exists.
+func TestLostAsyncAckKeepsTheCompletion(t *testing.T) {
+	for _, ttl := range []time.Duration{0, 3 * time.Second} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			s := newServer(t)
+			ctx := testContext(t)
+			p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+			sender := dialBus(t, p.URL(), "sender", bus.WithPublishAsyncTimeout(time.Second),
+				bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+			worker := newBus(t, s, "worker")
+			r := newRecorder()
+			subscribe(t, worker, r.handle)
+
+			cut := p.cutOnDelivery(`"stream":"AGENTBUS"`)
+			start := time.Now()
+			f, err := sender.PublishAsync(ctx, bus.Message{To: "worker", Type: "job", TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.waitCount(t, 1)
+			waitFor(t, "the ack cut", func() (bool, string) { return wasCut(cut), "not yet" })
+			if err := worker.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Wait(ctx); err == nil {
+				t.Fatal("the future succeeded: the ack was not cut")
+			}
+			_ = sender.Flush(ctx) // the failed record written, if it is
+			sts, err := sender.Status(ctx, f.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sts[0].State != bus.StateCompleted {
+				t.Errorf("stored and handled message reads %s by %s (%q); want completed", sts[0].State, sts[0].By, sts[0].Reason)
+			}
+			if ttl > 0 {
+				waitFor(t, "past the TTL", func() (bool, string) { return time.Since(start) > ttl+200*time.Millisecond, "not yet" })
+				sts, err = sender.Status(ctx, f.ID())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sts[0].State != bus.StateCompleted {
+					t.Errorf("past its TTL, stored and handled message reads %s (%q); want completed", sts[0].State, sts[0].Reason)
+				}
+			}
+		})
+	}
+}
+
+// TestUnsettledIsNotCompleted: a message whose every delivery allowed
+// crashed, given up by the server, does not read completed once the
+// recipient's ack floor passes it (a later message handled): it was never
+// handled. It read completed, written back to the bucket, and with no
+// dead-letter watcher stayed so for good (found by a helper session). It
+// reads delivered until a watcher dead-letters it.
+func TestUnsettledIsNotCompleted(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	ack := crashOnLastDelivery(t, s, sender, false)
+	later := newRecorder()
+	agent := newBus(t, s, "agent")
+	subscribe(t, agent, later.handle, lastDelivery...) // its pull makes the server give the message up
+	ops := adminOf(t, s)
+	waitUnsettled(t, ops, 1)
+	publish(t, sender, bus.Message{To: "agent", Type: "fine"})
+	later.waitCount(t, 1)
+	waitFor(t, "the ack floor past the unsettled message", func() (bool, string) {
+		info, err := consumerInfo(t, agent, "agent_p3")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.AckFloor.Stream > ack.Sequence, fmt.Sprint(info.AckFloor)
+	})
+	if sts, err := sender.Status(testContext(t), ack.ID); err != nil || sts[0].State != bus.StateDelivered {
+		t.Fatalf("Status of the unsettled message = %+v, %v; want delivered", sts, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan error, 1)
+	go func() { watched <- ops.WatchDeadLetters(ctx) }()
+	t.Cleanup(func() { cancel(); <-watched })
+	waitState(t, sender, ack.ID, bus.StateDeadLettered)
 }

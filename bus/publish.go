@@ -446,7 +446,7 @@ func transient(err error) bool {
 func (b *Bus) recordUnsent(m *Message, err error) {
 	s := statusOf(m, m.To, StateFailed, b.agent)
 	s.Reason = err.Error()
-	b.status.record(s, false)
+	b.status.record(s, true) // create only: a lost ack's message may be stored, and its recipient's record stands
 }
 
 // ttlSeconds renders d for Nats-TTL: whole seconds, rounded up so the server
