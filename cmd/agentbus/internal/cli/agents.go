@@ -40,6 +40,9 @@ line each, until SIGINT or SIGTERM:
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
 			if watch {
+				if asJSON {
+					return usagef("--json cannot be used with --watch") // it printed lines, not JSON
+				}
 				return a.withAdmins(func(admins []*bus.Admin) error {
 					return watchEveryShard(cmd.Context(), admins, a.printPresenceChange, (*bus.Admin).WatchPresence)
 				})

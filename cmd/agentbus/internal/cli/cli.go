@@ -168,8 +168,8 @@ is reported as one line "agentbus: <error>" on stderr.`,
 // checkRootAndShards checks the global --root and --shards once for every
 // command, whether or not it reads them, naming the flag at fault.
 func (a *app) checkRootAndShards(cmd *cobra.Command) error {
-	if err := checkNotEmpty(cmd, "root"); err != nil {
-		return err // "" would be the default root
+	if err := checkNotEmpty(cmd, "root", "server"); err != nil {
+		return err // "" would be the default root, or nats.go's default URL
 	}
 	if _, err := subjects.New(a.root); err != nil {
 		return usageError{&flagErr{flag: "--root", rule: err, err: err}} // the rule quotes the root
@@ -267,7 +267,7 @@ func checkGroupName(what, name string) error {
 // "" is more likely an unset shell variable than a request for that.
 func checkNotEmpty(cmd *cobra.Command, names ...string) error {
 	for _, name := range names {
-		if f := cmd.Flags().Lookup(name); f.Changed && f.Value.String() == "" {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed && f.Value.String() == "" {
 			return usagef("--%s: must not be empty", name)
 		}
 	}

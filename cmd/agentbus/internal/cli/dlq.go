@@ -229,12 +229,18 @@ func (a *app) printDeadLetter(dl bus.DeadLetter, asJSON bool) error {
 		Error          string          `json:"error,omitempty"`
 		Deliveries     uint64          `json:"deliveries"`
 		Agent          string          `json:"agent"`
+		Type           string          `json:"type,omitempty"`
+		ID             string          `json:"id,omitempty"`
 		Stream         string          `json:"stream"`
 		StreamSequence uint64          `json:"stream_sequence"`
 		Subject        string          `json:"subject"`
 		Event          json.RawMessage `json:"event,omitempty"`
 		Data           []byte          `json:"data,omitempty"` // when the original is not a CloudEvent
-	}{dl.Sequence, dl.Time, string(dl.Reason), dl.Error, dl.Deliveries, dl.Agent, dl.Stream, dl.StreamSequence, dl.Subject, nil, nil}
+	}{Sequence: dl.Sequence, Time: dl.Time, Reason: string(dl.Reason), Error: dl.Error, Deliveries: dl.Deliveries, Agent: dl.Agent,
+		Stream: dl.Stream, StreamSequence: dl.StreamSequence, Subject: dl.Subject}
+	if dl.Message != nil {
+		out.Type, out.ID = dl.Message.Type, dl.Message.ID
+	}
 	if dl.Message != nil {
 		if ev, err := codec.MarshalJSON(dl.Message); err == nil {
 			out.Event = ev

@@ -73,6 +73,13 @@ every tag given (server_tags in their configuration).`,
 			if cfg.Replicas == 0 { // the library's default, which --replicas 0 would not be asking for
 				return usagef("--replicas 0: 1 to 5")
 			}
+			// Zero is the library's default too: --max-age 0, "no limit"
+			// in NATS, shrank a longer retention to the default's.
+			for _, name := range []string{"max-age", "dedup-window", "max-consumers", "dedup-budget"} {
+				if f := cmd.Flags().Lookup(name); f != nil && f.Changed && (f.Value.String() == "0" || f.Value.String() == "0s") {
+					return usagef("--%s 0: must be more than zero (leave it out for the default)", name)
+				}
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}

@@ -123,7 +123,11 @@ removes it. --every and --cron repeat it, each firing a message of its own.`,
 				acks, err := b.PublishGroup(cmd.Context(), toGroup, m)
 				for _, ack := range acks {
 					if ack.Err == nil {
-						fmt.Fprintf(a.stdout, "member=%s id=%s seq=%d\n", ack.Member, ack.ID, ack.Sequence)
+						dup := ""
+						if ack.Duplicate {
+							dup = " duplicate"
+						}
+						fmt.Fprintf(a.stdout, "member=%s id=%s seq=%d%s\n", ack.Member, ack.ID, ack.Sequence, dup)
 					}
 				}
 				return err
@@ -284,6 +288,11 @@ func (in *messageInput) addFlags(cmd *cobra.Command, attrs ...string) {
 // the server is up. required are the flags a message needs without
 // --profile.
 func (in *messageInput) message(cmd *cobra.Command, a *app, required ...string) (bus.Message, error) {
+	// An empty --id made a random ID: a retry with an unset variable stored
+	// a new message each time.
+	if err := checkNotEmpty(cmd, "id", "correlation-id", "causation-id", "content-type"); err != nil {
+		return bus.Message{}, err
+	}
 	if cmd.Flags().Changed("priority") && in.m.Priority == 0 {
 		return bus.Message{}, usagef("--priority 0: must be 1 (most urgent) to 5")
 	}

@@ -60,7 +60,7 @@ the request, when D passes without a progress update or the reply.
 Without a reply in time it exits 1 with an error that names the request
 and the deadline that passed; 'agentbus status ID' shows where the request
 is, a reply that comes later goes to the inbox of --from (marked late), and
-'agentbus attach ID' takes the request up again. A request canceled while
+'agentbus attach ID --agent FROM' takes the request up again. A request canceled while
 it waits ('agentbus cancel') exits 1 saying who canceled it, and one
 dead-lettered while it waits (its handler rejected it or failed on every
 delivery) exits 1 saying why ('agentbus dlq' shows it).`,
@@ -81,6 +81,9 @@ delivery) exits 1 saying why ('agentbus dlq' shows it).`,
 				return usagef("--to and --to-group cannot be used together")
 			case !cmd.Flags().Changed("to-group") && (want > 0 || stall > 0):
 				return usagef("--want and --stall go with --to-group")
+			case cmd.Flags().Changed("to-group") && (follow || doBy > 0 || idle > 0):
+				// A Gather has none of them: they were ignored.
+				return usagef("--follow, --do-by and --idle-timeout cannot be used with --to-group")
 			}
 			required := []string{"from", "to", "type"}
 			if cmd.Flags().Changed("to-group") {
@@ -264,7 +267,7 @@ func requestError(err error, m bus.Message, timeout time.Duration) error {
 	case errors.As(err, &de) && de.Kind == "do-by":
 		return fmt.Errorf("request %s to %s: its do-by passed; 'agentbus status %s' shows where it is", de.ID, de.To, de.ID)
 	case errors.Is(err, bus.ErrRequestTimeout) && errors.Is(err, context.Canceled):
-		return fmt.Errorf("request %s to %s: interrupted before the reply came; 'agentbus attach %s' takes it up again", m.ID, m.To, m.ID)
+		return fmt.Errorf("request %s to %s: interrupted before the reply came; 'agentbus attach %s --agent %s' takes it up again", m.ID, m.To, m.ID, m.From)
 	case errors.Is(err, bus.ErrRequestTimeout):
 		return fmt.Errorf("request %s: no reply within %s; a request still queued expires unread, and 'agentbus status %s' shows where it is",
 			m.ID, formatDuration(timeout), m.ID)

@@ -92,6 +92,12 @@ for redelivery.`,
   agentbus subscribe --agent bob --concurrency 4 --exec 'jq .task >> tasks.log'`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command) error {
+			// "" is more likely an unset variable than a wish: --exec ""
+			// consumed the inbox with no handler run, --card "" registered
+			// nothing.
+			if err := checkNotEmpty(cmd, "exec", "card", "profile"); err != nil {
+				return err
+			}
 			return a.subscribe(cmd.Context(), f)
 		}),
 	}
