@@ -1056,8 +1056,11 @@ func (c *client) watchPresenceHere(ctx context.Context, f func(PresenceChange)) 
 		if seen && prev.Status == Offline && p.Status == Online && !p.Since.After(prev.Since) {
 			// Back from a silence its process never saw (a connection
 			// held, not dropped): its heartbeats carry the Since of
-			// before. It came online again with this one.
-			p.Since = p.LastSeen
+			// before, and one written while held its time of writing. It
+			// came online again when the server stored this one.
+			if md, err := m.Metadata(); err == nil && md.Timestamp.After(prev.Since) {
+				p.Since = md.Timestamp.UTC()
+			}
 		}
 		last[name] = p
 		if seen && prev.Status == p.Status && (prev.Since.Equal(p.Since) || p.Status == Online && !p.Since.After(prev.LastSeen)) {
