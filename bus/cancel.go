@@ -188,8 +188,7 @@ func (c *client) cancel(ctx context.Context, st Status, by string, publish func(
 	canceled := st
 	canceled.State, canceled.Updated, canceled.By, canceled.Reason = StateCanceled, time.Now().UTC(), by, "canceled by "+by
 	if err := c.status.updateStored(ctx, canceled, st.revision); err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) {
 			return st, fmt.Errorf("cancel %s: %w: %w", st.ID, errRecordChanged, err)
 		}
 		return st, fmt.Errorf("cancel %s: %w", st.ID, err)

@@ -268,13 +268,9 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		// floor whether a redelivery was handled or given up by the
 		// server (its last delivery allowed never settled), does not read
 		// completed unless this handling records it. The record keeps the
-		// progress counted before, which a retried handler numbers on from.
-		st := statusOf(m, b.agent, StateDelivered, b.agent)
-		st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.Deliveries)
-		if prev, err := b.status.get(ctx, m, b.agent); err == nil {
-			st.Progress, st.LastProgress = prev.Progress, prev.LastProgress
-		}
-		b.status.record(st, false)
+		// progress counted before, which the handler numbers on from.
+		b.seedProgress(ctx, hs)
+		b.record(m, hs, StateDelivered, md, nil)
 	}
 	return h(hctx, d)
 }

@@ -118,10 +118,14 @@ type escalations struct {
 type outage struct {
 	since  time.Time
 	reason string
-	timer  *time.Timer
+	timer  *time.Timer // its escalation's; nil for one escalated before this watch (readEscalated)
 	policy EscalationPolicy
 	done   chan struct{} // closed when the timer's escalate returned
 }
+
+// stop stops o's pending escalation, and reports whether it will not run
+// now (false once it ran or runs, or for an outage with none).
+func (o *outage) stop() bool { return o.timer != nil && o.timer.Stop() }
 
 // change takes one presence change. An agent back online ends its outage
 // under the policy that covered it when it went: a card that lost the
@@ -142,7 +146,7 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 		if prev != nil && prev.since.Equal(c.Presence.Since) {
 			return
 		}
-		if prev != nil && prev.timer.Stop() {
+		if prev != nil && prev.stop() {
 			w.timers.Done() // it will not run
 		}
 		o := &outage{since: c.Presence.Since, reason: c.Presence.Reason, policy: p, done: make(chan struct{})}
@@ -152,7 +156,7 @@ func (w *escalations) change(ctx context.Context, c PresenceChange) {
 		if prev == nil {
 			return
 		}
-		fired := !prev.timer.Stop()
+		fired := !prev.stop()
 		if !fired {
 			w.timers.Done() // it will not run
 		}
@@ -214,12 +218,10 @@ func (w *escalations) readEscalated(ctx context.Context) error {
 			continue
 		}
 		done := make(chan struct{})
-		close(done)
-		timer := time.AfterFunc(time.Hour, func() {})
-		timer.Stop() // escalated: there is nothing left to fire
+		close(done) // escalated: no timer, nothing left to fire
 		w.mu.Lock()
 		if prev := w.outages[e.Agent]; prev == nil || prev.since.Before(e.OfflineSince) {
-			w.outages[e.Agent] = &outage{since: e.OfflineSince, reason: e.Reason, timer: timer, policy: p, done: done}
+			w.outages[e.Agent] = &outage{since: e.OfflineSince, reason: e.Reason, policy: p, done: done}
 		}
 		w.mu.Unlock()
 	}
@@ -422,7 +424,7 @@ func (a *Admin) publishAs(ctx context.Context, m Message) error {
 func (w *escalations) stopAll() {
 	w.mu.Lock()
 	for _, o := range w.outages {
-		if o.timer.Stop() {
+		if o.stop() {
 			w.timers.Done()
 		}
 	}

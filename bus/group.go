@@ -122,8 +122,7 @@ func (c *client) setMember(ctx context.Context, group, agent string, join bool, 
 		}
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, seq)
 		_, err = publishAgain(ctx, c.js, m)
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && attempt < setMemberAttempts {
+		if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) && attempt < setMemberAttempts {
 			continue // changed meanwhile (or this write, its ack lost): read again
 		}
 		if err != nil {

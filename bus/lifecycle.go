@@ -255,9 +255,7 @@ func (t *tracker) close() {
 // later state (the create found the key taken), and a missing bucket after
 // the first report.
 func (t *tracker) failed(subject string, err error) {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) || isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return
 	}
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -549,8 +547,7 @@ func (t *tracker) updateStored(ctx context.Context, s Status, rev uint64) error 
 		return ctx.Err()
 	}
 	_, err := f.Result()
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) {
 		m := s.Message()
 		if now, gerr := t.get(ctx, &m, s.To); gerr == nil && now.State == s.State && now.By == s.By && now.Updated.Equal(s.Updated) {
 			return nil

@@ -60,14 +60,7 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	if err != nil {
 		return err
 	}
-	if d.Deliveries > 1 && b.status != nil {
-		h.seedProgress.Do(func() {
-			// A redelivery numbers on from the updates sent before it.
-			if st, err := b.status.get(ctx, &d.Message, b.agent); err == nil {
-				h.progress.Add(int64(st.Progress))
-			}
-		})
-	}
+	b.seedProgress(ctx, h) // done when the handling began (run), but for one ContextWithDelivery made
 	n := h.progress.Add(1)
 	setExtension(&m, ExtProgress, strconv.FormatInt(n, 10))
 	if by, ok := d.Extensions[ExtReplyBy]; ok {
@@ -79,6 +72,21 @@ func (d *Delivery) Progress(ctx context.Context, p Progress) error {
 	h.lastAt.Store(time.Now().UnixNano())
 	b.recordWork(h, StateWorking)
 	return nil
+}
+
+// seedProgress counts, once, the progress updates the deliveries of h's
+// message before this one sent, as its record says: a redelivery numbers
+// on from them, and its records count them.
+func (b *Bus) seedProgress(ctx context.Context, h *handling) {
+	if h.d.Deliveries <= 1 || b.status == nil {
+		return
+	}
+	h.seedProgress.Do(func() {
+		if st, err := b.status.get(ctx, &h.d.Message, b.agent); err == nil && st.Progress > 0 {
+			h.progress.Add(int64(st.Progress))
+			h.lastAt.CompareAndSwap(0, st.LastProgress.UnixNano())
+		}
+	})
 }
 
 // progressMessage returns update p on d as a message to d's sender: the

@@ -325,8 +325,7 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	var info *jetstream.StreamInfo
 	for _, sc := range streams {
 		s, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Stream, error) { return createOrUpdateStream(ctx, js, sc) })
-		var apiErr *jetstream.APIError
-		if sc.Name == unsettled.Name && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamSubjectOverlap {
+		if sc.Name == unsettled.Name && isAPIError(err, jsErrCodeStreamSubjectOverlap) {
 			onError(fmt.Errorf("stream %s not provisioned: %w; the dead-letter watcher hears the MAX_DELIVERIES advisories of %s only while it runs", sc.Name, err, cfg.Name))
 			continue
 		}
