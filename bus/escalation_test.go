@@ -66,15 +66,7 @@ func TestEscalationOncePerOutage(t *testing.T) {
 	stopB := watchEscalations(t, s, policies)
 	defer stopB()
 
-	nc := embeddedtest.Connect(t, s)
-	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worker.Close()
-	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	_, nc := registered(t, s, "worker", bus.AgentCard{})
 	orch := newBus(t, s, "orchestrator")
 	agentInfo(t, orch, "worker", bus.Online)
 	nc.Close() // crash
@@ -109,10 +101,7 @@ func TestEscalationOncePerOutage(t *testing.T) {
 		t.Errorf("escalated at %v, %v after the outage began at %v, want at least the 2s limit", d.Time, gap, since)
 	}
 
-	back := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
-	if err := back.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	registered(t, s, "worker", bus.AgentCard{})
 	if got := r.waitCount(t, 2)[1]; got.Type != "info" {
 		t.Errorf("recovery %s, want the pipeline's info", got.Type)
 	}
@@ -211,10 +200,7 @@ func TestEscalationAcrossABlip(t *testing.T) {
 		done <- admin.WatchEscalations(ctx, []bus.EscalationPolicy{{Agent: "worker", After: 2 * time.Second, To: "human"}})
 	}()
 	defer func() { cancel(); <-done }()
-	worker := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
-	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	worker, _ := registered(t, s, "worker", bus.AgentCard{})
 	orch := newBus(t, s, "orchestrator")
 	agentInfo(t, orch, "worker", bus.Online)
 	worker.Close()
@@ -240,20 +226,14 @@ func TestTagPolicyRecoveryWhenTheCardChanged(t *testing.T) {
 	subscribe(t, lead, r.handle)
 	stop := watchEscalations(t, s, []bus.EscalationPolicy{{Tag: "build", After: time.Second, To: "lead"}})
 	defer stop()
-	b := newBus(t, s, "builder")
-	if err := b.Register(testContext(t), bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"build"}}}}); err != nil {
-		t.Fatal(err)
-	}
+	b, _ := registered(t, s, "builder", bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"build"}}}})
 	orch := newBus(t, s, "orchestrator")
 	agentInfo(t, orch, "builder", bus.Online)
 	b.Close()
 	if d := r.waitCount(t, 1)[0]; d.Type != bus.EventEscalation {
 		t.Fatalf("first message %s, want the escalation", d.Type)
 	}
-	back := newBus(t, s, "builder")
-	if err := back.Register(testContext(t), bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"compile"}}}}); err != nil {
-		t.Fatal(err)
-	}
+	registered(t, s, "builder", bus.AgentCard{Skills: []bus.Skill{{ID: "compile", Tags: []string{"compile"}}}})
 	if d := r.waitCount(t, 2)[1]; d.Type != bus.EventRecovery {
 		t.Errorf("second message %s, want the recovery", d.Type)
 	}
@@ -271,10 +251,7 @@ func TestRecoveryWhenTheAgentCameBackBetweenWatchers(t *testing.T) {
 	subscribe(t, human, r.handle)
 	stop := watchEscalations(t, s, policies)
 
-	worker := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
-	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	worker, _ := registered(t, s, "worker", bus.AgentCard{})
 	orch := newBus(t, s, "orchestrator")
 	agentInfo(t, orch, "worker", bus.Online)
 	worker.Close()
@@ -284,10 +261,7 @@ func TestRecoveryWhenTheAgentCameBackBetweenWatchers(t *testing.T) {
 	}
 	stop() // the watcher restarts (a deploy of agentbus serve) ...
 
-	back := newBus(t, s, "worker", bus.WithHeartbeat(time.Second))
-	if err := back.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	registered(t, s, "worker", bus.AgentCard{})
 	agentInfo(t, orch, "worker", bus.Online) // ... and the worker is back meanwhile
 
 	stop = watchEscalations(t, s, policies)

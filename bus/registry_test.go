@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 	"github.com/nats-io/nats.go"
@@ -356,15 +357,7 @@ func TestRequestToAgentGoneSinceLastRequest(t *testing.T) {
 // well before the request's own deadline.
 func TestRequestFailsWhenAgentGoesSilent(t *testing.T) {
 	s := newServer(t)
-	nc := embeddedtest.Connect(t, s)
-	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worker.Close()
-	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	worker, nc := registered(t, s, "worker", bus.AgentCard{})
 	got := make(chan struct{})
 	if _, err := worker.Subscribe(testContext(t), func(ctx context.Context, d *bus.Delivery) error {
 		close(got)
@@ -402,6 +395,23 @@ func watchPresence(t *testing.T, admin *bus.Admin) <-chan bus.PresenceChange {
 	go func() { watched <- admin.WatchPresence(ctx, func(c bus.PresenceChange) { changes <- c }) }()
 	t.Cleanup(func() { cancel(); <-watched })
 	return changes
+}
+
+// registered returns agent's bus, registered with card and heartbeats
+// every second, on a connection of its own, which the test may close to
+// crash it; the bus is closed when the test ends.
+func registered(t *testing.T, s *embedded.Server, agent string, card bus.AgentCard) (*bus.Bus, *nats.Conn) {
+	t.Helper()
+	nc := embeddedtest.Connect(t, s)
+	b, err := bus.New(nc, agent, bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.Register(testContext(t), card); err != nil {
+		t.Fatal(err)
+	}
+	return b, nc
 }
 
 // waitLastSeen waits until agent's last heartbeat is at or after at.
@@ -717,15 +727,7 @@ func TestWatchPresenceSilentLastSeen(t *testing.T) {
 	s := newServer(t)
 	admin := adminOf(t, s)
 	changes := watchPresence(t, admin)
-	nc := embeddedtest.Connect(t, s)
-	worker, err := bus.New(nc, "worker", bus.WithHeartbeat(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worker.Close()
-	if err := worker.Register(testContext(t), bus.AgentCard{}); err != nil {
-		t.Fatal(err)
-	}
+	_, nc := registered(t, s, "worker", bus.AgentCard{})
 	timeout := time.After(testTimeout)
 	for {
 		select {
