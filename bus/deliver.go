@@ -51,6 +51,13 @@ func (e busTerm) Unwrap() error { return e.err }
 // terminate is Permanent for a termination the bus decided (busTerm).
 func terminate(err error) error { return Permanent(busTerm{err}) }
 
+// isPutOff reports whether err, or an error it wraps, gives its message
+// back unhandled (putOff).
+func isPutOff(err error) bool {
+	var p putOff
+	return errors.As(err, &p)
+}
+
 // isPermanent reports whether err, or an error it wraps, was made by
 // Permanent.
 func isPermanent(err error) bool {
@@ -58,13 +65,28 @@ func isPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-// putOff is what handle returns for a delivery given back unhandled, to
-// come again after delay: not a failure, and no step towards the delivery
-// limit's backoff.
-type putOff struct{ delay time.Duration }
+// GiveBack is what a handler returns to give its message back unhandled,
+// to be delivered again after delay (at once if 0), to this process or
+// another of the agent: one that received more messages than it means to
+// handle, say. It is not a failure: no state is recorded, and it is no step
+// towards WithMaxDeliver's limit or the backoff. The server still counts
+// the delivery, and allows twice WithMaxDeliver's (docs/reliability.md): a
+// message given back past that is dead-lettered as unsettled.
+func GiveBack(delay time.Duration) error {
+	return putOff{delay: max(delay, 0), why: "by its handler"}
+}
+
+// putOff is a delivery given back unhandled, to come again after delay:
+// not a failure, and no step towards the delivery limit's backoff. Handle
+// returns it for a reply another process may have taken, a handler by
+// GiveBack.
+type putOff struct {
+	delay time.Duration
+	why   string
+}
 
 func (p putOff) Error() string {
-	return fmt.Sprintf("put off for %v: a reply another process of this agent may have taken", p.delay)
+	return fmt.Sprintf("given back for %v, unhandled, %s", p.delay, p.why)
 }
 
 // ErrorType names it on the span and in the process duration metric
@@ -209,7 +231,7 @@ func (b *Bus) handle(ctx context.Context, h Handler, cm *consumers.Msg, m *Messa
 	_, exchange := m.Extensions[ExtReplyBy] // a request, or a reply to one
 	skip, wait := b.settledElsewhere(ctx, d, exchange, maxDeliver)
 	if wait > 0 {
-		return putOff{wait}
+		return putOff{delay: wait, why: "as a reply another process of this agent may have taken"}
 	}
 	if skip || scheduled && b.settledBeforeFiring(ctx, m, fired) {
 		return nil
@@ -259,7 +281,7 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 			b.record(m, hs, StateExpired, md, err)
 		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)) && !b.repliedElsewhere(ctx, m):
 			b.record(m, hs, StateCompleted, md, nil)
-		case err != nil && !isPermanent(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
+		case err != nil && !isPermanent(err) && !isPutOff(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
 			b.record(m, hs, StateFailed, md, err) // the last failure records dead_lettered
 		}
 	}()

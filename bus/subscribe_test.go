@@ -873,3 +873,40 @@ func TestStopOnTheLastDeliveryGivesBack(t *testing.T) {
 	subscribe(t, newBus(t, s, "agent"), r.handle, opts...)
 	r.waitCount(t, 4)
 }
+
+// TestGiveBack checks that a message its handler gives back (GiveBack) is
+// delivered again at once, is no failure (no failed record, no step
+// towards the delivery limit: with WithMaxDeliver(1) it is not
+// dead-lettered), and reads completed once handled.
+func TestGiveBack(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	ack := publish(t, sender, bus.Message{To: "agent", Type: "job"})
+	agent := newBus(t, s, "agent")
+	var states []bus.State
+	r := newRecorder()
+	subscribe(t, agent, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Deliveries == 1 {
+			return bus.GiveBack(0)
+		}
+		sts, err := sender.Status(ctx, d.ID)
+		if err != nil || len(sts) != 1 {
+			return fmt.Errorf("status: %v %v", sts, err)
+		}
+		states = append(states, sts[0].State)
+		return r.handle(ctx, d)
+	}, bus.WithMaxDeliver(1))
+	if d := r.waitCount(t, 1)[0]; d.ID != ack.ID || d.Deliveries != 2 {
+		t.Fatalf("handled %s on delivery %d; want %s on delivery 2", d.ID, d.Deliveries, ack.ID)
+	}
+	if states[0] != bus.StateDelivered {
+		t.Errorf("the redelivery read %s before its handler ran; want delivered (not failed)", states[0])
+	}
+	waitFor(t, "completed", func() (bool, string) {
+		sts, err := sender.Status(testContext(t), ack.ID)
+		return err == nil && len(sts) == 1 && sts[0].State == bus.StateCompleted, fmt.Sprint(sts, err)
+	})
+	if n := len(deadLetters(t, agent)); n != 0 {
+		t.Errorf("%d dead letters; want none", n)
+	}
+}

@@ -211,10 +211,6 @@ func (e shortError) Error() string {
 	return fmt.Sprintf("subscribe: %d of --count %d messages handled before --timeout %s passed without a message", e.handled, e.want, e.timeout)
 }
 
-// errSurplus is what a handler returns for a message beyond --count, so
-// that the bus gives it back for redelivery.
-var errSurplus = errors.New("message beyond --count, given back")
-
 // session is one run of subscribe: it handles messages, counts them and
 // tells wait when to stop.
 type session struct {
@@ -247,7 +243,8 @@ func newSession(ctx context.Context, a *app, f subscribeFlags) *session {
 // handle is the bus handler.
 func (s *session) handle(ctx context.Context, d *bus.Delivery) error {
 	if !s.claim() {
-		return errSurplus
+		// Beyond --count: not a failure, so no step towards --max-deliver.
+		return bus.GiveBack(0)
 	}
 	err := s.process(ctx, d)
 	s.release(err == nil)

@@ -249,3 +249,39 @@ func TestParseProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribeCountGivesBackTheSurplus checks that a message received
+// beyond --count is given back unhandled (bus.GiveBack), not failed: before,
+// the handler's error counted as a failed delivery, recorded failed and
+// redelivered after the backoff, and with --max-deliver 1 the message was
+// dead-lettered, never handled.
+func TestSubscribeCountGivesBackTheSurplus(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	const n = 8
+	var ids []string
+	for i := range n {
+		ids = append(ids, publish(t, url, "--from", "lead", "--to", "sp", "--type", "T", "--data", strconv.Itoa(i)))
+	}
+	handled := map[string]int{}
+	for i := range n {
+		evs := events(t, mustRun(t, "--server", url, "subscribe", "--agent", "sp", "--count", "1", "--json"))
+		if len(evs) != 1 {
+			t.Fatalf("run %d printed %d messages", i, len(evs))
+		}
+		handled[evs[0].msg.ID]++
+		for _, id := range ids {
+			if st := mustRun(t, "--server", url, "status", id); strings.Contains(st, " failed ") {
+				t.Fatalf("after run %d, a message given back as beyond --count reads failed: %s", i, st)
+			}
+		}
+	}
+	for _, id := range ids {
+		if handled[id] != 1 {
+			t.Errorf("message %s handled %d times, want 1", id, handled[id])
+		}
+	}
+	if dl := mustRun(t, "--server", url, "dlq", "list", "--agent", "sp"); dl != "" {
+		t.Errorf("dead-lettered:\n%s", dl)
+	}
+}
