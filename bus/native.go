@@ -150,7 +150,8 @@ func (b *Bus) reportFindings(ctx context.Context, m *Message) {
 	if p, ok := profiles.ForDataSchema(m.DataSchema); ok {
 		name = p.Name()
 	}
-	b.tel.findings.Add(ctx, int64(len(fs)), metric.WithAttributes(attrAgent.String(b.agent), attrProtocol.String(name)))
+	n := profiles.CountFindings(fs) // not len(fs): the last may count those left out
+	b.tel.findings.Add(ctx, int64(n), metric.WithAttributes(attrAgent.String(b.agent), attrProtocol.String(name)))
 	span := trace.SpanFromContext(ctx)
 	for _, f := range fs {
 		b.opts.logger.Warn("protocol finding", "protocol", name, "message", m.ID, "from", m.From,
@@ -162,7 +163,7 @@ func (b *Bus) reportFindings(ctx context.Context, m *Message) {
 		}
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("agentbus.protocol.findings", len(fs)))
+		span.SetAttributes(attribute.Int("agentbus.protocol.findings", n))
 	}
 }
 

@@ -340,6 +340,21 @@ func AttachedFindings(m *codec.Message) ([]Finding, error) {
 	return fs, nil
 }
 
+// CountFindings returns how many findings fs, read by [AttachedFindings],
+// stands for: the ones attached, and for a last one of rule "truncated"
+// the findings it says were left out instead of itself.
+func CountFindings(fs []Finding) int {
+	n := len(fs)
+	if n == 0 || fs[n-1].Rule != ruleTruncated {
+		return n
+	}
+	var left int
+	if _, err := fmt.Sscanf(fs[n-1].Message, "%d more", &left); err != nil || left < 1 {
+		return n // not a count this package wrote: a finding like the others
+	}
+	return n - 1 + left
+}
+
 // dataSchema builds the DataSchema URI of a profile.
 func dataSchema(name, version string) string {
 	return "urn:agentbus:profile:" + name + ":" + version

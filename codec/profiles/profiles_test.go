@@ -310,6 +310,13 @@ func TestPrepareFindingsFitExtension(t *testing.T) {
 					t.Errorf("finding %s %s: message of %d bytes, valid UTF-8 %v", f.Field, f.Rule, len(f.Message), utf8.ValidString(f.Message))
 				}
 			}
+			var ve *profiles.ValidationError
+			if !errors.As(profiles.Coordination{}.Validate([]byte(tt.native)), &ve) {
+				t.Fatal("Validate found nothing")
+			}
+			if got := profiles.CountFindings(fs); got != len(ve.Findings) {
+				t.Errorf("CountFindings = %d; Validate found %d", got, len(ve.Findings))
+			}
 			last := fs[len(fs)-1]
 			switch {
 			case tt.more != "" && (last.Rule != "truncated" || last.Message != tt.more):
