@@ -378,8 +378,12 @@ func TestRequestFailsWhenAgentGoesSilent(t *testing.T) {
 	nc.Close() // the worker crashes while the request waits
 	select {
 	case err := <-errs:
-		if !errors.Is(err, bus.ErrAgentOffline) {
-			t.Fatalf("Request error %v, want ErrAgentOffline", err)
+		var offline *bus.AgentOfflineError
+		if !errors.As(err, &offline) {
+			t.Fatalf("Request error %v, want an AgentOfflineError", err)
+		}
+		if p := offline.Presence; p.Reason != bus.ReasonSilent || p.LastSeen.IsZero() || !p.LastSeen.Before(p.Since) {
+			t.Errorf("presence %+v; want silent, last seen before it was found gone", p)
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the request still waits for a crashed agent")
