@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -162,6 +163,7 @@ func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error
 	if err != nil {
 		return PubAck{}, fmt.Errorf("replay dead letter %d: %w", seq, err)
 	}
+	keepOtherHeaders(msg.Header, dl.Header)
 	msg.Header[HeaderReplayOf] = []string{ref}
 	msg.Header[jetstream.MsgIDHeader] = []string{"replay/" + ref}
 	var rev uint64
@@ -183,6 +185,22 @@ func (b *Admin) replayDeadLetter(ctx context.Context, seq uint64) (PubAck, error
 		}
 	}
 	return ack, nil
+}
+
+// keepOtherHeaders copies to h, the headers of a replay encoded anew, those
+// of orig the event's encoding does not make: a foreign producer's W3C
+// traceparent and tracestate, a user's own. Not the event's attributes
+// (ce-*, Content-Type), which the encoding wrote, nor the server's (Nats-*)
+// or the bus's (Agentbus-*, the original's control headers among them),
+// which the replay leaves out or sets itself.
+func keepOtherHeaders(h, orig nats.Header) {
+	for k, v := range orig {
+		if _, made := h[k]; made || hasPrefixFold(k, "ce-") || hasPrefixFold(k, "Nats-") ||
+			hasPrefixFold(k, "Agentbus-") || strings.EqualFold(k, "Content-Type") {
+			continue
+		}
+		h[k] = v
+	}
 }
 
 // droppedData reads the data dl could not keep (DeadLetter.DataDropped)

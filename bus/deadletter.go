@@ -83,6 +83,11 @@ var (
 	}
 )
 
+// hasPrefixFold reports whether s begins with prefix, in any case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
 // isJetStreamControlHeader reports whether k names, in any case, a header
 // the server acts on when a message carrying it is published to a stream.
 // (The server matches names exactly; a copy drops other spellings too, so
@@ -94,7 +99,7 @@ func isJetStreamControlHeader(k string) bool {
 		}
 	}
 	for _, p := range jetStreamControlPrefixes {
-		if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+		if hasPrefixFold(k, p) {
 			return true
 		}
 	}

@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 )
 
@@ -121,4 +125,51 @@ func TestReplayDeadLetterHandledAnew(t *testing.T) {
 			t.Errorf("replayed on %s (%+v, %v); want a direct message to alpha alone", replay.Subject, addr, err)
 		}
 	})
+}
+
+// TestReplayKeepsOtherHeaders: the replay of a valid event, encoded anew,
+// keeps the headers of the original that are not the event's, the
+// server's or the bus's: a foreign producer's W3C trace headers, a user's
+// own. Before, it dropped them.
+func TestReplayKeepsOtherHeaders(t *testing.T) {
+	s := newServer(t)
+	ops := adminOf(t, s)
+	var fixed atomic.Bool
+	done := newRecorder()
+	subscribe(t, newBus(t, s, "worker"), failUntilFixed(&fixed, done))
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg("agentbus.agent.worker.p3.producer.job")
+	for k, v := range map[string]string{
+		"ce-specversion": "1.0", "ce-id": "job-1", "ce-source": "/agents/producer", "ce-type": "job",
+		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "vendor=1",
+		"X-Tenant": "acme", "Nats-Msg-Id": "job-1",
+	} {
+		msg.Header.Set(k, v)
+	}
+	if _, err := js.PublishMsg(testContext(t), msg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead letter", func() (bool, string) {
+		dls, err := ops.DeadLetters(testContext(t), bus.DeadLetterFilter{Agent: "worker"})
+		return err == nil && len(dls) == 1, fmt.Sprint(len(dls), err)
+	})
+	fixed.Store(true)
+	replay := replayTheDeadLetter(t, ops, "worker")
+	done.waitCount(t, 1)
+	st, err := js.Stream(testContext(t), replay.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetMsg(testContext(t), replay.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"traceparent": msg.Header.Get("traceparent"), "tracestate": "vendor=1", "X-Tenant": "acme"} {
+		if got := raw.Header.Get(k); got != v {
+			t.Errorf("the replay's %s = %q, want %q (headers %v)", k, got, v, raw.Header)
+		}
+	}
 }
