@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -630,6 +631,10 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 	if err := json.Unmarshal(resp.Data, &s); err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", key, err)
 	}
+	if !ownsKey(s, key) {
+		t.onError(fmt.Errorf("record %s ignored: it names another message (%s from %s to %s)", key, s.ID, s.From, s.To))
+		return Status{}, fmt.Errorf("%w: %s", ErrNoStatus, m.ID)
+	}
 	s.revision, _ = strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
 	return s, nil
 }
@@ -706,7 +711,7 @@ func (t *tracker) settle(ctx context.Context, out []Status) {
 // filter, so that server permissions can pin it.
 func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.DeliverPolicy, add func(subject string, s Status)) error {
 	cfg := jetstream.ConsumerConfig{FilterSubject: t.prefix + filter, DeliverPolicy: policy}
-	err := t.reads.readStream(ctx, "KV_"+t.bucket, cfg, recordsTo(add))
+	err := t.reads.readStream(ctx, "KV_"+t.bucket, cfg, recordsTo(t.prefix, t.onError, add))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return &notProvisionedError{stream: t.bucket, bucket: true, cause: err}
@@ -903,20 +908,39 @@ func (t *tracker) consumerOf(ctx context.Context, floors map[string]*jetstream.C
 }
 
 // recordsTo returns a reader's callback (readStream) that passes each
-// record of the status bucket to add with its subject.
-func recordsTo(add func(subject string, s Status)) func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error) {
+// record of the status bucket, whose subjects begin with prefix, to add
+// with its subject. A record that is not one, or names another message
+// than its key (ownsKey), is passed over and reported to onError: an agent
+// may write the keys that name it, and what it writes there must not
+// keep others from reading theirs.
+func recordsTo(prefix string, onError func(error), add func(subject string, s Status)) func(jetstream.Msg, *jetstream.MsgMetadata) (bool, error) {
 	return func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
 		if op := m.Headers().Get("KV-Operation"); op != "" {
 			return false, nil // a delete or purge marker
 		}
+		key := strings.TrimPrefix(m.Subject(), prefix)
 		var s Status
 		if err := json.Unmarshal(m.Data(), &s); err != nil {
-			return false, fmt.Errorf("record %s: %w", m.Subject(), err)
+			onError(fmt.Errorf("record %s ignored: %w", key, err))
+			return false, nil
+		}
+		if !ownsKey(s, key) {
+			onError(fmt.Errorf("record %s ignored: it names another message (%s from %s to %s)", key, s.ID, s.From, s.To))
+			return false, nil
 		}
 		s.revision = md.Sequence.Stream
 		add(m.Subject(), s)
 		return false, nil
 	}
+}
+
+// ownsKey reports whether record s names the message, sender and
+// recipient its key does. The key is what server permissions check (an
+// agent may write only the keys that name it), not the record: one an
+// agent wrote under its own key about others' messages is ignored.
+func ownsKey(s Status, key string) bool {
+	want, err := subjects.StatusKey(s.CorrelationID, s.ID, s.From, s.To)
+	return err == nil && want == key
 }
 
 // Status returns the lifecycle records of message id that name this bus's
