@@ -69,7 +69,7 @@ func (b *Bus) Cancel(ctx context.Context, id string) (Status, error) {
 		canceled, err = b.cancelHere(ctx, id)
 	}
 	if err == nil || !errors.Is(err, ErrFinal) && !errors.Is(err, ErrNoStatus) && !errors.Is(err, ErrInvalidMessage) {
-		b.req.cancel(id, b.agent) // a Request of this process waiting for it
+		b.req.cancel(id, "", b.agent) // a Request of this process waiting for it
 	}
 	return canceled, err
 }
@@ -151,8 +151,9 @@ func unsentSchedule(st Status) bool {
 	return st.State == StateFailed && st.Schedule != "" && st.Sequence == 0 && st.By == st.From
 }
 
-// operatorSender is the sender of what an Admin publishes.
-const operatorSender = "agentbus"
+// operatorSender is the sender of what an Admin publishes, a name no
+// agent may have.
+const operatorSender = subjects.Operator
 
 // cancelNotice is the data of a TypeCancel notice: the canceled message,
 // whose record its recipient and its sender read to trust the notice.
@@ -251,7 +252,7 @@ type cancels struct {
 func (c *cancels) start(h *handling) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.canceled.has(h.d.ID) {
+	if c.canceled.has(canceledKey(h.d.From, h.d.ID)) {
 		return true
 	}
 	h.slot = len(c.running)
@@ -282,18 +283,27 @@ func (c *cancels) runningMessages() []Message {
 	return out
 }
 
-// apply marks id canceled and cancels its handlers if any run.
-func (c *cancels) apply(id string) {
+// apply marks message id from sender from canceled and cancels its
+// handlers if any run. The sender is part of what names the message: the
+// record that vouches for a cancel is one of the message from that sender
+// (the notice names it), and the sender of a handler's message is the one
+// its subject vouched for; another agent's message with the same ID is
+// not canceled.
+func (c *cancels) apply(id, from string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.canceled.add(id)
+	c.canceled.add(canceledKey(from, id))
 	for _, h := range c.running {
-		if h.d.ID == id {
+		if h.d.ID == id && h.d.From == from {
 			h.canceled.Store(true)
 			h.ctx.cancelWith(ErrCanceled)
 		}
 	}
 }
+
+// canceledKey is what cancels.canceled holds of message id from sender
+// from.
+func canceledKey(from, id string) string { return from + "\x00" + id }
 
 // takeNotice applies a cancel notice m, once the record of the message it
 // names says canceled (so nobody but its sender, its recipient or an
@@ -324,9 +334,11 @@ func (b *Bus) takeNotice(ctx context.Context, m *Message) {
 		return
 	}
 	if to == b.agent {
-		b.cancels.apply(n.ID)
+		b.cancels.apply(n.ID, n.From)
 	}
-	b.req.cancel(n.ID, n.By)
+	if n.From == b.agent {
+		b.req.cancel(n.ID, to, n.By) // a Request of this agent's, if it went to that recipient
+	}
 }
 
 // takeMissedNotices cancels, after every reconnect until d is done, the
@@ -369,7 +381,7 @@ func (b *Bus) takeMissed(done <-chan struct{}) {
 		canceled, err := b.status.canceled(ctx, &m, b.agent)
 		switch {
 		case canceled:
-			b.cancels.apply(m.ID)
+			b.cancels.apply(m.ID, m.From)
 		case err != nil && ctx.Err() == nil:
 			b.opts.onError(fmt.Errorf("look for a cancel of %s while the connection was down: %w", m.ID, err))
 		}

@@ -16,7 +16,7 @@ func newHandling(parent context.Context, id string) (*handling, *handlerContext)
 }
 
 // TestCancelsRunning: apply cancels every running handling of its ID and
-// no other, done removes a handling whatever its place, and a canceled ID
+// sender and no other, done removes a handling whatever its place, and a canceled ID
 // is refused at start.
 func TestCancelsRunning(t *testing.T) {
 	var c cancels
@@ -30,11 +30,16 @@ func TestCancelsRunning(t *testing.T) {
 	a1, ctxA1 := start("a")
 	b, ctxB := start("b")
 	a2, ctxA2 := start("a")
-	c.done(b) // from the middle: a2 moves into its place
-	if len(c.running) != 2 || c.running[a1.slot] != a1 || c.running[a2.slot] != a2 {
+	other, ctxOther := newHandling(context.Background(), "a")
+	other.d.From = "mallory" // another sender's message with the same ID
+	if c.start(other) {
+		t.Fatal("start of another sender's a reported canceled")
+	}
+	c.done(b) // from the middle: a later one moves into its place
+	if len(c.running) != 3 || c.running[a1.slot] != a1 || c.running[a2.slot] != a2 {
 		t.Fatalf("after done(b): running %v, slots %d and %d", c.running, a1.slot, a2.slot)
 	}
-	c.apply("a")
+	c.apply("a", "")
 	for i, ctx := range []context.Context{ctxA1, ctxA2} {
 		if !errors.Is(context.Cause(ctx), ErrCanceled) {
 			t.Errorf("handling %d of a: cause %v, want ErrCanceled", i+1, context.Cause(ctx))
@@ -46,8 +51,12 @@ func TestCancelsRunning(t *testing.T) {
 	if ctxB.Err() != nil || b.canceled.Load() {
 		t.Error("b was canceled by a cancel of a")
 	}
+	if ctxOther.Err() != nil || other.canceled.Load() {
+		t.Error("another sender's a was canceled")
+	}
 	c.done(a1)
 	c.done(a2)
+	c.done(other)
 	if len(c.running) != 0 {
 		t.Errorf("%d handlings left running", len(c.running))
 	}

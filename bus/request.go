@@ -736,11 +736,13 @@ func (r *requests) listening() bool {
 	return len(r.waiting) > 0
 }
 
-// cancel tells the Request waiting for id, if any, that by canceled it.
-func (r *requests) cancel(id, by string) {
+// cancel tells the Request waiting for id, if any, that by canceled it:
+// one whose request went to recipient to, any if to is empty (a cancel of
+// this process's own).
+func (r *requests) cancel(id, to, by string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if w, ok := r.waiting[id]; ok {
+	if w, ok := r.waiting[id]; ok && (to == "" || w.request.To == to) {
 		w.end(endSignal{id: id, by: by, verified: true})
 	}
 }
