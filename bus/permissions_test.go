@@ -999,3 +999,210 @@ func TestCancelDeniedToOthers(t *testing.T) {
 		t.Error("the forged notice was not reported")
 	}
 }
+
+// forgeCancel has mallory cancel message id at agent victim the way her
+// permissions allow: she writes a canceled record under a key that names
+// her as the sender or the recipient, then sends victim a notice that
+// names the same.
+func forgeCancel(t *testing.T, mallory *intruder, conv, id, from, to, victim string) {
+	t.Helper()
+	ctx := testContext(t)
+	key, err := subjects.StatusKey(conv, id, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec, _ := json.Marshal(map[string]any{"id": id, "from": from, "to": to, "state": "canceled",
+		"by": "mallory", "correlationId": conv, "time": now, "updated": now})
+	if _, err := mallory.js.Publish(ctx, "$KV."+subjects.Default().StatusBucket()+"."+key, rec); err != nil {
+		t.Fatalf("mallory writes a record of her own: %v", err)
+	}
+	notice, _ := json.Marshal(map[string]string{"id": id, "from": from, "to": to, "by": "mallory"})
+	publish(t, mallory.bus, bus.Message{To: victim, Type: bus.TypeCancel, Priority: 1,
+		CorrelationID: conv, CausationID: id, ContentType: "application/json", Data: notice})
+}
+
+// noticeTaken waits until agent's bus has taken every cancel notice
+// stored for it: its priority-1 consumer acked them.
+func noticeTaken(t *testing.T, b *bus.Bus, agent string, n uint64) {
+	t.Helper()
+	waitFor(t, agent+" took the notice", func() (bool, string) {
+		info, err := consumerInfo(t, b, agent+"_p1")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.AckFloor.Consumer >= n && info.NumAckPending == 0, fmt.Sprintf("%+v", info.AckFloor)
+	})
+}
+
+// TestForgedCancelNotice: an agent cannot cancel another's message with a
+// record it may write (naming itself) and a notice naming the same: not a
+// recipient's handling of a broadcast, nor of a group copy, nor a sender's
+// Gather waiting for another member's copy. Before, the recipient matched
+// the notice to a handling by ID alone, and the sender to a Request by ID
+// alone (found by a helper session).
+func TestForgedCancelNotice(t *testing.T) {
+	// handling subscribes alice with a handler that holds the message
+	// with type typ until released, and reports whether it was canceled.
+	handling := func(t *testing.T, alice *bus.Bus, typ string) (started <-chan *bus.Delivery, release chan<- struct{}, canceled <-chan bool) {
+		ds, done, out := make(chan *bus.Delivery, 1), make(chan struct{}), make(chan bool, 1)
+		subscribe(t, alice, func(ctx context.Context, d *bus.Delivery) error {
+			if d.Type != typ {
+				return nil
+			}
+			ds <- d
+			<-done
+			out <- ctx.Err() != nil
+			return nil
+		}, bus.WithConcurrency(2)) // the notice's stored copy comes through while one runs
+		return ds, done, out
+	}
+	t.Run("broadcast", func(t *testing.T) {
+		srv := newAuthServer(t, "alice", "bob", "mallory")
+		alice, bob := srv.agentBus(t, "alice", func(error) {}), srv.agentBus(t, "bob", func(error) {})
+		mallory := newIntruder(t, srv, "mallory")
+		started, release, canceled := handling(t, alice, "long")
+		note := publish(t, bob, bus.Message{To: bus.Broadcast, Type: "long"})
+		<-started
+		forgeCancel(t, mallory, note.ID, note.ID, "mallory", "alice", "alice")
+		noticeTaken(t, alice, "alice", 1)
+		close(release)
+		if <-canceled {
+			t.Error("alice's handling of bob's broadcast was canceled by mallory")
+		}
+	})
+	t.Run("group copy", func(t *testing.T) {
+		srv := newAuthServer(t, "alice", "bob", "mallory")
+		ctx := testContext(t)
+		alice, bob := srv.agentBus(t, "alice", func(error) {}), srv.agentBus(t, "bob", func(error) {})
+		mallory := newIntruder(t, srv, "mallory")
+		for _, b := range []*bus.Bus{alice, mallory.bus} {
+			if err := b.JoinGroup(ctx, "crew"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		started, release, canceled := handling(t, alice, "task")
+		if _, err := bob.PublishGroup(ctx, "crew", bus.Message{Type: "task"}); err != nil {
+			t.Fatal(err)
+		}
+		aliceCopy := <-started // mallory can derive its ID from her own copy's
+		forgeCancel(t, mallory, aliceCopy.CorrelationID, aliceCopy.ID, "mallory", "alice", "alice")
+		noticeTaken(t, alice, "alice", 1)
+		close(release)
+		if <-canceled {
+			t.Error("alice's handling of bob's copy was canceled by mallory")
+		}
+	})
+	t.Run("gather", func(t *testing.T) {
+		srv := newAuthServer(t, "alice", "bob", "mallory")
+		ctx := testContext(t)
+		alice, bob := srv.agentBus(t, "alice", func(error) {}), srv.agentBus(t, "bob", func(error) {})
+		mallory := newIntruder(t, srv, "mallory")
+		subscribe(t, bob, func(context.Context, *bus.Delivery) error { return nil })
+		copies, forged := make(chan *bus.Delivery, 1), make(chan struct{})
+		subscribe(t, alice, func(ctx context.Context, d *bus.Delivery) error {
+			copies <- d // mallory can derive its ID from her own copy
+			<-forged
+			_, err := d.Reply(ctx, bus.Message{Type: "answer"})
+			return err
+		})
+		subscribe(t, mallory.bus, func(ctx context.Context, d *bus.Delivery) error {
+			_, err := d.Reply(ctx, bus.Message{Type: "answer"})
+			return err
+		})
+		results := make(chan *bus.GatherResult, 1)
+		go func() {
+			res, _ := bob.Gather(ctx, bus.Message{Type: "question"}, []string{"alice", "mallory"})
+			results <- res
+		}()
+		d := <-copies
+		// A record naming mallory as the sender, then one naming her as
+		// the recipient, each with its notice to bob.
+		forgeCancel(t, mallory, d.CorrelationID, d.ID, "mallory", "bob", "bob")
+		forgeCancel(t, mallory, d.CorrelationID, d.ID, "bob", "mallory", "bob")
+		noticeTaken(t, bob, "bob", 2)
+		close(forged)
+		if res := <-results; res == nil || !res.Replied("alice") {
+			t.Errorf("bob's Gather has no reply from alice; failed: %+v", res.Failed)
+		}
+	})
+}
+
+// TestForgedRecordBody: a record is read only as the message its key
+// names. mallory may write keys naming her; one that says, under such a
+// key, that alice dead-lettered bob's broadcast is not among bob's
+// statuses. Before, the body was taken as it was (found by a helper
+// session).
+func TestForgedRecordBody(t *testing.T) {
+	srv := newAuthServer(t, "alice", "bob", "mallory")
+	ctx := testContext(t)
+	alice, bob := srv.agentBus(t, "alice", func(error) {}), srv.agentBus(t, "bob", func(error) {})
+	mallory := newIntruder(t, srv, "mallory")
+	r := newRecorder()
+	subscribe(t, alice, r.handle)
+	note := publish(t, bob, bus.Message{To: bus.Broadcast, Type: "note", TTL: time.Hour})
+	r.waitCount(t, 1)
+	waitState(t, bob, note.ID, bus.StateCompleted)
+	key, err := subjects.StatusKey(note.ID, note.ID, "mallory", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	body, _ := json.Marshal(map[string]any{"id": note.ID, "from": "bob", "to": "alice", "type": "note", "priority": 3,
+		"correlationId": note.ID, "state": "dead_lettered", "by": "alice", "time": now, "updated": now})
+	if _, err := mallory.js.Publish(ctx, "$KV."+subjects.Default().StatusBucket()+"."+key, body); err != nil {
+		t.Fatalf("mallory writes a key naming her: %v", err)
+	}
+	sts, err := bob.Status(ctx, note.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.State == bus.StateDeadLettered {
+			t.Errorf("bob's Status reports the record mallory wrote: %+v", sts)
+		}
+	}
+}
+
+// TestUndecodableRecord: a record that is not one, which an agent wrote
+// under a key naming it, keeps nobody from reading the conversation or a
+// broadcast's statuses: it is passed over. Before, History, Conversation
+// and the Status of a broadcast failed as a whole (found by a helper
+// session).
+func TestUndecodableRecord(t *testing.T) {
+	srv := newAuthServer(t, "alice", "bob", "mallory")
+	ctx := testContext(t)
+	alice, bob := srv.agentBus(t, "alice", func(error) {}), srv.agentBus(t, "bob", func(error) {})
+	mallory := newIntruder(t, srv, "mallory")
+	r := newRecorder()
+	subscribe(t, bob, r.handle)
+	const conv = "conv-bad-record"
+	publish(t, alice, bus.Message{ID: "m-1", To: "bob", Type: "task", CorrelationID: conv})
+	note := publish(t, alice, bus.Message{To: bus.Broadcast, Type: "note", CorrelationID: conv})
+	r.waitCount(t, 2)
+	for key, data := range map[string]string{"junk": "not json", note.ID: `{"priority":"high"}`} {
+		k, err := subjects.StatusKey(conv, key, "mallory", "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mallory.js.Publish(ctx, "$KV."+subjects.Default().StatusBucket()+"."+k, []byte(data)); err != nil {
+			t.Fatalf("mallory writes a key naming her: %v", err)
+		}
+	}
+	if p, err := srv.admin.History(ctx, conv, bus.HistoryQuery{}); err != nil || len(p.Entries) != 2 {
+		t.Errorf("Admin.History = %+v, %v; want the two messages", p, err)
+	}
+	if _, err := bob.History(ctx, conv, bus.HistoryQuery{}); err != nil {
+		t.Errorf("bob's History: %v", err)
+	}
+	if _, err := srv.admin.Conversation(ctx, conv); err != nil {
+		t.Errorf("Admin.Conversation: %v", err)
+	}
+	for _, st := range []interface {
+		Status(context.Context, string) ([]bus.Status, error)
+	}{srv.admin, bob} {
+		if _, err := st.Status(ctx, note.ID); err != nil {
+			t.Errorf("Status of the broadcast: %v", err)
+		}
+	}
+}
