@@ -67,7 +67,7 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
 	}
-	if err := subjects.ValidateID(agent); err != nil {
+	if err := subjects.ValidateIdentity(agent); err != nil {
 		return nil, err
 	}
 	o, err := applyOptions(opts)
@@ -84,7 +84,7 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 // WithNATSOptions adds or overrides nats.Connect options, a
 // nats.CustomInboxPrefix among them.
 func Connect(url, agent string, opts ...Option) (*Bus, error) {
-	if err := subjects.ValidateID(agent); err != nil {
+	if err := subjects.ValidateIdentity(agent); err != nil {
 		return nil, err
 	}
 	return connectAs(url, agent, opts, func(nc *nats.Conn, o options, r *refusals) (*Bus, error) {

@@ -138,6 +138,7 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"empty agent", "", nil, bus.ErrInvalidAgentID},
 		{"broadcast agent", "*", nil, bus.ErrInvalidAgentID},
+		{"the operator's name", "agentbus", nil, bus.ErrInvalidAgentID}, // it would speak for the operator
 		{"bad root", "a", []bus.Option{bus.WithRoot("a b")}, bus.ErrInvalidOption},
 		{"nil codec", "a", []bus.Option{bus.WithCodec(nil)}, bus.ErrInvalidOption},
 		{"zero async pending", "a", []bus.Option{bus.WithMaxAsyncPending(0)}, bus.ErrInvalidOption},

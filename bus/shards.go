@@ -122,6 +122,9 @@ func newShards(nc *nats.Conn, agent string, shards int, opts []Option, o options
 // shardOf returns agent's shard of shards (subjects.ShardOf), with a bad
 // count of shards an ErrInvalidOption.
 func shardOf(agent string, shards int) (int, error) {
+	if err := subjects.ValidateIdentity(agent); err != nil {
+		return 0, err
+	}
 	k, err := subjects.ShardOf(agent, shards)
 	if errors.Is(err, subjects.ErrInvalidShard) {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidOption, err)

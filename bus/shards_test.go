@@ -209,8 +209,10 @@ func TestShardsRejects(t *testing.T) {
 			t.Errorf("%d shards: %v, want ErrInvalidOption", shards, err)
 		}
 	}
-	if _, err := bus.NewShards(nc, "", 3); !errors.Is(err, bus.ErrInvalidAgentID) {
-		t.Errorf("empty agent: %v, want ErrInvalidAgentID", err)
+	for _, agent := range []string{"", "agentbus"} {
+		if _, err := bus.NewShards(nc, agent, 3); !errors.Is(err, bus.ErrInvalidAgentID) {
+			t.Errorf("agent %q: %v, want ErrInvalidAgentID", agent, err)
+		}
 	}
 	if _, err := bus.NewShards(nil, "worker", 3); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("nil connection: %v, want ErrInvalidOption", err)

@@ -25,6 +25,21 @@ func ValidateID(id string) error {
 	return validateID("agent ID", id)
 }
 
+// Operator is the sender of what an operator publishes in agentbus's
+// name (the notices of a cancel or a dead letter, escalations, group
+// changes). No agent may be called so: it would speak for the operator.
+const Operator = "agentbus"
+
+// ValidateIdentity reports whether id can be the agent a process runs as
+// or credentials are made for: an agent ID ([ValidateID]) other than
+// [Operator]. The error wraps [ErrInvalidAgentID].
+func ValidateIdentity(id string) error {
+	if id == Operator {
+		return fmt.Errorf("%w: agent ID %q is the operator's, reserved", ErrInvalidAgentID, id)
+	}
+	return ValidateID(id)
+}
+
 // validateID is ValidateID with the role of the ID (sender, recipient, ...)
 // named in the error.
 func validateID(role, id string) error {

@@ -250,7 +250,7 @@ func (c Config) resolve() (Config, error) {
 	}
 	seen := make(map[string]bool, len(c.Agents))
 	for _, a := range c.Agents {
-		if err := subjects.ValidateID(a); err != nil {
+		if err := subjects.ValidateIdentity(a); err != nil {
 			return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		if seen[a] {

@@ -164,6 +164,7 @@ func TestGenerateErrors(t *testing.T) {
 		{name: "password with nkeys", c: Config{Agents: []string{"a"}, AdminPassword: "p"}},
 		{name: "system password without SYS", c: Config{Agents: []string{"a"}, Mode: ModePasswords, NoSystemAccount: true, SystemPassword: "p"}},
 		{name: "agent named like the admin", c: Config{Agents: []string{"admin"}, Mode: ModePasswords}},
+		{name: "agent named like the operator's sender", c: Config{Agents: []string{"agentbus"}}, wantErr: []error{subjects.ErrInvalidAgentID}},
 		{name: "agent named like the system user", c: Config{Agents: []string{"sys"}, Mode: ModePasswords}},
 		{name: "bcrypt cost with nkeys", c: Config{Agents: []string{"a"}, BcryptCost: 5}},
 		{name: "scheduler not an agent", c: Config{Agents: []string{"a"}, Schedulers: []string{"b"}}},
