@@ -615,15 +615,19 @@ func (d *Dispatcher) pickLocked() *held {
 // the lowest stream sequence, nil if none holds a message, and whether one of
 // them is empty while its lane is still asking the server for messages that
 // may belong there: it has not told that the server holds nothing more for
-// it (it is not drained) and it has room for them. A lane that serves every
-// level and is full cannot learn more until one of its messages starts, so
-// its empty queues do not hold up the others: what it has not fetched yet is
-// later in the stream than everything it holds.
+// it (it is not drained) and it will pull (shouldPullLocked). A lane that
+// serves every level and will not pull, full or with less room than it
+// pulls for, cannot learn more until one of its messages starts, so its
+// empty queues do not hold up the others: what it has not fetched yet is
+// later in the stream than everything it holds. (Until 2026-11-28 a lane
+// with some room but not enough to pull held them up, and Strict waited
+// for news it never asked for: a backlog or burst of broadcasts stopped
+// the subscription.)
 func headLocked(qs []*queue, prefetch int) (head *queue, unknown bool) {
 	for _, q := range qs {
 		switch {
 		case len(q.buf) == 0:
-			unknown = unknown || ((!q.lane.drained || q.lane.expecting) && q.lane.buffered < prefetch)
+			unknown = unknown || ((!q.lane.drained || q.lane.expecting) && q.lane.shouldPullLocked(prefetch))
 		case head == nil || q.buf[0].m.Metadata.StreamSeq < head.buf[0].m.Metadata.StreamSeq:
 			head = q
 		}

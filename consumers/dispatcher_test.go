@@ -464,30 +464,40 @@ func TestEnsureNewOnly(t *testing.T) {
 	})
 }
 
-// TestFullAnyLevelLaneDoesNotBlock: a lane that serves every level and is
-// full (prefetch 1) holds a lower-level message; its empty higher-level
-// queue must not keep Strict waiting for news the lane cannot fetch.
+// TestFullAnyLevelLaneDoesNotBlock: a lane that serves every level and
+// will not pull, full (prefetch 1) or with less room than it pulls for
+// (prefetch 4, one of a backlog started), holds lower-level messages; its
+// empty higher-level queue must not keep Strict waiting for news the lane
+// does not fetch. With the prefetch of 4 only 1 of 10 was handled before
+// 2026-11-28.
 func TestFullAnyLevelLaneDoesNotBlock(t *testing.T) {
-	nc, js := setup(t, "high", "mixed")
-	if _, err := js.Publish(t.Context(), "s.mixed.1", nil); err != nil {
-		t.Fatal(err)
+	for _, prefetch := range []int{1, 4} {
+		t.Run(fmt.Sprint("prefetch ", prefetch), func(t *testing.T) {
+			nc, js := setup(t, "high", "mixed")
+			const n = 10
+			for range n {
+				if _, err := js.Publish(t.Context(), "s.mixed.1", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := &record{}
+			levelOf := func(subject string) int { return int(subject[len(subject)-1] - '0') }
+			d, err := consumers.Start(nc, stream, 2, []consumers.Lane{
+				{Consumer: "high", Level: 0}, {Consumer: "mixed", Level: consumers.AnyLevel},
+			}, r.handle, consumers.Options{Prefetch: prefetch, LevelOf: levelOf, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				d.Stop()
+				<-d.Done()
+			}()
+			embeddedtest.WaitFor(t, testTimeout, "the lower-level messages handled", func() (bool, string) {
+				got := r.handled()
+				return len(got) == n, fmt.Sprintf("%d handled, buffered %v", len(got), d.Buffered())
+			})
+		})
 	}
-	r := &record{}
-	levelOf := func(subject string) int { return int(subject[len(subject)-1] - '0') }
-	d, err := consumers.Start(nc, stream, 2, []consumers.Lane{
-		{Consumer: "high", Level: 0}, {Consumer: "mixed", Level: consumers.AnyLevel},
-	}, r.handle, consumers.Options{Prefetch: 1, LevelOf: levelOf, OnError: func(err error) { t.Errorf("dispatcher: %v", err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		d.Stop()
-		<-d.Done()
-	}()
-	embeddedtest.WaitFor(t, testTimeout, "the lower-level message handled", func() (bool, string) {
-		got := r.handled()
-		return len(got) == 1, fmt.Sprint(got)
-	})
 }
 
 // TestAdaptivePrefetchGrowthWakesAFullLane: with the adaptive prefetch a
