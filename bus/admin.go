@@ -105,7 +105,7 @@ func (a *Admin) Provision(ctx context.Context, c StreamConfig) (*jetstream.Strea
 	}
 	ctx, stop := a.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	info, err := provision(ctx, a.nc, a.js, c, a.opts.onError)
+	info, err := provision(ctx, a.nc, a.js, c, false, a.opts.onError)
 	return info, refusedCall(ctx, err)
 }
 

@@ -325,3 +325,67 @@ func TestAdminCloseWaitsForWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestWithProvisionKeepsOperatorsSettings: a process started
+// WithProvision(StreamConfig{}), as the README shows, keeps the limits an
+// operator set on the streams and buckets; Admin.Provision still makes
+// them match. Before, the agent's defaults undid them: a shorter retention
+// removes messages at once, and on a cluster a stream lost its replicas
+// and placement (found by a helper session).
+func TestWithProvisionKeepsOperatorsSettings(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	admin := newAdmin(t, nc)
+	const age = 90 * 24 * time.Hour
+	if _, err := admin.Provision(ctx, bus.StreamConfig{MaxConsumers: 500_000, MaxAge: age}); err != nil {
+		t.Fatal(err)
+	}
+	newBus(t, s, "worker", bus.WithProvision(bus.StreamConfig{}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := func(name string) jetstream.StreamConfig {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config
+	}
+	if c := settings("AGENTBUS"); c.MaxConsumers != 500_000 || c.MaxAge != age {
+		t.Errorf("after a bus provisioned with the defaults: max consumers %d, max age %v; the operator set 500000 and %v", c.MaxConsumers, c.MaxAge, age)
+	}
+	if c := settings("KV_AGENTBUS_STATUS"); c.MaxAge != age {
+		t.Errorf("status bucket: max age %v after a bus provisioned; the operator set %v", c.MaxAge, age)
+	}
+	if _, err := admin.Provision(ctx, bus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := settings("AGENTBUS"); c.MaxAge == age {
+		t.Error("Admin.Provision with the defaults left the operator's earlier max age")
+	}
+}
+
+// TestProvisionRefusesAnotherRootsStream: roots that differ only in '.'
+// and '_' (or case) name the same streams; provisioning the second is
+// refused and leaves the first's stream alone. Before, it took the stream
+// over: the first installation's publishes failed and its messages and
+// consumers were orphaned (found by a helper session).
+func TestProvisionRefusesAnotherRootsStream(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	if _, err := newAdmin(t, nc, bus.WithRoot("agentbus.s1")).Provision(ctx, bus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	b := newBus(t, s, "lead", bus.WithRoot("agentbus.s1"))
+	publish(t, b, bus.Message{To: "worker", Type: "before"})
+	if _, err := newAdmin(t, nc, bus.WithRoot("agentbus_s1")).Provision(ctx, bus.StreamConfig{}); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("provisioning root agentbus_s1 beside agentbus.s1: %v, want ErrInvalidOption", err)
+	}
+	if _, err := bus.New(embeddedtest.Connect(t, s), "other", bus.WithRoot("agentbus_s1"), bus.WithProvision(bus.StreamConfig{})); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("a bus of root agentbus_s1 provisioning: %v, want ErrInvalidOption", err)
+	}
+	publish(t, b, bus.Message{To: "worker", Type: "after"})
+}

@@ -255,7 +255,7 @@ func TestProvisionRacingAnotherProcess(t *testing.T) {
 	defer cancel()
 	nc, js := unprovisioned(t)
 	raced := &racedJS{JetStream: js, raced: map[string]bool{}}
-	if _, err := provision(ctx, nc, raced, StreamConfig{}, func(err error) { t.Error(err) }); err != nil {
+	if _, err := provision(ctx, nc, raced, StreamConfig{}, false, func(err error) { t.Error(err) }); err != nil {
 		t.Fatalf("provision racing another process: %v", err)
 	}
 	scheme := subjects.Default()

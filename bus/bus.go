@@ -131,7 +131,7 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 		// As Admin.Provision: a refused request (an agent's credentials
 		// allow no stream requests) fails at once, saying so.
 		ctx, stop := c.watchRefusals(context.Background(), "$JS.API.")
-		_, err := provision(ctx, nc, c.js, cfg, o.onError)
+		_, err := provision(ctx, nc, c.js, cfg, true, o.onError)
 		err = refusedCall(ctx, err)
 		stop()
 		if err != nil {

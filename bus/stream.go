@@ -280,7 +280,12 @@ func (c StreamConfig) scheduleSource() *jetstream.StreamSource {
 // already (a monitoring stream of every advisory, say) is left out and
 // reported to onError: the dead-letter watcher then hears the advisories
 // only while it runs (Admin.WatchDeadLetters).
-func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c StreamConfig, onError func(error)) (*jetstream.StreamInfo, error) {
+//
+// With keep (a bus provisioning as it starts, WithProvision) an existing
+// stream or bucket keeps its limits and placement (keepOperators): only
+// what the bus needs to work is brought to c. Without it (Admin.Provision,
+// agentbus provision) they are made to match c.
+func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c StreamConfig, keep bool, onError func(error)) (*jetstream.StreamInfo, error) {
 	if err := checkServer(nc); err != nil {
 		return nil, err
 	}
@@ -324,7 +329,9 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	}
 	var info *jetstream.StreamInfo
 	for _, sc := range streams {
-		s, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Stream, error) { return createOrUpdateStream(ctx, js, sc) })
+		s, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Stream, error) {
+			return createOrUpdateStream(ctx, js, sc, c.Root, keep)
+		})
 		if sc.Name == unsettled.Name && isAPIError(err, jsErrCodeStreamSubjectOverlap) {
 			onError(fmt.Errorf("stream %s not provisioned: %w; the dead-letter watcher hears the MAX_DELIVERIES advisories of %s only while it runs", sc.Name, err, cfg.Name))
 			continue
@@ -339,15 +346,15 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 			info = s.CachedInfo()
 		}
 	}
-	if err := provisionBucket(ctx, js, kvc, false); err != nil {
+	if err := provisionBucket(ctx, js, kvc, false, keep); err != nil {
 		return nil, fmt.Errorf("provision status bucket %s: %w", kvc.Bucket, err)
 	}
-	if err := provisionBucket(ctx, js, reg, false); err != nil {
+	if err := provisionBucket(ctx, js, reg, false, keep); err != nil {
 		return nil, fmt.Errorf("provision agent registry %s: %w", reg.Bucket, err)
 	}
 	// The presence bucket allows rollups: the server keeps them on for a
 	// stream with subject delete markers (docs/security.md).
-	if err := provisionBucket(ctx, js, presence, true); err != nil {
+	if err := provisionBucket(ctx, js, presence, true, keep); err != nil {
 		return nil, fmt.Errorf("provision presence bucket %s: %w", presence.Bucket, err)
 	}
 	return info, nil
@@ -361,7 +368,12 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 // 2.15, which reads a stream's configuration unlocked to check the stream
 // sourcing it (getStream in checkStreamCfgLocked) while another update
 // writes it.
-func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+//
+// A stream of the name that holds another root's subjects is refused, not
+// taken over: roots that differ only in case, or in '.' and '_', name the
+// same streams (subjects.Scheme.StreamName). With keep, an existing stream
+// keeps its limits and placement (keepOperators).
+func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, root string, keep bool) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		// A create, not nats.go's create-or-update: a stream another
@@ -371,13 +383,56 @@ func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetst
 		}
 		s, err = js.Stream(ctx, cfg.Name) // made otherwise: updated below
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
-	case sameStream(s.CachedInfo().Config, cfg):
+	}
+	have := s.CachedInfo().Config
+	if otherRoot(have.Subjects, cfg.Subjects, root) {
+		return nil, fmt.Errorf("%w: stream %s holds another root's subjects (%s), not root %q's: roots that differ only in case, or in '.' and '_', cannot share an account",
+			ErrInvalidOption, cfg.Name, strings.Join(have.Subjects, " "), root)
+	}
+	if keep {
+		cfg = keepOperators(have, cfg)
+	}
+	if sameStream(have, cfg) {
 		return s, nil
 	}
 	return js.UpdateStream(ctx, cfg)
+}
+
+// otherRoot reports whether an existing stream with subjects have belongs
+// to another root than the one, root, whose subjects want are: want's are
+// all under root (not the advisories the unsettled stream keeps, which
+// name no root), and none of have's is.
+func otherRoot(have, want []string, root string) bool {
+	prefix := root + "."
+	for _, s := range want {
+		if !strings.HasPrefix(s, prefix) {
+			return false
+		}
+	}
+	for _, s := range have {
+		if strings.HasPrefix(s, prefix) {
+			return false
+		}
+	}
+	return len(have) > 0
+}
+
+// keepOperators returns want with the limits and placement of have, an
+// existing stream: what an operator set (Admin.Provision with other
+// values, agentbus provision --tag, nats stream edit) and a bus
+// provisioning as it starts (WithProvision) with its own StreamConfig,
+// most often the defaults, must not undo. Before 2026-11-28 it did: a
+// shorter retention removed messages at once, and a replicated stream lost
+// its replicas and placement. What the bus needs to work (subjects,
+// sources, per-message TTLs, delete markers, schedules) comes from want.
+func keepOperators(have, want jetstream.StreamConfig) jetstream.StreamConfig {
+	want.Description, want.Metadata = have.Description, have.Metadata
+	want.MaxConsumers, want.MaxMsgs, want.MaxBytes, want.MaxAge = have.MaxConsumers, have.MaxMsgs, have.MaxBytes, have.MaxAge
+	want.MaxMsgsPerSubject, want.MaxMsgSize, want.Duplicates = have.MaxMsgsPerSubject, have.MaxMsgSize, have.Duplicates
+	want.Replicas, want.Placement, want.Compression = have.Replicas, have.Placement, have.Compression
+	return want
 }
 
 // sameStream reports whether the stream configuration have, as the server
@@ -426,7 +481,10 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 // refuses, on a registry provisioned before presence had a bucket of its
 // own (2026-11-27). Such a registry loses its subject delete markers and
 // rollups, keeps its TTLs, and its presence records expire there unread.
-func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, rollups bool) error {
+//
+// With keep, an existing bucket keeps its limits and placement
+// (keepOperators), as a stream does.
+func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, rollups, keep bool) error {
 	_, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (struct{}, error) {
 		s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -437,7 +495,11 @@ func provisionBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 			return struct{}{}, err
 		}
 		have := s.CachedInfo().Config
-		if want := bucketStream(have, cfg, rollups); !reflect.DeepEqual(have, want) {
+		want := bucketStream(have, cfg, rollups)
+		if keep {
+			want = keepOperators(have, want)
+		}
+		if !reflect.DeepEqual(have, want) {
 			_, err = js.UpdateStream(ctx, want)
 		}
 		return struct{}{}, err
