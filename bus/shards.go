@@ -60,7 +60,9 @@ type Shards struct {
 	mu     sync.Mutex // guards buses and closed
 	buses  []*Bus
 	closed bool
-	making []sync.Mutex // one per shard: one goroutine makes its bus, the others wait
+	// making holds a token per shard while one goroutine makes its bus;
+	// the others wait for it, each no longer than its context.
+	making []chan struct{}
 }
 
 // NewShards returns agent's handle on an installation of shards shards on
@@ -107,12 +109,20 @@ func newShards(nc *nats.Conn, agent string, shards int, opts []Option, o options
 		return nil, err
 	}
 	root := o.scheme.Root()
+	if o.provision != nil && o.provision.Root != "" {
+		if ps, err := subjects.New(o.provision.Root); err != nil || ps.Root() != root {
+			return nil, fmt.Errorf("%w: provision root %q differs from bus root %q", ErrInvalidOption, o.provision.Root, root)
+		}
+	}
 	for k := range shards { // every shard root is valid before any bus is made
 		if _, err := subjects.ShardRoot(root, k, shards); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
-	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards), making: make([]sync.Mutex, shards)}
+	s := &Shards{nc: nc, agent: agent, root: root, n: shards, home: home, opts: opts, provision: o.provision, refusals: r, buses: make([]*Bus, shards), making: make([]chan struct{}, shards)}
+	for k := range s.making {
+		s.making[k] = make(chan struct{}, 1)
+	}
 	if s.own, err = s.shard(context.Background(), home); err != nil {
 		return nil, err
 	}
@@ -167,8 +177,12 @@ func (s *Shards) shard(ctx context.Context, k int) (*Bus, error) {
 	if b, err := s.made(k); b != nil || err != nil {
 		return b, err
 	}
-	s.making[k].Lock()
-	defer s.making[k].Unlock()
+	select {
+	case s.making[k] <- struct{}{}:
+		defer func() { <-s.making[k] }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("shard %s: %w", root, ctx.Err())
+	}
 	if b, err := s.made(k); b != nil || err != nil {
 		return b, err // made while this call waited
 	}

@@ -214,6 +214,10 @@ func TestShardsRejects(t *testing.T) {
 			t.Errorf("agent %q: %v, want ErrInvalidAgentID", agent, err)
 		}
 	}
+	// As New refuses it; before, the default root's shards were used.
+	if _, err := bus.NewShards(nc, "worker", 2, bus.WithProvision(bus.StreamConfig{Root: "team"})); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("a provision root not the bus's: %v, want ErrInvalidOption", err)
+	}
 	if _, err := bus.NewShards(nil, "worker", 3); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("nil connection: %v, want ErrInvalidOption", err)
 	}
@@ -743,5 +747,52 @@ func TestShardsScheduledBroadcastTime(t *testing.T) {
 	}
 	if d := rec.waitCount(t, 1)[0]; d.Time.Before(before.Add(2 * time.Second)) {
 		t.Errorf("the broadcast's time %v, scheduled at %v to fire 2 s later; want its firing time", d.Time, before)
+	}
+}
+
+// TestShardMakingHonoursEachCallersContext: while the connection is down,
+// a send to a shard not made yet waits for it no longer than its own
+// context, also when another send waits to make that shard. Before, the
+// second waited behind the first's lock for the first's deadline (found
+// by a helper session).
+func TestShardMakingHonoursEachCallersContext(t *testing.T) {
+	const n = 3
+	inst := newSharded(t, n)
+	for k := range n {
+		inst.shards(inst.agents[k]) // provisions every shard
+	}
+	p := newCutProxy(t, strings.TrimPrefix(inst.s.ClientURL(), "nats://"))
+	sh, err := bus.ConnectShards(p.URL(), inst.agents[0], n, bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	sender := sh.Bus()
+	p.hold()
+	t.Cleanup(p.release)
+	waitFor(t, "the connection down", func() (bool, string) { return !sender.Conn().IsConnected(), sender.Conn().Status().String() })
+	long, cancelLong := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelLong()
+	go func() { _, _ = sender.Publish(long, bus.Message{To: inst.agents[2], Type: "task"}) }()
+	waitFor(t, "the first send waiting for the connection", func() (bool, string) {
+		n := goroutinesIn("bus.(*Shards).connected")
+		return n == 1, fmt.Sprintf("%d waiting", n)
+	})
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := sender.Publish(short, bus.Message{To: inst.agents[2], Type: "task"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the second send: %v, want its deadline", err)
+		}
+	case <-time.After(testTimeout):
+		t.Error("a send with a 300 ms deadline still waits, behind another send's wait for the connection")
+		cancelLong()
+		<-done
 	}
 }
