@@ -265,11 +265,16 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		return terminate(fmt.Errorf("%w before it was handled", ErrCanceled))
 	}
 	defer b.cancels.done(hs)
+	returned := false // h returned: not a panic, nor a runtime.Goexit
 	defer func() {
 		hs.awaitProgressRecord(ctx) // before the records below and the settlement
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
 			b.opts.onError(fmt.Errorf("message %s: %w", cm.Subject, err))
+		} else if !returned {
+			// runtime.Goexit, t.FailNow in a handler: a failure, whose
+			// message the dispatcher gives back as this goroutine ends.
+			err = fmt.Errorf("%w: it called runtime.Goexit", ErrHandlerPanic)
 		}
 		switch {
 		case hs.canceled.Load() && !hs.replied.Load(): // replied, the work was done
@@ -294,7 +299,9 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		b.seedProgress(ctx, hs)
 		b.record(m, hs, StateDelivered, md, nil)
 	}
-	return h(hctx, d)
+	err = h(hctx, d)
+	returned = true
+	return err
 }
 
 // inFlight is a delivered message being handled: the Delivery its handler

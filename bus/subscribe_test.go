@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -962,4 +963,30 @@ func TestBroadcastBacklogIsHandled(t *testing.T) {
 		})
 		r.waitCount(t, 300)
 	})
+}
+
+// TestHandlerGoexit: a handler that ends its goroutine with runtime.Goexit
+// (t.FailNow or t.Fatal called in a handler) fails its delivery like a
+// panic: the message is given back and the subscription goes on. Before,
+// the worker ended with it and the message stayed in flight, kept alive:
+// with the default concurrency of 1 nothing more was handled (found by a
+// helper session).
+func TestHandlerGoexit(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	publish(t, sender, bus.Message{To: "agent", Type: "exits"})
+	publish(t, sender, bus.Message{To: "agent", Type: "next"})
+	var exited atomic.Bool
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "agent"), func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "exits" && !exited.Swap(true) {
+			runtime.Goexit()
+		}
+		return r.handle(ctx, d)
+	})
+	for _, d := range r.waitCount(t, 2) {
+		if d.Type == "exits" && d.Deliveries != 2 {
+			t.Errorf("the message whose handler exited was handled on delivery %d, want 2", d.Deliveries)
+		}
+	}
 }

@@ -523,6 +523,12 @@ func signal(ch chan struct{}) {
 // every handler is busy still competes on priority for the next start.
 func (d *Dispatcher) runWorker() {
 	defer d.workers.Done()
+	var running *held // set while its handler runs
+	defer func() {
+		if running != nil {
+			d.handlerExited(running)
+		}
+	}()
 	d.mu.Lock()
 	for n := 0; ; {
 		if d.stopping {
@@ -535,10 +541,37 @@ func (d *Dispatcher) runWorker() {
 			continue
 		}
 		d.mu.Unlock()
+		running = h
 		d.handle(h, n)
+		running = nil
 		n++
 		d.mu.Lock()
 		d.finishedLocked(h)
+	}
+}
+
+// errGoexit reports a handler that called runtime.Goexit (as t.FailNow
+// does), which ends the goroutine it runs on.
+var errGoexit = errors.New("consumers: handler called runtime.Goexit; message given back")
+
+// handlerExited cleans up after h's handler called runtime.Goexit, which
+// is neither a return nor a panic: the worker's goroutine ends with it.
+// The message is given back unless settled, and another worker takes the
+// place of this one, which would otherwise leave the subscription a
+// handler short for good (none at all with a concurrency of 1).
+func (d *Dispatcher) handlerExited(h *held) {
+	d.opts.OnError(fmt.Errorf("message %s: %w", h.m.Subject, errGoexit))
+	if !h.m.settled {
+		if err := h.m.Nak(0); err != nil {
+			d.opts.OnError(fmt.Errorf("give back message %s: %w", h.m.Subject, err))
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.finishedLocked(h)
+	if !d.stopping {
+		d.workers.Add(1) // before this worker's Done
+		go d.runWorker()
 	}
 }
 
