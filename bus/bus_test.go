@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -153,7 +154,8 @@ func TestNewValidates(t *testing.T) {
 	}
 	b := newBus(t, s, "a")
 	for _, opt := range []bus.SubscribeOption{bus.WithConcurrency(0), bus.WithPrefetch(-1), bus.WithAckWait(time.Millisecond),
-		bus.WithMaxDeliver(0), bus.WithPolicy(bus.Weighted, 1, 2), bus.WithBackoff(nil)} {
+		bus.WithMaxDeliver(0), bus.WithMaxDeliver(math.MaxInt/2 + 1), bus.WithMaxAckPending(math.MaxInt/6 + 1),
+		bus.WithPolicy(bus.Weighted, 1, 2), bus.WithBackoff(nil)} {
 		if _, err := b.Subscribe(testContext(t), newRecorder().handle, opt); !errors.Is(err, bus.ErrInvalidOption) {
 			t.Errorf("Subscribe with a bad option = %v, want ErrInvalidOption", err)
 		}

@@ -384,13 +384,19 @@ func WithAckWait(d time.Duration) SubscribeOption {
 // dead-lettered as unsettled by WatchDeadLetters.
 func WithMaxDeliver(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
-		if n <= 0 {
-			return fmt.Errorf("%w: max deliver %d must be > 0", ErrInvalidOption, n)
+		if n <= 0 || n > maxCountOption {
+			return fmt.Errorf("%w: max deliver %d must be 1 to %d", ErrInvalidOption, n, maxCountOption)
 		}
 		o.settings.MaxDeliver = n
 		return nil
 	}
 }
+
+// maxCountOption bounds WithMaxDeliver and WithMaxAckPending, far above
+// any useful value, so that what the bus computes from them (twice the
+// one for the server, six times the other for MaxConcurrency) cannot
+// overflow.
+const maxCountOption = 1 << 30
 
 // MaxConcurrency is the most handlers a subscription can run at once, with
 // maxAckPending as WithMaxAckPending (0: DefaultMaxAckPending): the
@@ -405,8 +411,8 @@ func MaxConcurrency(maxAckPending int) int {
 // broadcasts), across all processes of the agent (default 1000).
 func WithMaxAckPending(n int) SubscribeOption {
 	return func(o *subscribeOptions) error {
-		if n <= 0 {
-			return fmt.Errorf("%w: max ack pending %d must be > 0", ErrInvalidOption, n)
+		if n <= 0 || n > maxCountOption {
+			return fmt.Errorf("%w: max ack pending %d must be 1 to %d", ErrInvalidOption, n, maxCountOption)
 		}
 		o.settings.MaxAckPending = n
 		return nil
