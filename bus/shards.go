@@ -469,14 +469,22 @@ func (s *Shards) status(ctx context.Context, id string) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A message is on one shard: where it was found, a shard that could
-	// not tell does not matter; where it was not, it leaves it unknown.
+	// A direct message is on one shard: where it was found, a shard that
+	// could not tell does not matter; where it was not, it leaves it
+	// unknown. A broadcast is on every shard, and so is its sender's
+	// record: the one on this agent's shard is kept, once.
 	var out []Status
 	var unread []error
-	for _, o := range found {
-		out = append(out, o.sts...)
-		if o.unread != nil {
-			unread = append(unread, o.unread)
+	seen := make(map[recordOf]bool)
+	for _, k := range s.homeFirst() {
+		for _, st := range found[k].sts {
+			if r := (recordOf{st.ID, st.From, st.To}); !seen[r] {
+				seen[r] = true
+				out = append(out, st)
+			}
+		}
+		if found[k].unread != nil {
+			unread = append(unread, found[k].unread)
 		}
 	}
 	switch {
@@ -559,12 +567,39 @@ func (s *Shards) ownEntries(ctx context.Context, correlationID string, filters [
 	var (
 		all     []HistoryEntry
 		records int
+		seen    = make(map[recordOf]bool)
 	)
-	for _, p := range parts {
-		all, records = append(all, p.entries...), records+p.records
+	for _, k := range s.homeFirst() {
+		for _, e := range parts[k].entries {
+			// A broadcast is stored on every shard: the copy on this
+			// agent's shard is its entry. Before 2026-11-28 it was listed
+			// once per shard, and with copies alike to the nanosecond and
+			// the sequence a page's cursor named them all, so paging
+			// never ended.
+			if r := (recordOf{e.ID, e.From, e.To}); e.To != Broadcast || !seen[r] {
+				seen[r] = true
+				all = append(all, e)
+			}
+		}
+		records += parts[k].records
 	}
 	slices.SortFunc(all, compareEntries)
 	return all, records, nil
+}
+
+// recordOf names a message's record: its ID, sender and recipient.
+type recordOf struct{ id, from, to string }
+
+// homeFirst returns the shard indexes, this agent's own first.
+func (s *Shards) homeFirst() []int {
+	out := make([]int, 0, s.n)
+	out = append(out, s.home)
+	for k := range s.n {
+		if k != s.home {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // readOwn is Bus.readOwn of each shard, at once, for the entries its

@@ -796,3 +796,105 @@ func TestShardMakingHonoursEachCallersContext(t *testing.T) {
 		<-done
 	}
 }
+
+// TestShardsBroadcastHistoryOnce: on an installation of shards, the
+// sender's History lists its broadcast once: "a broadcast is one entry,
+// whoever received it" (docs/history.md). Before, once per shard (found by
+// a helper session).
+func TestShardsBroadcastHistoryOnce(t *testing.T) {
+	const n = 3
+	inst := newSharded(t, n)
+	ctx := testContext(t)
+	agents := inst.agents
+	sender := inst.shards(agents[0]).Bus()
+	for k := 1; k < n; k++ {
+		r := newRecorder()
+		subscribe(t, inst.shards(agents[k]).Bus(), r.handle)
+	}
+	ack, err := sender.Publish(ctx, bus.Message{To: bus.Broadcast, Type: "NOTE", CorrelationID: "conv-1", Data: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sender.History(ctx, "conv-1", bus.HistoryQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Entries {
+		got = append(got, fmt.Sprintf("%s@%s err=%v", e.ID, e.Stream, e.Err))
+	}
+	if len(p.Entries) != 1 || p.Entries[0].ID != ack.ID {
+		t.Errorf("sender's history of one broadcast on %d shards: %d entries %v, want 1", n, len(p.Entries), got)
+	}
+}
+
+// TestShardsBroadcastStatusOnce: the sender's Status of a broadcast on
+// an installation of shards holds its own record once (docs/reliability:
+// "a broadcast has its sender's, which stays pending, and one for each
+// agent that received it").
+func TestShardsBroadcastStatusOnce(t *testing.T) {
+	const n = 3
+	inst := newSharded(t, n)
+	ctx := testContext(t)
+	agents := inst.agents
+	sender := inst.shards(agents[0]).Bus()
+	for k := 1; k < n; k++ {
+		r := newRecorder()
+		subscribe(t, inst.shards(agents[k]).Bus(), r.handle)
+	}
+	ack, err := sender.Publish(ctx, bus.Message{To: bus.Broadcast, Type: "NOTE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sts []bus.Status
+	waitFor(t, "the recipients' records", func() (bool, string) {
+		sts, err = sender.Status(ctx, ack.ID)
+		recipients := 0
+		for _, st := range sts {
+			if st.To != bus.Broadcast {
+				recipients++
+			}
+		}
+		return err == nil && recipients == n-1, fmt.Sprintf("%+v %v", sts, err)
+	})
+	senders := 0
+	for _, st := range sts {
+		if st.To == bus.Broadcast {
+			senders++
+		}
+	}
+	if senders != 1 {
+		t.Errorf("Status of a broadcast on %d shards: %d sender records (%d in all), want 1", n, senders, len(sts))
+	}
+}
+
+// TestShardsBroadcastPagingEnds: paging the sender's History of a
+// conversation holding one broadcast, on shards, one entry a page, ends.
+// Before, the copies on each shard had the same time, ID and (fresh
+// shards) the same sequence, so their cursors were equal and the page
+// after the second was the second again, for ever.
+func TestShardsBroadcastPagingEnds(t *testing.T) {
+	const n = 3
+	inst := newSharded(t, n)
+	ctx := testContext(t)
+	sender := inst.shards(inst.agents[0]).Bus()
+	if _, err := sender.Publish(ctx, bus.Message{To: bus.Broadcast, Type: "NOTE", CorrelationID: "conv-1"}); err != nil {
+		t.Fatal(err)
+	}
+	q := bus.HistoryQuery{Limit: 1}
+	var cursors []string
+	for pages := 1; ; pages++ {
+		p, err := sender.History(ctx, "conv-1", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Next == "" {
+			break
+		}
+		cursors = append(cursors, p.Next)
+		if pages == 10 {
+			t.Fatalf("paging one broadcast one entry a page did not end after %d pages; cursors %v", pages, cursors)
+		}
+		q.After = p.Next
+	}
+}

@@ -173,8 +173,17 @@ func (a *app) recordsOnShards(read func(*bus.Admin) ([]bus.Status, error)) ([]bu
 			}
 			return sts, err
 		})
+		// A broadcast is on every shard, and so is its sender's record:
+		// listed once, the first shard's.
+		type record struct{ id, from, to string }
+		seen := make(map[record]bool)
 		for _, sts := range found {
-			out = append(out, sts...)
+			for _, st := range sts {
+				if r := (record{st.ID, st.From, st.To}); !seen[r] {
+					seen[r] = true
+					out = append(out, st)
+				}
+			}
 		}
 		return err
 	})

@@ -214,3 +214,23 @@ func TestShardsWatchDeadLetters(t *testing.T) {
 		}
 	})
 }
+
+// TestBroadcastOnShardsListedOnce: agentbus status --shards N of a
+// broadcast prints its sender's record once ("A broadcast has its
+// sender's, which stays pending, and one for each agent that received
+// it"), and history --agent SENDER --shards N lists it once. Before, once
+// per shard (found by a helper session).
+func TestBroadcastOnShardsListedOnce(t *testing.T) {
+	url := embeddedtest.RunServer(t).ClientURL()
+	sharded := func(args ...string) []string { return append([]string{"--server", url, "--shards", "3"}, args...) }
+	mustRun(t, sharded("provision")...)
+	id := publish(t, url, "--shards", "3", "--from", "alice", "--to", "*", "--type", "NOTE", "--correlation-id", "conv-s", "--data", "x")
+	out := mustRun(t, sharded("status", id)...)
+	if n := strings.Count(out, "alice -> * pending"); n != 1 {
+		t.Errorf("status --shards 3 of a broadcast printed the sender's record %d times:\n%s", n, out)
+	}
+	out = mustRun(t, sharded("history", "conv-s", "--agent", "alice")...)
+	if n := strings.Count(out, "id="+id); n != 1 {
+		t.Errorf("history --agent alice --shards 3 listed the broadcast %d times:\n%s", n, out)
+	}
+}
