@@ -294,7 +294,14 @@ func (b *client) streamMissing(stream string, err error) error {
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, ierr := b.js.Stream(ctx, stream)
+		var ierr error
+		if b.consumer != "" && stream == b.opts.scheme.Stream() {
+			// An agent may not ask for stream info, only for its own
+			// consumers' (docs/security.md): a missing stream has none.
+			_, ierr = b.js.Consumer(ctx, stream, b.consumer)
+		} else {
+			_, ierr = b.js.Stream(ctx, stream)
+		}
 		switch {
 		case errors.Is(ierr, jetstream.ErrStreamNotFound):
 			return &notProvisionedError{stream: stream, cause: err}

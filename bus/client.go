@@ -33,6 +33,11 @@ type client struct {
 	// (askAgain) when the connection reconnects; stopped in closeConn.
 	reconnects *reconnects
 	directs    directSubjects // the plain direct subjects it sent on
+	// consumer is a consumer of the message stream this handle may look
+	// up (an agent's own, at the default priority), which tells whether
+	// the stream exists where its permissions allow no stream info
+	// (streamMissing); "" for an operator's handle.
+	consumer string
 
 	// refusals are the server's refusals of this connection's requests;
 	// nil on a connection the caller made (New, NewAdmin), whose errors
@@ -151,8 +156,14 @@ func newClient(nc *nats.Conn, agent string, o options, r *refusals) (*client, er
 			r.tellInboxRefused(status.pub.Fail)
 		}
 	}
+	var consumer string
+	if agent != "" {
+		if cs, err := o.scheme.Consumers(agent); err == nil {
+			consumer = cs[subjects.DefaultPriority-1].Name
+		}
+	}
 	return &client{nc: nc, js: js, pub: pub, opts: o, tel: tel, status: status, registry: registrySubjects(o.scheme), presence: presenceSubjects(o.scheme), reconnects: rc, refusals: r,
-		reads: streamReads{js: js, onError: o.onError, live: live}, endLive: endLive, closing: make(chan struct{})}, nil
+		consumer: consumer, reads: streamReads{js: js, onError: o.onError, live: live}, endLive: endLive, closing: make(chan struct{})}, nil
 }
 
 // Subjects returns the subject scheme of the bus.

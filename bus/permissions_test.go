@@ -1206,3 +1206,30 @@ func TestUndecodableRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentOnAnUnprovisionedBus: an agent under its generated permissions
+// that publishes to a bus nobody provisioned is told so (ErrNotProvisioned,
+// with what to run), as an unrestricted connection is. Before, the check
+// that tells a missing stream from one that cannot answer asked for
+// stream info, which agents may not, and it said ErrUnavailable (found by
+// a helper session).
+func TestAgentOnAnUnprovisionedBus(t *testing.T) {
+	setup, err := auth.Generate(auth.Config{Agents: []string{"alice", "bob"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), auth.ConfigFileName)
+	if err := os.WriteFile(file, setup.ServerConfig(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := embeddedtest.RunServer(t, func(o *embedded.Options) { o.ConfigFile = file })
+	id, _ := setup.Agent("alice")
+	b, err := bus.Connect(s.ClientURL(), "alice", bus.WithNATSOptions(id.Option()), bus.WithErrorHandler(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.Publish(testContext(t), bus.Message{To: "bob", Type: "task"}); !errors.Is(err, bus.ErrNotProvisioned) {
+		t.Errorf("Publish on an unprovisioned bus, as an agent: %v; want ErrNotProvisioned", err)
+	}
+}
