@@ -366,6 +366,10 @@ func WithPolicy(p Policy, weights ...int) SubscribeOption {
 // WithAckWait sets how long the server waits for an ack before it
 // redelivers (default 30s): the time to notice a crashed subscriber. Running
 // handlers are kept alive, so it does not limit how long a handler may run.
+// The agent's consumers are shared by its processes, each keeping its
+// messages alive at the pace of its own ack wait: they keep the longest
+// any process asked for (a shorter one redelivered the messages another
+// handled), and the highest delivery limit.
 func WithAckWait(d time.Duration) SubscribeOption {
 	return func(o *subscribeOptions) error {
 		if d < 100*time.Millisecond {

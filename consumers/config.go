@@ -144,8 +144,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, stream string, specs []
 // ensure makes the consumer cfg describes exist. It reads the consumer
 // first: an existing one with the same settings is left as it is (a create
 // request would rewrite its configuration on the server's disk), one with
-// other settings is updated keeping its starting point, and a missing one
-// is created.
+// other settings is updated keeping its starting point, and its ack wait
+// and delivery limit where they are larger, and a missing one is created.
 func ensure(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := js.Consumer(ctx, stream, cfg.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -159,6 +159,15 @@ func ensure(ctx context.Context, js jetstream.JetStream, stream string, cfg jets
 		return nil, err
 	}
 	old := c.CachedInfo().Config
+	// The consumer is shared by the agent's processes, each of which keeps
+	// the messages it handles alive at the pace of its own ack wait and
+	// counts deliveries against its own limit: one asking for a shorter
+	// ack wait or fewer deliveries would have the server redeliver, or give
+	// up, a message another still handles. The longer and the more stay.
+	cfg.AckWait = max(cfg.AckWait, old.AckWait)
+	if old.MaxDeliver == -1 || cfg.MaxDeliver != -1 && old.MaxDeliver > cfg.MaxDeliver {
+		cfg.MaxDeliver = old.MaxDeliver
+	}
 	if sameSettings(old, cfg) {
 		return c, nil
 	}

@@ -436,6 +436,31 @@ func TestEnsureLeavesAnIdenticalConsumer(t *testing.T) {
 	}
 }
 
+// TestEnsureNeverLowersAckWaitOrMaxDeliver: an existing consumer keeps a
+// longer ack wait and a higher delivery limit than Ensure asks for: the
+// agent's other processes keep their messages alive at the pace of theirs.
+// Before, a process with WithAckWait(500ms) had the server redeliver
+// another's running message (found by a helper session).
+func TestEnsureNeverLowersAckWaitOrMaxDeliver(t *testing.T) {
+	_, js := setup(t, "a")
+	spec := []consumers.Spec{{Name: "a", FilterSubject: "s.a.>"}}
+	ensure := func(s consumers.Settings) jetstream.ConsumerConfig {
+		t.Helper()
+		if _, err := consumers.Ensure(t.Context(), js, stream, spec, s); err != nil {
+			t.Fatal(err)
+		}
+		return consumerInfo(t, js, "a").Config
+	}
+	ensure(consumers.Settings{AckWait: time.Minute, MaxDeliver: 9})
+	if c := ensure(consumers.Settings{AckWait: time.Second, MaxDeliver: 3, MaxAckPending: 7}); c.AckWait != time.Minute || c.MaxDeliver != 9 || c.MaxAckPending != 7 {
+		t.Errorf("after an Ensure asking for less: ack wait %v, max deliver %d, max ack pending %d; want 1m, 9, 7", c.AckWait, c.MaxDeliver, c.MaxAckPending)
+	}
+	ensure(consumers.Settings{MaxDeliver: -1})
+	if c := ensure(consumers.Settings{MaxDeliver: 4}); c.MaxDeliver != -1 {
+		t.Errorf("max deliver %d after unlimited; want -1", c.MaxDeliver)
+	}
+}
+
 // TestEnsureNewOnly: a NewOnly consumer created after messages were stored
 // does not deliver them, only later ones; an update of its settings keeps
 // it where it is.
