@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
@@ -44,6 +45,7 @@ const (
 type Bus struct {
 	*client
 	agent     string
+	process   string // this process among the agent's (headerProcess)
 	req       requests
 	presences presences // what Requests know of their recipients' presence
 	cancels   cancels
@@ -139,7 +141,7 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 			return nil, err
 		}
 	}
-	b := &Bus{client: c, agent: agent, subs: make(map[*Subscription]struct{})}
+	b := &Bus{client: c, agent: agent, process: uuid.NewString(), subs: make(map[*Subscription]struct{})}
 	if c.status != nil {
 		c.status.window = b.storedBetween
 	}

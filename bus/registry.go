@@ -618,7 +618,12 @@ func (b *Bus) answerProcesses() *nats.Subscription {
 	subject, err := b.opts.scheme.ProcessesSubject(b.agent)
 	if err == nil {
 		var sub *nats.Subscription
-		if sub, err = b.nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond(nil) }); err == nil {
+		answer := func(m *nats.Msg) {
+			if m.Header.Get(headerProcess) != b.process { // not its own question
+				_ = m.Respond(nil)
+			}
+		}
+		if sub, err = b.nc.Subscribe(subject, answer); err == nil {
 			return sub
 		}
 	}
@@ -656,9 +661,15 @@ func (b *Bus) anotherProcess(ctx context.Context) bool {
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, subject)
 	defer stop()
-	_, err = b.nc.RequestWithContext(ctx, subject, nil)
+	q := &nats.Msg{Subject: subject, Header: nats.Header{headerProcess: []string{b.process}}}
+	_, err = b.nc.RequestMsgWithContext(ctx, q)
 	return err == nil
 }
+
+// headerProcess names the process that asks whether another process of
+// its agent runs (anotherProcess), which its own answerProcesses leaves
+// unanswered.
+const headerProcess = "Agentbus-Process"
 
 // processesWait bounds how long a closing process waits for another
 // process of its agent to answer (anotherProcess). A running process
@@ -670,10 +681,18 @@ var processesWait = time.Second // a variable for the tests
 // and at once when the connection is back after a drop: the record may
 // have expired meanwhile, or another process of the agent that closed then
 // found none to answer it (anotherProcess) and reported the agent offline.
+//
+// A beat after none of this process was stored for as long as a record
+// lives (its connection held, not dropped, say) asks anew since when the
+// agent is online (onlineSince): its record may have expired meanwhile,
+// and the agent been found gone. Before 2026-11-28 the heartbeats went on
+// with the Since of before, and a lookup read the agent online since
+// before it went offline.
 func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
 	defer close(hb.done)
 	t := time.NewTicker(b.opts.heartbeat)
 	defer t.Stop()
+	stored := time.Now() // Register's beat
 	for {
 		select {
 		case <-hb.stop:
@@ -682,9 +701,16 @@ func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
 		case <-b.reconnects.connected():
 			t.Reset(b.opts.heartbeat)
 		}
+		if time.Since(stored) >= presenceMisses*b.opts.heartbeat {
+			ctx, cancel := context.WithTimeout(context.Background(), processesWait+b.opts.heartbeat)
+			since = b.onlineSince(ctx)
+			cancel()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.heartbeat)
 		if err := b.beat(ctx, since); err != nil {
 			b.opts.onError(fmt.Errorf("heartbeat of %s: %w", b.agent, err))
+		} else {
+			stored = time.Now()
 		}
 		cancel()
 	}

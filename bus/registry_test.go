@@ -790,4 +790,10 @@ func TestWatchPresenceBackFromASilence(t *testing.T) {
 	if back := next(bus.Online); !back.Presence.Since.After(gone.Presence.Since) {
 		t.Errorf("online again since %v, after offline since %v: want since after", back.Presence.Since, gone.Presence.Since)
 	}
+	// A lookup reads the record alone: its process dates the return
+	// (before 2026-11-28 the record kept the Since of before the silence).
+	waitFor(t, "the lookup's worker online since its return", func() (bool, string) {
+		info, err := adminOf(t, s).LookupAgent(testContext(t), "worker")
+		return err == nil && info.Presence.Status == bus.Online && info.Presence.Since.After(gone.Presence.Since), fmt.Sprintf("%+v %v", info.Presence, err)
+	})
 }
