@@ -59,8 +59,9 @@ var (
 	// sequence a record names is another message than the record's, or of
 	// another conversation: a record not written by the bus.
 	ErrNotRecorded = errors.New("bus: stored message is not the recorded one")
-	// ErrInvalidCursor is returned for a HistoryQuery.After that no
-	// History returned.
+	// ErrInvalidCursor is returned for a HistoryQuery.After that is not
+	// of the form HistoryEntry.Cursor makes. A well-formed one names a
+	// place in the order, whether or not a page ended there.
 	ErrInvalidCursor = errors.New("bus: invalid history cursor")
 )
 
