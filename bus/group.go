@@ -53,8 +53,12 @@ func (b *Bus) LeaveGroup(ctx context.Context, group string) error {
 	return b.setMember(ctx, group, b.agent, false, b.agent)
 }
 
-// AddToGroup makes agents members of group, as an operator.
+// AddToGroup makes agents members of group, as an operator. An invalid
+// group or agent ID is refused (ErrInvalidAgentID) before any is added.
 func (a *Admin) AddToGroup(ctx context.Context, group string, agents ...string) error {
+	if err := validMembers(group, agents); err != nil {
+		return err
+	}
 	for _, agent := range agents {
 		if err := a.setMember(ctx, group, agent, true, operatorSender); err != nil {
 			return err
@@ -63,10 +67,30 @@ func (a *Admin) AddToGroup(ctx context.Context, group string, agents ...string) 
 	return nil
 }
 
-// RemoveFromGroup ends agents' membership of group, as an operator.
+// RemoveFromGroup ends agents' membership of group, as an operator. An
+// invalid group or agent ID is refused (ErrInvalidAgentID) before any is
+// removed.
 func (a *Admin) RemoveFromGroup(ctx context.Context, group string, agents ...string) error {
+	if err := validMembers(group, agents); err != nil {
+		return err
+	}
 	for _, agent := range agents {
 		if err := a.setMember(ctx, group, agent, false, operatorSender); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validMembers checks group and agents before an operator's change
+// writes any membership: one invalid ID left a change half made, and an
+// invalid group without agents was not refused at all.
+func validMembers(group string, agents []string) error {
+	if _, err := subjects.GroupMemberKeys(group); err != nil {
+		return err
+	}
+	for _, agent := range agents {
+		if _, err := subjects.GroupKey(group, agent); err != nil {
 			return err
 		}
 	}

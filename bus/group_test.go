@@ -588,3 +588,26 @@ func TestJoiningAgainChangesNothing(t *testing.T) {
 	stop()
 	<-watched
 }
+
+// TestOperatorsGroupChangeChecksFirst: an operator's AddToGroup or
+// RemoveFromGroup with an invalid agent or group is refused before any
+// membership is written. Before, the agents ahead of the invalid one were
+// added, and an invalid group without agents was not refused at all
+// (found by a helper session).
+func TestOperatorsGroupChangeChecksFirst(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	admin := adminOf(t, s)
+	if err := admin.AddToGroup(ctx, "reviewers", "perf", "bad\nagent", "ui"); !errors.Is(err, bus.ErrInvalidAgentID) {
+		t.Fatalf("AddToGroup with an invalid agent = %v, want ErrInvalidAgentID", err)
+	}
+	if m, err := admin.GroupMembers(ctx, "reviewers"); err != nil || len(m) != 0 {
+		t.Errorf("after a refused AddToGroup the group has members %v (%v); want none", m, err)
+	}
+	if err := admin.AddToGroup(ctx, "bad group\n"); !errors.Is(err, bus.ErrInvalidAgentID) {
+		t.Errorf("AddToGroup of an invalid group = %v, want ErrInvalidAgentID", err)
+	}
+	if err := admin.RemoveFromGroup(ctx, "*"); !errors.Is(err, bus.ErrInvalidAgentID) {
+		t.Errorf("RemoveFromGroup of group * = %v, want ErrInvalidAgentID", err)
+	}
+}
