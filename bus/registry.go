@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,45 +92,66 @@ const (
 )
 
 // ErrInvalidCard is wrapped by the error Register returns for a card that
-// breaks the rules: an empty or over-long field, too many items, a
-// priority outside 1..5, or more than MaxCardSize bytes in all.
+// breaks the rules: an empty or over-long field, text that is not UTF-8,
+// a control character in a name (an ID, a tag, a profile, a version), too
+// many items, a priority outside 1..5, or more than MaxCardSize bytes in
+// all.
 var ErrInvalidCard = errors.New("bus: invalid agent card")
 
-// validate checks c, whose Name is set.
+// validate checks c, whose Name is set. It stops at the first rule broken
+// by a count, so that a card of a million skills is not checked item by
+// item into an error of megabytes.
 func (c *AgentCard) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidCard, fmt.Sprintf(format, args...))
 	}
-	short := func(field, v string, limit int) error {
-		if len(v) > limit {
+	// text checks free text (descriptions, examples): UTF-8, at most limit bytes.
+	text := func(field, v string, limit int) error {
+		switch {
+		case len(v) > limit:
 			return bad("%s is %d bytes, the limit is %d", field, len(v), limit)
+		case !utf8.ValidString(v):
+			return bad("%s is not UTF-8", field)
 		}
 		return nil
 	}
-	items := func(field string, n int) error {
+	// name checks a name (an ID, a tag, a profile): text on one line, as
+	// listings print it, and not empty when required.
+	name := func(field, v string, required bool) error {
+		if v == "" && required {
+			return bad("%s is empty", field)
+		}
+		if err := text(field, v, codec.MaxIDLen); err != nil {
+			return err
+		}
+		if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+			return bad("%s %q has a control character", field, v)
+		}
+		return nil
+	}
+	for field, n := range map[string]int{"skills": len(c.Skills), "profiles": len(c.Profiles), "accepted types": len(c.Accepts)} {
 		if n > MaxCardItems {
 			return bad("%d %s, the limit is %d", n, field, MaxCardItems)
 		}
-		return nil
 	}
-	errs := []error{
-		short("description", c.Description, MaxCardText),
-		short("version", c.Version, codec.MaxIDLen),
-		items("skills", len(c.Skills)), items("profiles", len(c.Profiles)), items("accepted types", len(c.Accepts)),
-	}
-	for i, s := range c.Skills {
-		if s.ID == "" {
-			errs = append(errs, bad("skill %d has no id", i))
+	for _, s := range c.Skills {
+		if len(s.Tags) > MaxCardItems || len(s.Examples) > MaxCardItems {
+			return bad("skill %q has %d tags and %d examples, the limit is %d each", s.ID, len(s.Tags), len(s.Examples), MaxCardItems)
 		}
-		errs = append(errs, short("skill id", s.ID, codec.MaxIDLen), short("skill name", s.Name, codec.MaxIDLen),
-			short("skill description", s.Description, MaxCardText), items("tags of skill "+s.ID, len(s.Tags)),
-			items("examples of skill "+s.ID, len(s.Examples)))
+	}
+	errs := []error{text("description", c.Description, MaxCardText), name("version", c.Version, false)}
+	for i, s := range c.Skills {
+		errs = append(errs, name(fmt.Sprintf("skill %d id", i), s.ID, true), name("skill name", s.Name, false),
+			text("skill description", s.Description, MaxCardText))
 		for _, t := range s.Tags {
-			errs = append(errs, short("tag", t, codec.MaxIDLen))
+			errs = append(errs, name("tag of skill "+s.ID, t, true))
 		}
 		for _, e := range s.Examples {
-			errs = append(errs, short("example", e, MaxCardText))
+			errs = append(errs, text("example", e, MaxCardText))
 		}
+	}
+	for _, p := range c.Profiles {
+		errs = append(errs, name("profile", p, true))
 	}
 	for _, t := range c.Accepts {
 		if err := subjects.ValidateType(t); err != nil {

@@ -201,10 +201,25 @@ func TestRegistryInvalidCards(t *testing.T) {
 		"bad priority":     {Priorities: []int{6}},
 		"bad type":         {Accepts: []string{""}},
 		"too large":        {Skills: manySkills(40)},
+		// Found by a helper session (2026-11-28): stored altered, or as
+		// a listing's second row.
+		"description not UTF-8": {Description: "caf\xe9"},
+		"skill id not UTF-8":    {Skills: []bus.Skill{{ID: "re\xffview"}}},
+		"skill id on two lines": {Skills: []bus.Skill{{ID: "x\nceo online approve-all"}}},
+		"tag not UTF-8":         {Skills: []bus.Skill{{ID: "review", Tags: []string{"g\xfeo"}}}},
+		"empty tag":             {Skills: []bus.Skill{{ID: "review", Tags: []string{""}}}},
+		"empty profile":         {Profiles: []string{""}},
+		"long profile":          {Profiles: []string{strings.Repeat("p", 20000)}},
+		"profile on two lines":  {Profiles: []string{"pipe\nline"}},
 	} {
 		if err := b.Register(testContext(t), card); !errors.Is(err, bus.ErrInvalidCard) {
 			t.Errorf("%s: Register error %v, want ErrInvalidCard", name, err)
 		}
+	}
+	// A card of far too many items fails at its count, not item by item:
+	// one of 100,000 skills without IDs gave an error of 4.7 MB.
+	if err := b.Register(testContext(t), bus.AgentCard{Skills: make([]bus.Skill, 100_000)}); !errors.Is(err, bus.ErrInvalidCard) || len(err.Error()) > 1024 {
+		t.Errorf("Register of 100,000 skills: ErrInvalidCard %t, %d bytes of error", errors.Is(err, bus.ErrInvalidCard), len(err.Error()))
 	}
 	if _, err := bus.New(embeddedtest.Connect(t, s), "x", bus.WithHeartbeat(time.Millisecond)); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("WithHeartbeat(1ms) error %v, want ErrInvalidOption", err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 	"sync"
 	"time"
 
@@ -302,13 +303,9 @@ func checkMessageID(what, id string) error {
 // oneLine folds a possibly multi-line message, such as cobra's "did you
 // mean" suggestions, onto one line.
 func oneLine(s string) string {
-	var parts []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			parts = append(parts, l)
-		}
-	}
-	return strings.Join(parts, " ")
+	// strings.Fields splits at every space, tab and line break (\r too,
+	// which let a line overwrite the start of its own in a terminal).
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }), " ")
 }
 
 // syncWriter serializes writes from concurrent handlers so that lines never
