@@ -9,9 +9,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unicode"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
