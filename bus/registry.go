@@ -614,7 +614,8 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	hb.micro = svc
 	// Set before the heartbeats start, the fields are goOffline's to read
 	// once they stopped (hb.done).
-	go b.heartbeats(hb, since)
+	hb.since = since
+	go b.heartbeats(hb)
 	if b.isClosed() {
 		return ErrClosed // Close stops them at once
 	}
@@ -629,6 +630,7 @@ var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0
 type heartbeat struct {
 	stop, done chan struct{}
 	online     bool               // its first beat was written
+	since      time.Time          // the agent online since, as its beats say; heartbeats' until done
 	processes  *nats.Subscription // nil if it could not be made
 	micro      micro.Service      // nil if it could not be added
 }
@@ -641,9 +643,10 @@ func (b *Bus) answerProcesses() *nats.Subscription {
 	subject, err := b.opts.scheme.ProcessesSubject(b.agent)
 	if err == nil {
 		var sub *nats.Subscription
+		interval := []byte(b.opts.heartbeat.String())
 		answer := func(m *nats.Msg) {
 			if m.Header.Get(headerProcess) != b.process { // not its own question
-				_ = m.Respond(nil)
+				_ = m.Respond(interval) // its heartbeat interval (goOffline)
 			}
 		}
 		if sub, err = b.nc.Subscribe(subject, answer); err == nil {
@@ -661,7 +664,7 @@ func (b *Bus) answerProcesses() *nats.Subscription {
 // one stretch online, not a new one at each heartbeat of another process.
 func (b *Bus) onlineSince(ctx context.Context) time.Time {
 	now := time.Now().UTC()
-	if !b.anotherProcess(ctx) {
+	if _, ok := b.anotherProcess(ctx); !ok {
 		return now
 	}
 	p, _, err := b.presenceOf(ctx, b.agent)
@@ -675,18 +678,22 @@ func (b *Bus) onlineSince(ctx context.Context) time.Time {
 // its processes subject, within processesWait: a registered process that
 // runs on, whose heartbeats keep the agent online. No answer, or none
 // that can come (no responders, a refusal), is no.
-func (b *Bus) anotherProcess(ctx context.Context) bool {
+func (b *Bus) anotherProcess(ctx context.Context) (interval time.Duration, ok bool) {
 	subject, err := b.opts.scheme.ProcessesSubject(b.agent)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, processesWait)
 	defer cancel()
 	ctx, stop := b.watchRefusals(ctx, subject)
 	defer stop()
 	q := &nats.Msg{Subject: subject, Header: nats.Header{headerProcess: []string{b.process}}}
-	_, err = b.nc.RequestMsgWithContext(ctx, q)
-	return err == nil
+	resp, err := b.nc.RequestMsgWithContext(ctx, q)
+	if err != nil {
+		return 0, false
+	}
+	interval, _ = time.ParseDuration(string(resp.Data)) // 0 from a version that answers nothing
+	return interval, true
 }
 
 // headerProcess names the process that asks whether another process of
@@ -711,7 +718,7 @@ var processesWait = time.Second // a variable for the tests
 // and the agent been found gone. Before 2026-11-28 the heartbeats went on
 // with the Since of before, and a lookup read the agent online since
 // before it went offline.
-func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
+func (b *Bus) heartbeats(hb *heartbeat) {
 	defer close(hb.done)
 	t := time.NewTicker(b.opts.heartbeat)
 	defer t.Stop()
@@ -726,11 +733,11 @@ func (b *Bus) heartbeats(hb *heartbeat, since time.Time) {
 		}
 		if time.Since(stored) >= presenceMisses*b.opts.heartbeat {
 			ctx, cancel := context.WithTimeout(context.Background(), processesWait+b.opts.heartbeat)
-			since = b.onlineSince(ctx)
+			hb.since = b.onlineSince(ctx)
 			cancel()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.heartbeat)
-		if err := b.beat(ctx, since); err != nil {
+		if err := b.beat(ctx, hb.since); err != nil {
 			b.opts.onError(fmt.Errorf("heartbeat of %s: %w", b.agent, err))
 		} else {
 			stored = time.Now()
@@ -772,8 +779,18 @@ func (b *Bus) goOffline(ctx context.Context) {
 			b.opts.onError(fmt.Errorf("leave NATS micro discovery: %w", err))
 		}
 	}
-	if b.anotherProcess(ctx) {
-		return // its heartbeats keep the agent online
+	if interval, ok := b.anotherProcess(ctx); ok {
+		// Its heartbeats keep the agent online; the last record may be
+		// this process's, though, expiring after three of this one's
+		// intervals, before the other's next beat if its interval is
+		// longer: the agent read offline until then. A record that lives
+		// as long as the other's does takes its place.
+		if interval > b.opts.heartbeat {
+			if err := b.writePresence(ctx, presenceData{Agent: b.agent, Status: Online, Since: hb.since, Interval: Duration(interval)}, presenceMisses*interval); err != nil {
+				b.opts.onError(fmt.Errorf("hand %s's presence to its other process: %w", b.agent, err))
+			}
+		}
+		return
 	}
 	now := time.Now().UTC()
 	if err := b.writePresence(ctx, presenceData{Agent: b.agent, Status: Offline, Since: now, Interval: Duration(b.opts.heartbeat), Reason: ReasonShutdown}, 0); err != nil {

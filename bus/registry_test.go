@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 	"github.com/agentbus/agentbus/subjects"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -811,4 +812,52 @@ func TestWatchPresenceBackFromASilence(t *testing.T) {
 		info, err := adminOf(t, s).LookupAgent(testContext(t), "worker")
 		return err == nil && info.Presence.Status == bus.Online && info.Presence.Since.After(gone.Presence.Since), fmt.Sprintf("%+v %v", info.Presence, err)
 	})
+}
+
+// TestProcessesWithDifferentHeartbeats: of two processes of an agent, one
+// beating every 20 s and one every second, the second closes: the agent
+// stays online, its presence record living as long as the first process's
+// beats need. Before, the closed process's record, the last, expired three
+// of its own seconds later, and the agent read offline until the other
+// beat again (found by a helper session).
+func TestProcessesWithDifferentHeartbeats(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	slow, err := bus.New(embeddedtest.Connect(t, s), "worker", bus.WithHeartbeat(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	if err := slow.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	fast, err := bus.New(embeddedtest.Connect(t, s), "worker", bus.WithHeartbeat(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fast.Register(ctx, bus.AgentCard{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fast.Close(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(embeddedtest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+subjects.Default().PresenceBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := subjects.PresenceKey("worker")
+	last, err := st.GetLastMsgForSubject(ctx, subjects.Default().PresenceSubjectPrefix()+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := time.ParseDuration(last.Header.Get(jetstream.MsgTTLHeader)); err != nil || ttl < time.Minute {
+		t.Errorf("the presence record after the 1 s process closed expires in %q; want three of the other's 20 s intervals", last.Header.Get(jetstream.MsgTTLHeader))
+	}
+	if info, err := adminOf(t, s).LookupAgent(ctx, "worker"); err != nil || info.Presence.Status != bus.Online {
+		t.Errorf("LookupAgent = %+v, %v; want online", info.Presence, err)
+	}
 }
