@@ -97,6 +97,22 @@ func (a *Admin) Close() error {
 // than c.DedupMemoryBudget, and the server's error (a *jetstream.APIError)
 // if it refuses the update, for example a change of storage type.
 func (a *Admin) Provision(ctx context.Context, c StreamConfig) (*jetstream.StreamInfo, error) {
+	return a.provision(ctx, c, false)
+}
+
+// EnsureProvisioned is Provision for a service that starts on an
+// installation an operator may have provisioned with other limits (as
+// agentbus serve does on each start): it creates what is missing, and
+// brings an existing stream or bucket only to what the bus needs to work,
+// keeping its limits and placement (retention, consumers, sizes, the
+// duplicate window, replicas, placement, compression), as a bus made
+// WithProvision does. Its errors are Provision's.
+func (a *Admin) EnsureProvisioned(ctx context.Context, c StreamConfig) (*jetstream.StreamInfo, error) {
+	return a.provision(ctx, c, true)
+}
+
+// provision is Provision, with keep as provision takes it.
+func (a *Admin) provision(ctx context.Context, c StreamConfig, keep bool) (*jetstream.StreamInfo, error) {
 	if a.isClosed() {
 		return nil, ErrClosed
 	}
@@ -105,7 +121,7 @@ func (a *Admin) Provision(ctx context.Context, c StreamConfig) (*jetstream.Strea
 	}
 	ctx, stop := a.watchRefusals(ctx, "$JS.API.")
 	defer stop()
-	info, err := provision(ctx, a.nc, a.js, c, false, a.opts.onError)
+	info, err := provision(ctx, a.nc, a.js, c, keep, a.opts.onError)
 	return info, refusedCall(ctx, err)
 }
 

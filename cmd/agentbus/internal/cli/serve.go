@@ -83,7 +83,11 @@ on stderr.`,
 				return err
 			}
 			defer s.Shutdown()
-			return a.serveUntilDone(cmd.Context(), s, login, fl.authFile)
+			err = a.serveUntilDone(cmd.Context(), s, login, fl.authFile)
+			if err != nil && cmd.Context().Err() != nil {
+				return nil // SIGINT or SIGTERM while it started: a clean stop too
+			}
+			return err
 		}),
 	}
 	f := cmd.Flags()
@@ -188,7 +192,10 @@ func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []na
 	var streams []string
 	var msgs uint64
 	for k, admin := range admins {
-		info, err := admin.Provision(ctx, bus.StreamConfig{})
+		// What an operator provisioned since stays: a restart brings the
+		// streams only to what the bus needs (before 2026-11-28 it put
+		// their limits back to the defaults, cutting a longer retention).
+		info, err := admin.EnsureProvisioned(ctx, bus.StreamConfig{})
 		if err != nil {
 			return onShard(admins, k, err)
 		}

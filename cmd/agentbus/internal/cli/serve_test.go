@@ -5,6 +5,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // serving is a serve command running in the background.
@@ -128,5 +132,58 @@ func TestProvisionRoot(t *testing.T) {
 	evs := events(t, mustRun(t, "--server", url, "--root", "team.a", "subscribe", "--agent", "b", "--count", "1", "--json"))
 	if len(evs) != 1 || evs[0].msg.ID != id {
 		t.Errorf("got %+v, want message %s", evs, id)
+	}
+}
+
+// TestServeRestartKeepsProvisionedLimits: the limits an operator
+// provisioned stay when serve restarts on the same store. Before, serve
+// provisioned the defaults on each start: a 90-day retention was cut to
+// 30, removing older messages at once (found by a helper session).
+func TestServeRestartKeepsProvisionedLimits(t *testing.T) {
+	store := t.TempDir()
+	s := startServe(t, store)
+	mustRun(t, "--server", s.url, "provision", "--max-age", "2160h", "--dedup-window", "10m", "--max-consumers", "200000")
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	s = startServe(t, store)
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(testContext(t), "AGENTBUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.MaxAge != 2160*time.Hour || cfg.Duplicates != 10*time.Minute || cfg.MaxConsumers != 200000 {
+		t.Errorf("after serve restarted: max-age %v, dedup window %v, max consumers %d; want the operator's 2160h, 10m, 200000",
+			cfg.MaxAge, cfg.Duplicates, cfg.MaxConsumers)
+	}
+	if code := s.stop(t); code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+}
+
+// TestInterruptedWhileStarting: SIGINT or SIGTERM while serve or
+// subscribe is still starting is a clean stop, exit 0, as their help
+// says. Before, each exited 1 with "context canceled" (found by a helper
+// session).
+func TestInterruptedWhileStarting(t *testing.T) {
+	url := newServer(t)
+	for _, args := range [][]string{
+		{"serve", "--listen", "127.0.0.1:0", "--store", t.TempDir()},
+		{"--server", url, "subscribe", "--agent", "bob"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the signal came before it had started
+		var stdout, stderr syncBuffer
+		if code := Main(ctx, args, strings.NewReader(""), &stdout, &stderr); code != exitOK {
+			t.Errorf("%s interrupted while starting: exit %d, stderr %q; want 0", args[0], code, stderr.String())
+		}
 	}
 }

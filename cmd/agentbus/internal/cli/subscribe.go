@@ -174,8 +174,11 @@ func (a *app) subscribe(ctx context.Context, f subscribeFlags) error {
 		bus.WithMaxDeliver(f.maxDeliver),
 	)
 	if err != nil {
-		if errors.Is(err, bus.ErrInvalidOption) {
+		switch {
+		case errors.Is(err, bus.ErrInvalidOption):
 			return usageError{err}
+		case ctx.Err() != nil:
+			return nil // SIGINT or SIGTERM while it started: a clean stop too
 		}
 		return err
 	}
