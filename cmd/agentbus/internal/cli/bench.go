@@ -162,6 +162,9 @@ func (f benchFlags) config() (benchmark.Config, error) {
 			only = append(only, s)
 		}
 	}
+	if f.only != nil && len(only) == 0 { // given, naming nothing: not "all"
+		return benchmark.Config{}, fmt.Errorf("--only %q names no scenario", strings.Join(f.only, ","))
+	}
 	cfg := benchmark.Config{Messages: f.messages, Size: f.size, Agents: f.agents, Rate: rate, Only: only, Rounds: f.rounds}
 	return cfg, cfg.Validate()
 }

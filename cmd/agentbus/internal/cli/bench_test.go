@@ -281,3 +281,14 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchOnlyNamingNothing: --only "" (an unset shell variable) or ","
+// names no scenario: a usage error, not a run of every scenario as if
+// --only were left out (found by a helper session).
+func TestBenchOnlyNamingNothing(t *testing.T) {
+	for _, only := range []string{"", ",", " "} {
+		if r := runIn(t, "", "bench", "--only", only, "--messages", "4", "--agents", "1"); r.code != exitUsage || r.stdout != "" {
+			t.Errorf("bench --only %q: exit %d, %d bytes of output; want a usage error and no run", only, r.code, len(r.stdout))
+		}
+	}
+}

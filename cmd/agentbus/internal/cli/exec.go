@@ -89,6 +89,13 @@ func (s *session) progressPipe(ctx context.Context, cmd *exec.Cmd, d *bus.Delive
 				s.a.warnf("message %s: progress: %v", d.ID, err)
 			}
 		}
+		if err := sc.Err(); err != nil {
+			// A line over the scanner's limit (64 KiB) ends the scan;
+			// the pipe is still read to its end, or the command's next
+			// writes would block once its buffer filled, for good.
+			s.a.warnf("message %s: progress: %v; the rest of its progress is ignored", d.ID, err)
+			_, _ = io.Copy(io.Discard, r)
+		}
 	}()
 	return func() {
 		w.Close() // the child has its own copy, closed when it exits

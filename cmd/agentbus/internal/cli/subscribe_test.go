@@ -285,3 +285,19 @@ func TestSubscribeCountGivesBackTheSurplus(t *testing.T) {
 		t.Errorf("dead-lettered:\n%s", dl)
 	}
 }
+
+// TestExecLongProgressLine: an --exec command that writes a progress line
+// over 64 KiB on fd 3, then more, runs to its end. Before, the reader
+// stopped at the long line and the command blocked in a write for good
+// once the pipe filled: the message was neither handled nor redelivered
+// (found by a helper session).
+func TestExecLongProgressLine(t *testing.T) {
+	url := newServer(t)
+	publish(t, url, "--from", "lead", "--to", "rev", "--type", "JOB", "--data", "x")
+	script := `head -c 70000 /dev/zero | tr '\0' a >&3; echo >&3; ` +
+		`i=0; while [ $i -lt 200 ]; do echo "$i% step" >&3; head -c 1000 /dev/zero | tr '\0' b >&3; echo >&3; i=$((i+1)); done; echo done`
+	r := runIn(t, "", "--server", url, "subscribe", "--agent", "rev", "--count", "1", "--exec", script)
+	if r.code != exitOK || !strings.Contains(r.stdout, "done") || !strings.Contains(r.stderr, "the rest of its progress is ignored") {
+		t.Errorf("subscribe: exit %d, stdout %q, stderr %q; want the command run to its end, and a warning", r.code, r.stdout, r.stderr)
+	}
+}
