@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,8 +127,8 @@ is reported as one line "agentbus: <error>" on stderr.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", a.server, "NATS server URL, comma-separated for a cluster; $NATS_URL sets the default")
 	a.conn.addFlags(root)
-	pf.StringVar(&a.root, "root", defaultRoot, "subject root of the bus; every process of one bus must use the same")
-	pf.IntVar(&a.shards, "shards", 1, "shards of the installation under --root (provision --shards), 1 to "+strconv.Itoa(subjects.MaxShards)+": an agent's commands reach each agent on its shard; every process must use the same")
+	pf.StringVar(&a.root, "root", cmp.Or(os.Getenv("AGENTBUS_ROOT"), defaultRoot), "subject root of the bus; every process of one bus must use the same; $AGENTBUS_ROOT sets the default")
+	pf.IntVar(&a.shards, "shards", envInt("AGENTBUS_SHARDS", 1), "shards of the installation under --root (provision --shards), 1 to "+strconv.Itoa(subjects.MaxShards)+": an agent's commands reach each agent on its shard; every process must use the same; $AGENTBUS_SHARDS sets the default")
 	pf.BoolVar(&a.traceStderr, "trace-stderr", false, "print OpenTelemetry spans to stderr, one JSON object a line; OTEL_EXPORTER_OTLP_ENDPOINT sends spans and metrics over OTLP/HTTP (docs/observability.md)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		a.command = cmd.CommandPath()
@@ -298,6 +299,15 @@ func checkMessageID(what, id string) error {
 		return usageError{&flagErr{flag: what, value: id, rule: fe.Err, err: err}}
 	}
 	return usageError{err}
+}
+
+// envInt returns the integer environment variable name holds, or def if
+// it is unset or not an integer (the flag's own check then speaks).
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
 }
 
 // oneLine folds a possibly multi-line message, such as cobra's "did you

@@ -34,7 +34,8 @@ func (s *session) exec(ctx context.Context, d *bus.Delivery) error {
 	cmd.Stdin = bytes.NewReader(d.Data)
 	cmd.Stdout = childWriter(s.a.stdout)
 	cmd.Stderr = childWriter(s.a.stderr)
-	cmd.Env = append(os.Environ(), execEnv(d)...)
+	cmd.Env = append(append(os.Environ(), s.a.connEnv()...), execEnv(d)...)
+	cmd.Env = append(cmd.Env, "AGENTBUS_AGENT="+s.f.agent)
 	cmd.WaitDelay = execGrace
 	ownProcessGroup(cmd)
 	progress, err := s.progressPipe(ctx, cmd, d)
@@ -140,6 +141,26 @@ func childWriter(w *syncWriter) io.Writer {
 		return f
 	}
 	return w
+}
+
+// connEnv returns the environment variables that tell an --exec command
+// how subscribe reached the bus, so that an agentbus command it runs
+// ('agentbus reply') reaches the same one: the server, the root, the
+// shards and the credentials, each from its flag or, unset, its own
+// variable. Before 2026-11-28 only the inherited environment went, and a
+// reply from a subscribe given --server or --root went elsewhere.
+func (a *app) connEnv() []string {
+	c := a.conn.withEnv(os.Getenv)
+	env := []string{"NATS_URL=" + a.server, "AGENTBUS_ROOT=" + a.root, "AGENTBUS_SHARDS=" + strconv.Itoa(a.shards)}
+	for _, v := range []struct{ name, value string }{
+		{"NATS_CREDS", c.creds}, {"NATS_NKEY", c.nkey}, {"NATS_USER", c.user}, {"NATS_PASSWORD", c.password},
+		{"NATS_CA", c.tlsCA}, {"NATS_CERT", c.tlsCert}, {"NATS_KEY", c.tlsKey},
+	} {
+		if v.value != "" {
+			env = append(env, v.name+"="+v.value)
+		}
+	}
+	return env
 }
 
 // execEnv returns the environment variables that carry d's attributes to

@@ -301,3 +301,26 @@ func TestExecLongProgressLine(t *testing.T) {
 		t.Errorf("subscribe: exit %d, stdout %q, stderr %q; want the command run to its end, and a warning", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestExecCommandReachesTheSameBus: an --exec command is told how
+// subscribe reached the bus (NATS_URL, AGENTBUS_ROOT, AGENTBUS_SHARDS,
+// and the agent it handles as), and agentbus reads AGENTBUS_ROOT as
+// --root's default, so 'agentbus reply' run by --exec answers on the same
+// bus. Before, a subscribe given --server or --root ran commands whose
+// reply dialled the default server or looked under the default root, and
+// the request was dead-lettered (found by a helper session).
+func TestExecCommandReachesTheSameBus(t *testing.T) {
+	url := newServer(t)
+	mustRun(t, "--server", url, "--root", "team.a", "provision")
+	id := publish(t, url, "--root", "team.a", "--from", "lead", "--to", "rev", "--type", "JOB", "--data", "x")
+	out := mustRun(t, "--server", url, "--root", "team.a", "subscribe", "--agent", "rev", "--count", "1",
+		"--exec", `env | grep -E '^(NATS_URL|AGENTBUS_ROOT|AGENTBUS_SHARDS|AGENTBUS_AGENT)=' | sort`)
+	want := "AGENTBUS_AGENT=rev\nAGENTBUS_ROOT=team.a\nAGENTBUS_SHARDS=1\nNATS_URL=" + url + "\n"
+	if out != want {
+		t.Errorf("--exec's environment:\n%s\nwant:\n%s", out, want)
+	}
+	t.Setenv("AGENTBUS_ROOT", "team.a")
+	if st := mustRun(t, "--server", url, "status", id); !strings.Contains(st, id) {
+		t.Errorf("status with $AGENTBUS_ROOT=team.a printed %q", st)
+	}
+}
