@@ -313,6 +313,30 @@ func TestCompose(t *testing.T) {
 	if p.Environment["NATS_USER"] != adminUser || p.Environment["NATS_PASSWORD"] != adminPassword {
 		t.Errorf("provision environment %v, want the admin user of auth.conf", p.Environment)
 	}
+	// The dead-letter watcher runs as long as the cluster, once provisioned
+	// (before 2026-11-28 none did: a message a crashed subscriber never
+	// settled read delivered for good).
+	w, ok := c.Services["dlq-watch"]
+	if !ok {
+		t.Fatal("no dlq-watch service")
+	}
+	if args := strings.Join(w.Command, " "); !strings.Contains(args, " --server "+strings.Join(servers, ",")) || !strings.HasSuffix(args, " dlq watch") {
+		t.Errorf("dlq-watch command %q, want agentbus --server %s dlq watch", args, strings.Join(servers, ","))
+	}
+	if w.DependsOn["provision"].Condition != "service_completed_successfully" || w.Restart != "unless-stopped" {
+		t.Errorf("dlq-watch depends on %+v, restart %q; want provision completed, unless-stopped", w.DependsOn, w.Restart)
+	}
+	if w.Environment["NATS_USER"] != adminUser || w.Environment["NATS_PASSWORD"] != adminPassword {
+		t.Errorf("dlq-watch environment %v, want the admin user of auth.conf", w.Environment)
+	}
+	// The sample admin password is public: the ports are this host's alone.
+	for _, name := range nodes {
+		for _, port := range c.Services[name].Ports {
+			if !strings.HasPrefix(port, "127.0.0.1:") {
+				t.Errorf("%s publishes port %q on every interface, want 127.0.0.1", name, port)
+			}
+		}
+	}
 }
 
 // checkMount checks that volumes mount a directory of this checkout at
@@ -518,5 +542,33 @@ var built struct {
 func removeBuilt() {
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
+	}
+}
+
+// TestDeadLetterWatcherDeployment: dlq-watch.yaml is one Deployment that
+// runs `agentbus dlq watch` against the chart's Service with the admin
+// credentials of the provision Job's Secret.
+func TestDeadLetterWatcherDeployment(t *testing.T) {
+	objs := decodeYAML[k8sObject](t, filepath.Join("kubernetes", "dlq-watch.yaml"), false)
+	if len(objs) != 1 || objs[0].APIVersion != "apps/v1" || objs[0].Kind != "Deployment" {
+		t.Fatalf("dlq-watch.yaml holds %+v, want one apps/v1 Deployment", objs)
+	}
+	pod := objs[0].Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	if cmd := strings.Join(append(slices.Clone(ctr.Command), ctr.Args...), " "); !strings.Contains(cmd, "agentbus") ||
+		!strings.Contains(cmd, " dlq watch --server nats://nats:4222") {
+		t.Errorf("command %q, want agentbus dlq watch --server nats://nats:4222", cmd)
+	}
+	secrets := map[string]string{}
+	for _, e := range ctr.Env {
+		if r := e.ValueFrom.SecretKeyRef; r.Name != "" {
+			secrets[e.Name] = r.Name + "/" + r.Key
+		}
+	}
+	if secrets["NATS_USER"] != "agentbus-admin/user" || secrets["NATS_PASSWORD"] != "agentbus-admin/password" {
+		t.Errorf("NATS_USER and NATS_PASSWORD come from %v, want the Secret agentbus-admin", secrets)
 	}
 }
