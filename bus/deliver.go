@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbus/agentbus/codec"
@@ -284,7 +285,7 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 			// Its work is void now: not retried.
 			err = terminate(fmt.Errorf("%w: its do-by %s passed while its handler ran; it returned: %w", ErrExpired, doBy.Format(time.RFC3339Nano), err))
 			b.record(m, hs, StateExpired, md, err)
-		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, md)) && !b.repliedElsewhere(ctx, m):
+		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, cm)) && !b.repliedElsewhere(ctx, m):
 			b.record(m, hs, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && !isPutOff(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
 			b.record(m, hs, StateFailed, md, err) // the last failure records dead_lettered
@@ -418,13 +419,18 @@ func (b *Bus) record(m *Message, h *handling, s State, md consumers.Metadata, re
 // Three kinds are written: a broadcast, whose sender's record names no
 // recipient; a message with a TTL, whose consumer also passes it when the
 // server removed it unread at its expiry, which a lookup must tell apart;
-// and a message delivered more than once (md), whose record then says how
+// and a message delivered more than once, whose record then says how
 // often, which the consumer does not (a completion read from it was the
 // first delivery). A message a schedule fired is written too (by the
 // caller): its sender's record holds the schedule stream's sequence, not the
 // message stream's.
-func completionRecorded(m *Message, md consumers.Metadata) bool {
-	return m.Broadcast() || m.TTL > 0 || md.Deliveries > 1
+//
+// A foreign sender may give the TTL as Nats-TTL alone, without an
+// expirytime: the server removes the message at its expiry all the same,
+// so it counts as one with a TTL (before 2026-11-28 such a message,
+// handled, read expired once its TTL passed).
+func completionRecorded(m *Message, cm *consumers.Msg) bool {
+	return m.Broadcast() || m.TTL > 0 || cm.Metadata.Deliveries > 1 || len(cm.Header[jetstream.MsgTTLHeader]) > 0
 }
 
 // checkSender returns the address subject names. It reports

@@ -396,3 +396,46 @@ func TestForeignTTLRemovedUnreadReadsExpired(t *testing.T) {
 		t.Errorf("ttl-1, removed unread at its expiry, reads %s (%s), want expired", got[0].State, got[0].Reason)
 	}
 }
+
+// TestForeignNatsTTLAloneHandledReadsCompleted: a foreign message whose
+// expiry is the Nats-TTL header alone (no ce-expirytime), handled at once,
+// reads completed after its TTL passed: its recipient records the
+// completion, as for a message with an expirytime. Before, the recipient
+// saw no TTL and wrote nothing, and a lookup, which cannot tell a handled
+// message from one removed unread, read expired (found by a helper
+// session).
+func TestForeignNatsTTLAloneHandledReadsCompleted(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	f := newForeignAgent(t, s, "js-agent")
+	worker := newBus(t, s, "worker")
+	r := newRecorder()
+	subscribe(t, worker, r.handle)
+	now := time.Now().UTC()
+	msg := nats.NewMsg("agentbus.agent.worker.p3.js-agent.T")
+	for k, v := range map[string]string{
+		"ce-specversion": "1.0", "ce-id": "ttl-h", "ce-source": "/agents/js-agent", "ce-type": "T",
+		"ce-time": now.Format(time.RFC3339Nano), "ce-to": "worker", "ce-priority": "3",
+		"Nats-Msg-Id": "ttl-h", "Nats-TTL": "1s",
+	} {
+		msg.Header.Set(k, v)
+	}
+	msg.Data = []byte("{}")
+	ack, err := f.js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.writeStatus(t, ctx, "ttl-h", "ttl-h", "js-agent", "worker", map[string]any{
+		"id": "ttl-h", "from": "js-agent", "to": "worker", "type": "T", "priority": 3,
+		"correlationId": "ttl-h", "state": "pending", "time": now, "updated": now,
+		"expiresAt": now.Add(time.Second), "by": "js-agent", "stream": ack.Stream, "sequence": ack.Sequence,
+	}, true)
+	r.waitCount(t, 1)
+	waitFor(t, "completed after the expiry", func() (bool, string) {
+		sts, err := worker.Status(ctx, "ttl-h")
+		if err != nil || len(sts) != 1 {
+			return false, fmt.Sprint(sts, err)
+		}
+		return time.Now().After(now.Add(2*time.Second)) && sts[0].State == bus.StateCompleted, string(sts[0].State) + " " + sts[0].Reason
+	})
+}

@@ -563,3 +563,27 @@ func TestUnsettledIsNotCompleted(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-watched })
 	waitState(t, sender, ack.ID, bus.StateDeadLettered)
 }
+
+// TestStructuredSenderLookupAndHistory: a sender in structured mode
+// (WithCodec(codec.Structured{})) writes the pending record of its direct
+// messages: their headers carry no attributes for a lookup to read. Before,
+// of 20 messages sent at once, those sharing an indexed subject's window
+// read "no status recorded", and History left them out (found by a helper
+// session).
+func TestStructuredSenderLookupAndHistory(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	lead := newBus(t, s, "lead", bus.WithCodec(codec.Structured{}))
+	var ids []string
+	for range 20 {
+		ids = append(ids, publish(t, lead, bus.Message{To: "worker", Type: "task", CorrelationID: "conv-s", Data: []byte(`{}`)}).ID)
+	}
+	for _, id := range ids {
+		if sts, err := lead.Status(ctx, id); err != nil || len(sts) != 1 || sts[0].State != bus.StatePending {
+			t.Errorf("Status(%s) = %+v, %v; want pending", id, sts, err)
+		}
+	}
+	if page, err := lead.History(ctx, "conv-s", bus.HistoryQuery{}); err != nil || len(page.Entries) != len(ids) {
+		t.Errorf("History: %d entries, %v; want %d", len(page.Entries), err, len(ids))
+	}
+}

@@ -90,7 +90,7 @@ func (b *Bus) publishHere(ctx context.Context, m Message) (PubAck, error) {
 	// overwrites. Held until it is under way, the record is what Flush and
 	// Close wait for and what a lookup from this process waits to read
 	// (tracker.written).
-	if b.status != nil && needsPendingRecord(&m, b.indexed()) {
+	if b.status != nil && needsPendingRecord(&m, b.selfIndexed()) {
 		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 		b.status.writeLater(msg, ack)
 	}
@@ -155,7 +155,7 @@ func (b *Bus) publishAsyncHere(ctx context.Context, m Message) (*PublishFuture, 
 	// once the ack gives the stream sequence, as in Publish. Any other
 	// message is not held; should its publish fail, its failed record is
 	// made from the message (tracker.unsent).
-	if b.status != nil && needsPendingRecord(&m, b.indexed()) {
+	if b.status != nil && needsPendingRecord(&m, b.selfIndexed()) {
 		b.status.hold(statusOf(&m, m.To, StatePending, b.agent))
 	}
 	f, err := b.pub.Publish(msg)
@@ -291,6 +291,18 @@ type encoded struct {
 // with lifecycle tracking, unless WithoutIndex.
 func (c *client) indexed() bool {
 	return c.status != nil && c.opts.index
+}
+
+// selfIndexed reports whether the direct messages c sends are their own
+// index (needsPendingRecord): on indexed subjects (indexed), and in binary
+// mode, whose headers a lookup reads the message's status from without
+// its data (pendingOf). A structured event's headers carry none of it:
+// before 2026-11-28 such a message sent with no record read "no status"
+// once another of its subject's window was stored, and History left it
+// out.
+func (c *client) selfIndexed() bool {
+	_, structured := c.opts.codec.(codec.Structured)
+	return c.indexed() && !structured
 }
 
 // subjectOf returns the subject c publishes m on: a broadcast's, or a
