@@ -208,7 +208,8 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 }
 
 // WatchGroups calls f with every membership of group ("" for every group)
-// as it stands and then with every change, in order, until ctx ends (it
+// as it stands (the members, not those who left before) and then with
+// every change, in order, until ctx ends (it
 // returns nil then, but for a deadline that passed before the watch could
 // start) or the handle closes (ErrClosed). f runs on the
 // watch's goroutine. The Bus of a Shards watches every shard's registry:
@@ -258,13 +259,24 @@ func (c *client) watchGroupsHere(ctx context.Context, group string, f func(Group
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
+	// The memberships as they stand come first, the last message of each
+	// key: a delete marker there is a member who left before the watch,
+	// however long ago, and no news (before 2026-11-28 every watcher was
+	// told each one). The first message with none pending after it ends
+	// them. Were there none at all, the first change is a live one: a
+	// leave then, of a key whose join the watch never saw, is no news
+	// either.
+	standing := true
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return c.watchFailed(ctx, fmt.Errorf("watch groups: %w", err))
 		}
-		if ch, ok := groupChangeOf(c.registry.prefix, m); ok {
+		if ch, ok := groupChangeOf(c.registry.prefix, m); ok && (ch.Joined || !standing) {
 			f(ch)
+		}
+		if md, err := m.Metadata(); err != nil || md.NumPending == 0 {
+			standing = false
 		}
 	}
 }

@@ -26,13 +26,31 @@ func TestGroupMembership(t *testing.T) {
 	a, b := newBus(t, s, "alice"), newBus(t, s, "bob")
 	admin := adminOf(t, s)
 
+	if err := a.JoinGroup(ctx, "reviewers"); err != nil {
+		t.Fatal(err)
+	}
 	wctx, stop := context.WithCancel(ctx)
 	changes := make(chan bus.GroupChange, 16)
 	done := make(chan error, 1)
 	go func() { done <- a.WatchGroups(wctx, "reviewers", func(c bus.GroupChange) { changes <- c }) }()
+	var got []string
+	next := func(want string) {
+		t.Helper()
+		for !slices.Contains(got, want) {
+			select {
+			case c := <-changes:
+				got = append(got, fmt.Sprintf("%s %v %s", c.Agent, c.Joined, c.By))
+			case err := <-done:
+				t.Fatalf("WatchGroups ended after %q: %v", got, err)
+			case <-ctx.Done():
+				t.Fatalf("changes %q, then none", got)
+			}
+		}
+	}
+	next("alice true alice") // what stands: the watch has begun
 
 	for _, err := range []error{
-		a.JoinGroup(ctx, "reviewers"), b.JoinGroup(ctx, "reviewers"), admin.AddToGroup(ctx, "reviewers", "carol"),
+		b.JoinGroup(ctx, "reviewers"), admin.AddToGroup(ctx, "reviewers", "carol"),
 		b.JoinGroup(ctx, "builders"), a.LeaveGroup(ctx, "reviewers"), admin.RemoveFromGroup(ctx, "builders", "bob"),
 	} {
 		if err != nil {
@@ -45,21 +63,9 @@ func TestGroupMembership(t *testing.T) {
 	if gs, err := admin.Groups(ctx); err != nil || len(gs) != 1 || len(gs["builders"]) != 0 {
 		t.Errorf("Groups = %v, %v; want only reviewers", gs, err)
 	}
-	var got []string
-	for !slices.Contains(got, "alice false ") {
-		select {
-		case c := <-changes:
-			got = append(got, fmt.Sprintf("%s %v %s", c.Agent, c.Joined, c.By))
-		case err := <-done:
-			t.Fatalf("WatchGroups ended after %q: %v", got, err)
-		case <-ctx.Done():
-			t.Fatalf("changes %q, then none", got)
-		}
-	}
-	// The watch starts with what stands or with every change, depending
-	// on when it began; bob and carol joined either way, before alice left.
-	if i := slices.Index(got, "alice false "); !slices.Contains(got[:i], "bob true bob") || !slices.Contains(got[:i], "carol true agentbus") {
-		t.Errorf("changes %q", got)
+	next("alice false ")
+	if want := []string{"alice true alice", "bob true bob", "carol true agentbus", "alice false "}; !slices.Equal(got, want) {
+		t.Errorf("changes %q, want %q", got, want)
 	}
 	stop()
 	if err := <-done; err != nil {
@@ -609,5 +615,55 @@ func TestOperatorsGroupChangeChecksFirst(t *testing.T) {
 	}
 	if err := admin.RemoveFromGroup(ctx, "*"); !errors.Is(err, bus.ErrInvalidAgentID) {
 		t.Errorf("RemoveFromGroup of group * = %v, want ErrInvalidAgentID", err)
+	}
+}
+
+// TestWatchGroupsStartsWithTheMembers: a watch started after alice joined
+// and left, and bob joined, reports bob's membership, then the changes:
+// not alice's leave of long ago. Before, every member who ever left was
+// reported to every new watcher, the bucket keeping the delete markers
+// (found by a helper session).
+func TestWatchGroupsStartsWithTheMembers(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	alice, bob := newBus(t, s, "alice"), newBus(t, s, "bob")
+	admin := adminOf(t, s)
+	for _, err := range []error{alice.JoinGroup(ctx, "g"), bob.JoinGroup(ctx, "g"), alice.LeaveGroup(ctx, "g")} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, stop := context.WithCancel(ctx)
+	changes := make(chan bus.GroupChange, 16)
+	done := make(chan error, 1)
+	go func() { done <- admin.WatchGroups(wctx, "g", func(c bus.GroupChange) { changes <- c }) }()
+	t.Cleanup(func() { stop(); <-done })
+	var got []string
+	next := func(want string) {
+		t.Helper()
+		for !slices.Contains(got, want) {
+			select {
+			case c := <-changes:
+				what := "left"
+				if c.Joined {
+					what = "joined"
+				}
+				got = append(got, c.Agent+" "+what)
+			case <-ctx.Done():
+				t.Fatalf("changes %q, then none", got)
+			}
+		}
+	}
+	next("bob joined") // what stands
+	if err := admin.AddToGroup(ctx, "g", "marker"); err != nil {
+		t.Fatal(err)
+	}
+	next("marker joined")
+	if err := admin.RemoveFromGroup(ctx, "g", "bob"); err != nil { // a live leave is news
+		t.Fatal(err)
+	}
+	next("bob left")
+	if want := []string{"bob joined", "marker joined", "bob left"}; !slices.Equal(got, want) {
+		t.Errorf("changes %q; want %q", got, want)
 	}
 }
