@@ -568,7 +568,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	// The heartbeats are this call's from here: it holds no lock over the
 	// network calls below, which every other call of the handle would wait
 	// for, and a Register meanwhile only replaces the card.
-	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{})}
+	hb := &heartbeat{stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{})}
 	b.mu.Lock()
 	switch {
 	case b.closed:
@@ -577,7 +577,19 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 		b.mu.Unlock()
 		return ErrClosed
 	case b.heartbeat != nil:
+		// Registered already, or being registered by a call under way:
+		// its outcome is this one's, and discovery tells the new card.
+		hb := b.heartbeat
 		b.mu.Unlock()
+		select {
+		case <-hb.started:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if hb.startErr != nil {
+			return hb.startErr
+		}
+		b.announce(ctx, hb, card)
 		return nil
 	}
 	b.heartbeat = hb
@@ -589,12 +601,41 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 			b.heartbeat = nil
 		}
 		b.mu.Unlock()
+		hb.startErr = fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.presence, err))
+		close(hb.started)
 		close(hb.done) // a Close meanwhile finds nothing to report
-		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.presence, err))
+		return hb.startErr
 	}
 	hb.online = true
 	hb.processes = b.answerProcesses()
-	// NATS micro discovery: `nats micro ls agentbus` lists the agent.
+	b.announce(ctx, hb, card)
+	// Set before the heartbeats start, the fields are goOffline's to read
+	// once they stopped (hb.done).
+	hb.since = since
+	close(hb.started)
+	go b.heartbeats(hb)
+	if b.isClosed() {
+		return ErrClosed // Close stops them at once
+	}
+	return nil
+}
+
+// announce makes NATS micro discovery tell card (`nats micro ls
+// agentbus` lists the agent), in place of the card it told before: a
+// service's version and description cannot change, so the old one is
+// stopped and a new one added. Not after the bus went offline.
+func (b *Bus) announce(ctx context.Context, hb *heartbeat, card AgentCard) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.left {
+		return
+	}
+	if hb.micro != nil {
+		if err := hb.micro.Stop(); err != nil {
+			b.opts.onError(fmt.Errorf("announce %s's new card to NATS micro discovery: %w", b.agent, err))
+		}
+		hb.micro = nil
+	}
 	version := card.Version
 	if !semver.MatchString(version) {
 		version = "0.0.0"
@@ -612,14 +653,6 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 		b.opts.onError(fmt.Errorf("announce %s to NATS micro discovery: %w", b.agent, err))
 	}
 	hb.micro = svc
-	// Set before the heartbeats start, the fields are goOffline's to read
-	// once they stopped (hb.done).
-	hb.since = since
-	go b.heartbeats(hb)
-	if b.isClosed() {
-		return ErrClosed // Close stops them at once
-	}
-	return nil
 }
 
 // semver is the version form NATS micro accepts.
@@ -629,10 +662,17 @@ var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0
 // agent's other processes, and its answering NATS micro discovery.
 type heartbeat struct {
 	stop, done chan struct{}
-	online     bool               // its first beat was written
-	since      time.Time          // the agent online since, as its beats say; heartbeats' until done
-	processes  *nats.Subscription // nil if it could not be made
-	micro      micro.Service      // nil if it could not be added
+	// started is closed once the first beat's outcome is known: online,
+	// or startErr. A Register meanwhile waits for it.
+	started   chan struct{}
+	startErr  error
+	online    bool               // its first beat was written
+	since     time.Time          // the agent online since, as its beats say; heartbeats' until done
+	processes *nats.Subscription // nil if it could not be made
+
+	mu    sync.Mutex    // guards micro and left: Register announces a new card (announce)
+	micro micro.Service // nil if it could not be added
+	left  bool          // goOffline stopped micro
 }
 
 // answerProcesses answers the requests on the agent's processes subject
@@ -774,11 +814,14 @@ func (b *Bus) goOffline(ctx context.Context) {
 	if hb.processes != nil {
 		_ = hb.processes.Unsubscribe() // this process no longer answers itself
 	}
+	hb.mu.Lock()
 	if hb.micro != nil {
 		if err := hb.micro.Stop(); err != nil {
 			b.opts.onError(fmt.Errorf("leave NATS micro discovery: %w", err))
 		}
 	}
+	hb.left = true
+	hb.mu.Unlock()
 	if interval, ok := b.anotherProcess(ctx); ok {
 		// Its heartbeats keep the agent online; the last record may be
 		// this process's, though, expiring after three of this one's

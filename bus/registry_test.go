@@ -861,3 +861,74 @@ func TestProcessesWithDifferentHeartbeats(t *testing.T) {
 		t.Errorf("LookupAgent = %+v, %v; want online", info.Presence, err)
 	}
 }
+
+// TestRegisterAgainTellsTheNewCard: a second Register replaces the card
+// in the registry and in NATS micro discovery. Before, discovery kept the
+// first card's version and description (found by a helper session).
+func TestRegisterAgainTellsTheNewCard(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	b := newBus(t, s, "reviewer")
+	for _, card := range []bus.AgentCard{{Version: "1.0.0", Description: "old"}, {Version: "2.0.0", Description: "new"}} {
+		if err := b.Register(ctx, card); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := embeddedtest.Connect(t, s).Request("$SRV.INFO.agentbus", nil, testTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != "2.0.0" || info.Metadata["card_version"] != "2.0.0" || info.Description != "new" {
+		t.Errorf("discovery after the second Register: version %q, card_version %q, description %q; want 2.0.0, 2.0.0, new",
+			info.Version, info.Metadata["card_version"], info.Description)
+	}
+}
+
+// TestRegisterWhileRegistering: a Register while another call of the bus
+// registers returns once the agent is online, with its outcome. Before, it
+// returned nil at once, the agent not yet online (found by a helper
+// session).
+func TestRegisterWhileRegistering(t *testing.T) {
+	bus.SetProcessesWait(t, time.Hour)
+	s := newServer(t)
+	ctx := testContext(t)
+	b := newBus(t, s, "worker")
+	// A process of worker that answers only when told: the first Register
+	// waits for it.
+	asked := make(chan *nats.Msg, 1)
+	nc := embeddedtest.Connect(t, s)
+	processes, err := subjects.Default().ProcessesSubject("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe(processes, func(m *nats.Msg) { asked <- m }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { first <- b.Register(ctx, bus.AgentCard{Description: "first"}) }()
+	q := <-asked
+	go func() { second <- b.Register(ctx, bus.AgentCard{Description: "second"}) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the second Register returned (%v) before the first had the agent online", err)
+	case <-time.After(100 * time.Millisecond): // it waits: nothing to poll for
+	}
+	if err := q.Respond(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []chan error{first, second} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, err := adminOf(t, s).LookupAgent(ctx, "worker"); err != nil || info.Presence.Status != bus.Online {
+		t.Errorf("LookupAgent = %+v, %v; want online", info.Presence, err)
+	}
+}
