@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 )
 
 // foreignAgentsPage is the page whose listings these tests run.
@@ -186,5 +188,101 @@ func TestForeignAgentPython(t *testing.T) {
 	}
 	if out, err := exec.Command("python3", "-m", "py_compile", file).CombinedOutput(); err != nil {
 		t.Fatalf("python3 -m py_compile: %v\n%s", err, out)
+	}
+}
+
+// runJavaScriptListing runs the JavaScript agent of docs/foreign-agents.md
+// as js-agent, asking worker its question, against s, until the test ends;
+// it returns the lines the agent writes to stdout and to stderr.
+func runJavaScriptListing(t *testing.T, s *embedded.Server) (stdout, stderr <-chan string) {
+	t.Helper()
+	dir := nodeModules(t)
+	file := filepath.Join(dir, "agent-"+strings.ReplaceAll(t.Name(), "/", "-")+".mjs")
+	if err := os.WriteFile(file, []byte(listing(t, "js")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("node", file)
+	cmd.Env = append(os.Environ(), "NATS_URL="+s.ClientURL(), "AGENT=js-agent", "PEER=worker")
+	lines := func(r io.Reader) <-chan string {
+		ch := make(chan string, 16)
+		go func() {
+			defer close(ch)
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				ch <- sc.Text()
+			}
+		}()
+		return ch
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	return lines(out), lines(errs)
+}
+
+// TestJavaScriptListingSkipsProgress: the JavaScript agent of
+// docs/foreign-agents.md asks a Go worker that reports progress before it
+// replies; the agent takes the reply, not the progress update, as its
+// answer. It took the first message caused by its question, whatever its
+// type (found by a helper session).
+func TestJavaScriptListingSkipsProgress(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	worker := newBus(t, s, "worker")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if err := d.Progress(ctx, bus.Progress{Message: "thinking"}); err != nil {
+			return err
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "ANSWER", ContentType: "application/json", Data: []byte(`{"ready":true}`)})
+		return err
+	})
+	stdout, stderr := runJavaScriptListing(t, s)
+	select {
+	case line := <-stdout:
+		if line != `answer ANSWER {"ready":true}` {
+			t.Errorf("the agent printed %q as its answer, want the worker's reply", line)
+		}
+	case line := <-stderr:
+		t.Fatalf("the agent wrote to stderr: %s", line)
+	case <-ctx.Done():
+		t.Fatal("the JavaScript agent printed no answer")
+	}
+}
+
+// TestJavaScriptListingEndsAtDeadLetter: the JavaScript agent of
+// docs/foreign-agents.md asks a Go worker whose handler rejects the
+// question; its request carries ce-replyby, so the worker sends the
+// agentbus.dead_lettered notice, and the agent ends its wait with an error
+// instead of taking the notice as the answer or waiting for good (found by
+// a helper session).
+func TestJavaScriptListingEndsAtDeadLetter(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	worker := newBus(t, s, "worker", bus.WithErrorHandler(func(error) {}))
+	subscribe(t, worker, func(context.Context, *bus.Delivery) error {
+		return bus.Permanent(errors.New("no such question"))
+	})
+	stdout, stderr := runJavaScriptListing(t, s)
+	select {
+	case line := <-stdout:
+		t.Errorf("the agent printed %q, want no answer", line)
+	case line := <-stderr:
+		if !strings.Contains(line, "dead-lettered") || !strings.Contains(line, "no such question") {
+			t.Errorf("the agent wrote %q, want the dead-letter notice", line)
+		}
+	case <-ctx.Done():
+		t.Fatal("the JavaScript agent neither answered nor gave up")
 	}
 }

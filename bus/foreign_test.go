@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -70,11 +74,13 @@ func (f *foreignAgent) createConsumers(t *testing.T, ctx context.Context) {
 	}
 }
 
-// event is what the foreign agent publishes.
+// event is what the foreign agent publishes: to is the recipient's
+// subject token; replyBy, when set, makes it a request (ce-replyby).
 type event struct {
 	id, to, typ, correlationID, causationID, traceparent string
 	priority                                             int
 	data                                                 string
+	replyBy                                              time.Time
 }
 
 // publish sends e in binary mode and, as a sender should, creates its
@@ -83,12 +89,16 @@ func (f *foreignAgent) publish(t *testing.T, ctx context.Context, e event) *jets
 	t.Helper()
 	now := time.Now().UTC()
 	msg := nats.NewMsg(fmt.Sprintf("agentbus.agent.%s.p%d.%s.%s", e.to, e.priority, f.name, e.typ))
+	var replyBy string
+	if !e.replyBy.IsZero() {
+		replyBy = e.replyBy.UTC().Format(time.RFC3339Nano)
+	}
 	for k, v := range map[string]string{
 		"ce-specversion": "1.0", "ce-id": e.id, "ce-source": "/agents/" + f.name, "ce-type": e.typ,
 		"ce-time": now.Format(time.RFC3339Nano), "ce-to": e.to, "ce-priority": strconv.Itoa(e.priority),
 		"ce-datacontenttype": "application/json", "ce-correlationid": e.correlationID,
 		"ce-causationid": e.causationID, "ce-traceparent": e.traceparent,
-		"Nats-Msg-Id": e.id, // the same as ce-id: JetStream drops a repeat
+		"ce-replyby": replyBy, "Nats-Msg-Id": e.id, // the same as ce-id: JetStream drops a repeat
 	} {
 		if v != "" {
 			msg.Header.Set(k, v)
@@ -103,21 +113,27 @@ func (f *foreignAgent) publish(t *testing.T, ctx context.Context, e event) *jets
 	if conv == "" {
 		conv = e.id
 	}
+	to, err := url.PathUnescape(e.to) // the record holds agent IDs
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.writeStatus(t, ctx, conv, e.id, f.name, e.to, map[string]any{
-		"id": e.id, "from": f.name, "to": e.to, "type": e.typ, "priority": e.priority,
+		"id": e.id, "from": f.name, "to": to, "type": e.typ, "priority": e.priority,
 		"correlationId": conv, "causationId": e.causationID, "state": "pending", "time": now, "updated": now,
 		"by": f.name, "stream": ack.Stream, "sequence": ack.Sequence,
 	}, true)
 	return ack
 }
 
-// writeStatus writes the status record of message id from from to to;
+// writeStatus writes the status record of message id from from to to
+// (subject tokens, written in the key as the page says: '%' as '=');
 // with create, only if there is none yet (a recipient that wrote first,
 // such as a Request that took the message as its reply, wins).
 func (f *foreignAgent) writeStatus(t *testing.T, ctx context.Context, correlationID, id, from, to string, record map[string]any, create bool) {
 	t.Helper()
 	sum := sha256.Sum256([]byte(correlationID))
-	key := hex.EncodeToString(sum[:16]) + "." + id + "." + from + "." + to
+	keyToken := func(tok string) string { return strings.ReplaceAll(tok, "%", "=") }
+	key := hex.EncodeToString(sum[:16]) + "." + keyToken(id) + "." + keyToken(from) + "." + keyToken(to)
 	value, err := json.Marshal(record)
 	if err != nil {
 		t.Fatal(err)
@@ -438,4 +454,272 @@ func TestForeignNatsTTLAloneHandledReadsCompleted(t *testing.T) {
 		}
 		return time.Now().After(now.Add(2*time.Second)) && sts[0].State == bus.StateCompleted, string(sts[0].State) + " " + sts[0].Reason
 	})
+}
+
+// replySpace is the namespace of the reply IDs docs/foreign-agents.md
+// gives (Replying).
+var replySpace = uuid.MustParse("9c4e7b1a-2d63-4f0e-8a57-c31b6e0d94f2")
+
+// pageReplyID derives the ID of a Go handler's reply to request id as
+// docs/foreign-agents.md says: the UUID version 5 of id in replySpace, but
+// for a UUID version 7 in canonical form, the request's first 6 bytes
+// and version 7.
+func pageReplyID(id string) string {
+	u := uuid.NewSHA1(replySpace, []byte(id))
+	if r, err := uuid.Parse(id); err == nil && len(id) == 36 && r.Version() == 7 && r.Variant() == uuid.RFC4122 {
+		copy(u[:6], r[:6])
+		u[6] = u[6]&0x0f | 0x70
+	}
+	return u.String()
+}
+
+// windowToken is the =T window of a UUID version 7 id, as
+// docs/subjects.md gives it: "=T" and the lower-case hex of its Unix
+// milliseconds divided by 4.
+func windowToken(t *testing.T, id string) string {
+	t.Helper()
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		t.Fatalf("%s is not a UUID version 7", id)
+	}
+	sec, nsec := u.Time().UnixTime()
+	return fmt.Sprintf("=T%x", uint64(sec*1000+nsec/1e6)/4)
+}
+
+// TestForeignReplyIDOfAGoRequest: a foreign agent answers a Go Request
+// (whose ID is a UUID version 7) with the reply ID docs/foreign-agents.md
+// derives, on the indexed subject, and writes no record: the request reads
+// replied with it. A Go handler's replies to foreign requests, one with a
+// UUID version 7 ID and one with another ID, carry the IDs the page
+// derives. The page gave the version 5 UUID alone, which a lookup of a Go
+// request does not find (found by a helper session).
+func TestForeignReplyIDOfAGoRequest(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	py := newForeignAgent(t, s, "py-agent")
+	py.createConsumers(t, ctx)
+	orch := newBus(t, s, "orchestrator")
+
+	type result struct {
+		d   *bus.Delivery
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := orch.Request(ctx, bus.Message{To: "py-agent", Type: "ASK", Priority: 2, Data: []byte(`{}`)})
+		done <- result{d, err}
+	}()
+	m := py.next(t, ctx, 2)
+	h := m.Headers()
+	reqID, conv := h.Get("ce-id"), h.Get("ce-correlationid")
+	if conv == "" {
+		conv = reqID
+	}
+	replyID := pageReplyID(reqID)
+	// The indexed subject: a UUID version 7's ID and conversation are =T
+	// windows.
+	convTok := windowToken(t, conv)
+	py.publishRaw(t, ctx, fmt.Sprintf("agentbus.agent.orchestrator.p2.py-agent.ANSWER.%s.%s", windowToken(t, replyID), convTok), map[string]string{
+		"ce-specversion": "1.0", "ce-id": replyID, "ce-source": "/agents/py-agent", "ce-type": "ANSWER",
+		"ce-time": time.Now().UTC().Format(time.RFC3339Nano), "ce-to": "orchestrator", "ce-priority": "2",
+		"ce-correlationid": conv, "ce-causationid": reqID, "ce-datacontenttype": "application/json",
+		"Nats-Msg-Id": replyID,
+	}, `{"a":1}`)
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.d.ID != replyID {
+		t.Fatalf("reply %s, want %s", r.d.ID, replyID)
+	}
+	if st := waitState(t, orch, reqID, bus.StateReplied); st.ReplyID != replyID {
+		t.Errorf("request status %+v, want replied with %s", st, replyID)
+	}
+
+	// A Go handler's replies to foreign requests.
+	worker := newBus(t, s, "worker")
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "ANSWER", Data: []byte(`{}`)})
+		return err
+	})
+	v7, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"py-req-reply-id", v7.String()} {
+		py.publish(t, ctx, event{id: id, to: "worker", typ: "ASK", priority: 3, data: `{}`, replyBy: time.Now().Add(time.Minute)})
+		m := py.next(t, ctx, 3)
+		if got, want := m.Headers().Get("ce-id"), pageReplyID(id); got != want || m.Headers().Get("ce-causationid") != id {
+			t.Errorf("the Go reply to %s has ID %s (causation %s), want %s", id, got, m.Headers().Get("ce-causationid"), want)
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// publishRaw publishes a message on subject with exactly the headers
+// given, as a foreign client would.
+func (f *foreignAgent) publishRaw(t *testing.T, ctx context.Context, subject string, h map[string]string, data string) {
+	t.Helper()
+	msg := nats.NewMsg(subject)
+	for k, v := range h {
+		msg.Header.Set(k, v)
+	}
+	msg.Data = []byte(data)
+	if _, err := f.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatalf("publish on %s: %v", subject, err)
+	}
+}
+
+// TestForeignListingEscapedSenderRecord does, in Go, what the JavaScript
+// and Python agents of docs/foreign-agents.md do with a Go Request from an
+// agent whose ID needs escaping ("build orchestrator"): the reply goes to
+// the sender's token, and the replied record's key writes the token's '%'
+// as '=' and its "from" is the agent ID, so the request reads replied. The
+// listings wrote the record under the raw token, where nobody reads it
+// (found by a helper session).
+func TestForeignListingEscapedSenderRecord(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	js := newForeignAgent(t, s, "js-agent")
+	js.createConsumers(t, ctx)
+	orch := newBus(t, s, "build orchestrator")
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := orch.Request(ctx, bus.Message{To: "js-agent", Type: "ASK", Priority: 1, Data: []byte(`{"q":1}`)})
+		done <- err
+	}()
+	m := js.next(t, ctx, 1)
+	h := m.Headers()
+	attr := func(n string) string { return h.Get("ce-" + n) }
+	id := attr("id")
+	// ce-source, percent-decoded once, is the sender's token; decoded once
+	// more, its ID.
+	fromTok, err := url.PathUnescape(strings.TrimPrefix(attr("source"), "/agents/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := url.PathUnescape(fromTok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromTok != "build%20orchestrator" || from != "build orchestrator" {
+		t.Fatalf("ce-source %q: token %q, ID %q", attr("source"), fromTok, from)
+	}
+	correlationID := attr("correlationid")
+	if correlationID == "" {
+		correlationID = id
+	}
+	replyID := uuid.NewString()
+	js.publish(t, ctx, event{id: replyID, to: fromTok, typ: "ANSWER", priority: 1, correlationID: correlationID, causationID: id, data: `{"answer":42}`})
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js.writeStatus(t, ctx, correlationID, id, fromTok, "js-agent", map[string]any{
+		"id": id, "from": from, "to": "js-agent", "type": attr("type"), "priority": 1,
+		"correlationId": correlationID, "state": "replied", "time": attr("time"), "updated": time.Now().UTC(),
+		"by": "js-agent", "replyId": replyID,
+	}, false)
+	if err := <-done; err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	if st := waitState(t, orch, id, bus.StateReplied); st.ReplyID != replyID || st.From != "build orchestrator" || st.By != "js-agent" {
+		t.Errorf("request status %+v, want replied by js-agent with %s", st, replyID)
+	}
+	// The reply's pending record, to an escaped recipient, is found too.
+	if sts, err := orch.Status(ctx, replyID); err != nil || len(sts) != 1 || sts[0].To != "build orchestrator" {
+		t.Errorf("the reply's status %+v, %v; want one record to build orchestrator", sts, err)
+	}
+}
+
+// TestForeignRequestWithReplyByGetsDeadLetteredNotice: a foreign request
+// with its ce-replyby, as docs/foreign-agents.md now sends one, that its Go
+// handler rejects brings the foreign requester an agentbus.dead_lettered
+// notice. The page's requests had no ce-replyby, and got none: their
+// senders waited for good (found by a helper session).
+func TestForeignRequestWithReplyByGetsDeadLetteredNotice(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	js := newForeignAgent(t, s, "js-agent")
+	js.createConsumers(t, ctx)
+	worker := newBus(t, s, "worker", bus.WithErrorHandler(func(error) {}))
+	subscribe(t, worker, func(context.Context, *bus.Delivery) error {
+		return bus.Permanent(errors.New("no such question"))
+	})
+	js.publish(t, ctx, event{id: "js-q-1", to: "worker", typ: "QUESTION", priority: 2, data: `{"question":"ready?"}`, replyBy: time.Now().Add(time.Minute)})
+	m := js.next(t, ctx, 2)
+	h := m.Headers()
+	if h.Get("ce-type") != bus.TypeDeadLettered || h.Get("ce-causationid") != "js-q-1" {
+		t.Fatalf("got %s caused by %s, want the %s notice of js-q-1", h.Get("ce-type"), h.Get("ce-causationid"), bus.TypeDeadLettered)
+	}
+	var notice struct{ ID, From, To, Reason string }
+	if err := json.Unmarshal(m.Data(), &notice); err != nil || notice.ID != "js-q-1" || notice.From != "js-agent" || notice.To != "worker" || notice.Reason == "" {
+		t.Errorf("notice %s (%v), want id, from, to and reason", m.Data(), err)
+	}
+}
+
+// TestForeignRequestWithReplyByAnsweredWhileQueuedIsSkipped: a foreign
+// request with its ce-replyby answered while queued (as "agentbus reply"
+// does) is not handled again when its Go recipient subscribes, and the
+// foreign agent gets one answer. Without ce-replyby, as the page's
+// requests were sent, the handler ran again and answered twice (found by
+// a helper session).
+func TestForeignRequestWithReplyByAnsweredWhileQueuedIsSkipped(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	py := newForeignAgent(t, s, "py-agent")
+	py.createConsumers(t, ctx)
+	worker := newBus(t, s, "worker")
+
+	py.publish(t, ctx, event{id: "py-req-q", to: "worker", typ: "REVIEW", priority: 2, correlationID: "conv-q", data: `{"pr":7}`, replyBy: time.Now().Add(time.Minute)})
+	sts, err := worker.Status(ctx, "py-req-q")
+	if err != nil || len(sts) != 1 {
+		t.Fatalf("Status = %+v, %v", sts, err)
+	}
+	req := sts[0].Message()
+	if _, err := worker.Reply(ctx, &req, bus.Message{Type: "REVIEWED", Data: []byte(`{"ok":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, worker, "py-req-q", bus.StateReplied)
+
+	var ran atomic.Int32
+	r := newRecorder()
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if d.ID == "py-req-q" {
+			ran.Add(1)
+			_, err := d.Reply(ctx, bus.Message{Type: "REVIEWED", Data: []byte(`{"again":true}`)})
+			return err
+		}
+		return r.handle(ctx, d)
+	})
+	// A later message at the same priority: once it is handled, the
+	// request's turn has passed.
+	py.publish(t, ctx, event{id: "py-after", to: "worker", typ: "NOTE", priority: 2, data: `{}`})
+	r.waitCount(t, 1)
+	if n := ran.Load(); n != 0 {
+		t.Errorf("the handler ran %d times on a request already answered while queued", n)
+	}
+	c, err := py.js.Consumer(ctx, foreignStream, "py-agent_p2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(10, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := 0
+	for m := range batch.Messages() {
+		if m.Headers().Get("ce-causationid") == "py-req-q" {
+			answers++
+		}
+		_ = m.Ack()
+	}
+	if answers != 1 {
+		t.Errorf("the foreign agent got %d answers to its request, want 1", answers)
+	}
 }
