@@ -30,24 +30,8 @@ func TestGroupMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(ctx)
-	changes := make(chan bus.GroupChange, 16)
-	done := make(chan error, 1)
-	go func() { done <- a.WatchGroups(wctx, "reviewers", func(c bus.GroupChange) { changes <- c }) }()
-	var got []string
-	next := func(want string) {
-		t.Helper()
-		for !slices.Contains(got, want) {
-			select {
-			case c := <-changes:
-				got = append(got, fmt.Sprintf("%s %v %s", c.Agent, c.Joined, c.By))
-			case err := <-done:
-				t.Fatalf("WatchGroups ended after %q: %v", got, err)
-			case <-ctx.Done():
-				t.Fatalf("changes %q, then none", got)
-			}
-		}
-	}
-	next("alice true alice") // what stands: the watch has begun
+	w := watchGroups(t, wctx, a, "reviewers")
+	w.next("alice true alice") // what stands: the watch has begun
 
 	for _, err := range []error{
 		b.JoinGroup(ctx, "reviewers"), admin.AddToGroup(ctx, "reviewers", "carol"),
@@ -63,12 +47,12 @@ func TestGroupMembership(t *testing.T) {
 	if gs, err := admin.Groups(ctx); err != nil || len(gs) != 1 || len(gs["builders"]) != 0 {
 		t.Errorf("Groups = %v, %v; want only reviewers", gs, err)
 	}
-	next("alice false ")
-	if want := []string{"alice true alice", "bob true bob", "carol true agentbus", "alice false "}; !slices.Equal(got, want) {
-		t.Errorf("changes %q, want %q", got, want)
+	w.next("alice false ")
+	if want := []string{"alice true alice", "bob true bob", "carol true agentbus", "alice false "}; !slices.Equal(w.got, want) {
+		t.Errorf("changes %q, want %q", w.got, want)
 	}
 	stop()
-	if err := <-done; err != nil {
+	if err := <-w.done; err != nil {
 		t.Errorf("WatchGroups: %v", err)
 	}
 	if err := a.JoinGroup(ctx, "bad group\n"); err == nil {
@@ -633,37 +617,58 @@ func TestWatchGroupsStartsWithTheMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wctx, stop := context.WithCancel(ctx)
-	changes := make(chan bus.GroupChange, 16)
-	done := make(chan error, 1)
-	go func() { done <- admin.WatchGroups(wctx, "g", func(c bus.GroupChange) { changes <- c }) }()
-	t.Cleanup(func() { stop(); <-done })
-	var got []string
-	next := func(want string) {
-		t.Helper()
-		for !slices.Contains(got, want) {
-			select {
-			case c := <-changes:
-				what := "left"
-				if c.Joined {
-					what = "joined"
-				}
-				got = append(got, c.Agent+" "+what)
-			case <-ctx.Done():
-				t.Fatalf("changes %q, then none", got)
-			}
-		}
-	}
-	next("bob joined") // what stands
+	w := watchGroups(t, ctx, admin, "g")
+	w.next("bob true bob") // what stands
 	if err := admin.AddToGroup(ctx, "g", "marker"); err != nil {
 		t.Fatal(err)
 	}
-	next("marker joined")
+	w.next("marker true agentbus")
 	if err := admin.RemoveFromGroup(ctx, "g", "bob"); err != nil { // a live leave is news
 		t.Fatal(err)
 	}
-	next("bob left")
-	if want := []string{"bob joined", "marker joined", "bob left"}; !slices.Equal(got, want) {
-		t.Errorf("changes %q; want %q", got, want)
+	w.next("bob false ")
+	if want := []string{"bob true bob", "marker true agentbus", "bob false "}; !slices.Equal(w.got, want) {
+		t.Errorf("changes %q; want %q", w.got, want)
+	}
+}
+
+// groupWatch is a WatchGroups running for a test: the changes it reported,
+// each "<agent> <joined> <by>", and its end.
+type groupWatch struct {
+	t       *testing.T
+	ctx     context.Context
+	changes chan bus.GroupChange
+	done    chan error
+	got     []string
+}
+
+// watchGroups starts watching group with w until ctx ends, or the test
+// does: it waits for the watch to end then.
+func watchGroups(t *testing.T, ctx context.Context, w interface {
+	WatchGroups(context.Context, string, func(bus.GroupChange)) error
+}, group string) *groupWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	g := &groupWatch{t: t, ctx: testContext(t), changes: make(chan bus.GroupChange, 64), done: make(chan error, 1)}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		g.done <- w.WatchGroups(ctx, group, func(c bus.GroupChange) { g.changes <- c })
+	}()
+	t.Cleanup(func() { cancel(); <-ended })
+	return g
+}
+
+// next waits until the watch reported want.
+func (g *groupWatch) next(want string) {
+	g.t.Helper()
+	for !slices.Contains(g.got, want) {
+		select {
+		case c := <-g.changes:
+			g.got = append(g.got, fmt.Sprintf("%s %v %s", c.Agent, c.Joined, c.By))
+		case err := <-g.done:
+			g.t.Fatalf("WatchGroups ended after %q: %v", g.got, err)
+		case <-g.ctx.Done():
+			g.t.Fatalf("changes %q, then none", g.got)
+		}
 	}
 }
