@@ -44,7 +44,7 @@ func TestTransient(t *testing.T) {
 // TestRecentSet: it keeps the last recentSetSize values and forgets older
 // ones, and takes a few words of its bus until the first add.
 func TestRecentSet(t *testing.T) {
-	var s recentSet
+	var s recentSet[string]
 	if size := unsafe.Sizeof(s); size > 64 {
 		t.Errorf("an empty recentSet takes %d bytes of every bus, want a few words", size)
 	}

@@ -529,10 +529,10 @@ type requests struct {
 	// meanwhile catches up too (waiter.catchingUp).
 	down   bool
 	nc     *nats.Conn
-	idle   *time.Timer // ends the listener listenerLinger after the last request
-	closed bool        // the bus closed: the listener ends with the last request
-	taken  recentSet   // IDs of replies and progress updates handed to a Request
-	sent   recentSet   // IDs of the requests this process sent
+	idle   *time.Timer       // ends the listener listenerLinger after the last request
+	closed bool              // the bus closed: the listener ends with the last request
+	taken  recentSet[string] // IDs of replies and progress updates handed to a Request
+	sent   recentSet[string] // IDs of the requests this process sent
 
 	// unrecorded are the replies a Request took from the listener whose
 	// stored copy has not reached a subscription of this process yet, by
@@ -1236,22 +1236,22 @@ func (b *Bus) settledElsewhere(ctx context.Context, d *Delivery, exchange bool, 
 	return false, 0
 }
 
-// recentSet remembers the last recentSetSize strings added. It costs
+// recentSet remembers the last recentSetSize values added. It costs
 // nothing until the first add: a bus holds three (requests sent, replies
 // taken, messages canceled), which most agents never fill, and with the
 // ring inline they came to 48 KiB of every agent's heap.
-type recentSet struct {
-	ring []string // recentSetSize long, made by the first add
+type recentSet[K comparable] struct {
+	ring []K // recentSetSize long, made by the first add
 	next int
-	set  map[string]struct{}
+	set  map[K]struct{}
 }
 
 const recentSetSize = 1024
 
-func (s *recentSet) add(v string) {
+func (s *recentSet[K]) add(v K) {
 	if s.ring == nil {
-		s.ring = make([]string, recentSetSize)
-		s.set = make(map[string]struct{}, recentSetSize)
+		s.ring = make([]K, recentSetSize)
+		s.set = make(map[K]struct{}, recentSetSize)
 	}
 	delete(s.set, s.ring[s.next])
 	s.ring[s.next] = v
@@ -1259,7 +1259,7 @@ func (s *recentSet) add(v string) {
 	s.next = (s.next + 1) % recentSetSize
 }
 
-func (s *recentSet) has(v string) bool {
+func (s *recentSet[K]) has(v K) bool {
 	_, ok := s.set[v]
 	return ok
 }
