@@ -235,10 +235,10 @@ func WithoutLifecycle() Option {
 // message's ID and conversation (docs/subjects.md), and has the sender
 // write the pending status record of each instead, as agentbus did before
 // the index. It is for a rolling upgrade from such a version, whose agents
-// dead-letter a subject they cannot parse (malformed_subject): every
-// process runs with WithoutIndex until none of the old version is left,
-// then without it (docs/operations.md). Lifecycle tracking is unchanged;
-// with WithoutLifecycle subjects are plain anyway.
+// dead-letter a subject they cannot parse (ReasonMalformed,
+// ErrMalformedSubject): every process runs with WithoutIndex until none of
+// the old version is left, then without it (docs/operations.md). Lifecycle
+// tracking is unchanged; with WithoutLifecycle subjects are plain anyway.
 func WithoutIndex() Option {
 	return func(o *options) error {
 		o.index = false
