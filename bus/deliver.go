@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -288,7 +289,7 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 		case err == nil && !hs.replied.Load() && (scheduled || completionRecorded(m, cm)) && !b.repliedElsewhere(ctx, m):
 			b.record(m, hs, StateCompleted, md, nil)
 		case err != nil && !isPermanent(err) && !isPutOff(err) && ctx.Err() == nil && (maxDeliver <= 0 || int(md.Deliveries) < maxDeliver):
-			b.record(m, hs, StateFailed, md, err) // the last failure records dead_lettered
+			b.recordFailed(m, hs, md, err) // the last failure records dead_lettered
 		}
 	}()
 	if md.Deliveries > 1 && b.status != nil {
@@ -399,6 +400,11 @@ func (b *Bus) record(m *Message, h *handling, s State, md consumers.Metadata, re
 	if b.status == nil {
 		return
 	}
+	b.status.record(b.recordOf(m, h, s, md, reason), false)
+}
+
+// recordOf is the record of state s that record writes.
+func (b *Bus) recordOf(m *Message, h *handling, s State, md consumers.Metadata, reason error) Status {
 	st := statusOf(m, b.agent, s, b.agent)
 	st.Stream, st.Sequence, st.Deliveries = md.Stream, md.StreamSeq, int(md.Deliveries)
 	if h != nil {
@@ -407,7 +413,32 @@ func (b *Bus) record(m *Message, h *handling, s State, md consumers.Metadata, re
 	if reason != nil {
 		st.Reason = reason.Error()
 	}
-	b.status.record(st, false)
+	return st
+}
+
+// recordFailed writes the failed record of m's delivery md as record does,
+// but only over the record as it stands now: read first, and written on
+// the condition that nobody wrote after (its revision), or that none
+// exists. A record of a later delivery, or a final one, is left alone. The
+// failure can be slow to reach the server, its connection held: another
+// process of the agent may meanwhile have handled the redelivery and
+// written completed, which the failure written over it turned, for a
+// message with a TTL, into expired at its expiry (before 2026-11-28,
+// TestStaleFailedRecord). It costs a read, on the failure path only.
+func (b *Bus) recordFailed(m *Message, h *handling, md consumers.Metadata, reason error) {
+	if b.status == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+	defer cancel()
+	expect := "0" // none may exist: also when the read fails, so nothing is overwritten
+	if now, err := b.status.get(ctx, m, b.agent); err == nil {
+		if now.State.Final() || now.Deliveries > int(md.Deliveries) {
+			return
+		}
+		expect = strconv.FormatUint(now.revision, 10)
+	}
+	b.status.write(b.recordOf(m, h, StateFailed, md, reason), expect)
 }
 
 // completionRecorded reports whether a recipient writes the completed record

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -585,5 +586,43 @@ func TestStructuredSenderLookupAndHistory(t *testing.T) {
 	}
 	if page, err := lead.History(ctx, "conv-s", bus.HistoryQuery{}); err != nil || len(page.Entries) != len(ids) {
 		t.Errorf("History: %d entries, %v; want %d", len(page.Entries), err, len(ids))
+	}
+}
+
+// TestStaleFailedRecord: a process whose handler failed while its
+// connection was held writes its failed record only over the record as it
+// stood: another process that handled the redelivery meanwhile keeps its
+// completed. Before, the failure landed on top once the connection was let
+// go, and the message, which has a TTL, read expired past it (carried over
+// from stop 54).
+func TestStaleFailedRecord(t *testing.T) {
+	s := newServer(t)
+	ctx := testContext(t)
+	sender := newBus(t, s, "sender")
+	p := newCutProxy(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
+	a := dialBus(t, p.URL(), "worker", bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
+	ack := publish(t, sender, bus.Message{To: "worker", Type: "job", TTL: 3 * time.Second})
+	start := time.Now()
+	var failed atomic.Bool
+	subscribe(t, a, func(ctx context.Context, d *bus.Delivery) error {
+		if !failed.Swap(true) {
+			p.hold()
+			return errors.New("fail while held")
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, bus.WithAckWait(time.Second))
+	waitFor(t, "A failed", func() (bool, string) { return failed.Load(), "" })
+	r := newRecorder()
+	subscribe(t, newBus(t, s, "worker"), r.handle, bus.WithAckWait(time.Second))
+	r.waitCount(t, 1)
+	waitState(t, sender, ack.ID, bus.StateCompleted)
+	p.release()
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "past the TTL", func() (bool, string) { return time.Since(start) > 3500*time.Millisecond, "" })
+	if sts, err := sender.Status(ctx, ack.ID); err != nil || sts[0].State != bus.StateCompleted {
+		t.Errorf("past its TTL, the message handled on its second delivery reads %+v, %v; want completed", sts, err)
 	}
 }
