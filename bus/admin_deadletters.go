@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/agentbus/agentbus/codec"
@@ -535,8 +536,14 @@ func (b *Admin) handleMaxDeliveries(ctx context.Context, data []byte) error {
 		b.recordDeadLetter(dl, m, agent) // on the agent's behalf
 		b.tellSender(m, dl, b.publishAsOperator)
 	}
-	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(messagingSystem,
-		attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))))
+	// The attributes of the subscriber's count (countDeadLetter), so that
+	// both add up by priority: before 2026-11-28 these had none, and a
+	// messaging.system the other has not.
+	attrs := []attribute.KeyValue{attrAgent.String(agent), attrDeadLetterReason.String(string(ReasonUnsettled))}
+	if addr, err := b.opts.scheme.Parse(raw.Subject); err == nil {
+		attrs = append(attrs, attrPriority.Int(addr.Priority))
+	}
+	b.tel.deadLetters.Add(ctx, 1, metric.WithAttributes(attrs...))
 	// A direct message concerns this agent alone; a broadcast stays for the
 	// agents that have not handled it yet. One whose data the dead letter
 	// could not keep stays too, for its replay.

@@ -390,18 +390,32 @@ func publishErrorType(err error) string {
 	return semconv.ErrorTypeOther.Value.AsString()
 }
 
-// handlerErrorType returns the error.type of a failed handling: the
-// dead-letter reason where there is one, "expired", "panic" or "canceled",
-// the error's ErrorType() method if it has one, else its Go type.
+// handlerErrorType returns the error.type of a failed handling: for a
+// termination the bus decided (busTerm), "expired", "canceled" or the
+// dead-letter reason "malformed"; "panic" for a panic (or runtime.Goexit)
+// the bus recovered; "canceled" when the subscription stopped under the
+// handler; else the error's ErrorType() method if it has one, "rejected"
+// for a Permanent error, or its Go type. A handler's own error is
+// classified by what it is, not by what it wraps, as its dead letter is
+// (deadLetterReasonOf): before 2026-11-28 one wrapping ErrExpired read
+// expired though it was dead-lettered as rejected, and a canceled message
+// read rejected.
 func handlerErrorType(err error) string {
+	var bt busTerm
+	if errors.As(err, &bt) {
+		switch { // canceled first: its reason wraps what the handler returned
+		case errors.Is(bt.err, ErrCanceled):
+			return "canceled"
+		case errors.Is(bt.err, ErrExpired):
+			return "expired"
+		case errors.Is(bt.err, codec.ErrMalformed), errors.Is(bt.err, ErrMalformedSubject):
+			return string(ReasonMalformed)
+		}
+	}
 	switch {
-	case errors.Is(err, ErrExpired):
-		return "expired"
-	case errors.Is(err, codec.ErrMalformed), errors.Is(err, ErrMalformedSubject):
-		return string(ReasonMalformed)
-	case errors.Is(err, ErrHandlerPanic):
+	case errors.Is(err, ErrHandlerPanic) && !isPermanent(err):
 		return "panic"
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) && !isPermanent(err):
 		return "canceled"
 	}
 	var et interface{ ErrorType() string }
