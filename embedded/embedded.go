@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,9 @@ func (o Options) Validate() error {
 	if err := validatePort("port", o.Port); err != nil {
 		return err
 	}
+	if err := validateHost("host", o.Host); err != nil {
+		return err
+	}
 	if o.MaxPayload < 0 {
 		return fmt.Errorf("%w: max payload %d is negative", ErrInvalidOption, o.MaxPayload)
 	}
@@ -149,6 +153,12 @@ func (o Options) Validate() error {
 	if c := o.Cluster; c != nil {
 		if err := validatePort("cluster port", c.Port); err != nil {
 			return err
+		}
+		if err := validateHost("cluster host", c.Host); err != nil {
+			return err
+		}
+		if len(c.Routes) == 0 {
+			return fmt.Errorf("%w: a cluster needs at least one route", ErrInvalidOption)
 		}
 		if strings.ContainsAny(c.Name, " \t\r\n") {
 			return fmt.Errorf("%w: cluster name %q contains white space", ErrInvalidOption, c.Name)
@@ -172,6 +182,19 @@ func validatePort(what string, p int) error {
 	return nil
 }
 
+// validateHost reports whether h can be a host to listen on: a name or an
+// IP address, without a port or brackets (the server adds the port). One
+// with a port passed, and Start failed on a name lookup of it.
+func validateHost(what, h string) error {
+	if h == "" || net.ParseIP(h) != nil {
+		return nil
+	}
+	if strings.ContainsAny(h, ":[]/ \t\r\n") {
+		return fmt.Errorf("%w: %s %q is not a host name or an IP address (no port, no brackets)", ErrInvalidOption, what, h)
+	}
+	return nil
+}
+
 func parseRoutes(routes []string) ([]*url.URL, error) {
 	urls := make([]*url.URL, 0, len(routes))
 	for _, r := range routes {
@@ -179,7 +202,8 @@ func parseRoutes(routes []string) ([]*url.URL, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: route %q: %w", ErrInvalidOption, r, err)
 		}
-		if u.Scheme == "" || u.Hostname() == "" || u.Port() == "" {
+		port, perr := strconv.Atoi(u.Port())
+		if u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls" || u.Hostname() == "" || perr != nil || port < 1 || port > 65535 {
 			return nil, fmt.Errorf("%w: route %q is not of the form nats-route://host:port", ErrInvalidOption, r)
 		}
 		urls = append(urls, u)
@@ -404,6 +428,8 @@ func start(o Options, ownStore bool) (*Server, error) {
 	// Resolve what the server chose.
 	if a, ok := ns.Addr().(*net.TCPAddr); ok {
 		o.Port = a.Port
+	} else {
+		o.Port = 0 // it does not listen for clients (DontListen): ClientURL is ""
 	}
 	if o.Cluster != nil {
 		if a := ns.ClusterAddr(); a != nil {

@@ -250,7 +250,30 @@ func TestStartErrors(t *testing.T) {
 		{
 			name:    "cluster without routes",
 			opts:    embedded.Options{Cluster: &embedded.RouteOptions{}},
-			wantErr: []error{embedded.ErrStart},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
+		},
+		// Found by a helper session (2026-11-28): each passed Validate, and
+		// Start ran a node that could never join, or failed on a name
+		// lookup.
+		{
+			name:    "route port out of range",
+			opts:    embedded.Options{Cluster: &embedded.RouteOptions{Routes: []string{"nats-route://127.0.0.1:99999"}}},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
+		},
+		{
+			name:    "route of another scheme",
+			opts:    embedded.Options{Cluster: &embedded.RouteOptions{Routes: []string{"http://127.0.0.1:6222"}}},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
+		},
+		{
+			name:    "host with a port",
+			opts:    embedded.Options{Host: "127.0.0.1:4222"},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
+		},
+		{
+			name:    "host in brackets",
+			opts:    embedded.Options{Host: "[::1]"},
+			wantErr: []error{embedded.ErrStart, embedded.ErrInvalidOption},
 		},
 		{
 			name:    "server rejects options",
@@ -438,5 +461,30 @@ func TestFailedStartRemovesTemporaryStore(t *testing.T) {
 	after, _ := filepath.Glob(pattern)
 	if len(after) > len(before) {
 		t.Errorf("temporary stores before %v, after %v", before, after)
+	}
+}
+
+// TestClientURLWithoutListening: a server that does not listen for clients
+// (DontListen through Configure) has no client URL, also when Options.Port
+// named one. Before, ClientURL gave that port, where nobody listened
+// (found by a helper session).
+func TestClientURLWithoutListening(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s, err := embedded.Start(embedded.Options{
+		Port:      port,
+		StoreDir:  t.TempDir(),
+		Configure: func(o *server.Options) { o.DontListen = true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	if u := s.ClientURL(); u != "" {
+		t.Errorf("ClientURL = %q on a server that does not listen, want \"\"", u)
 	}
 }

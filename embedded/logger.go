@@ -38,6 +38,10 @@ func (l *fatalLogger) Fatalf(format string, v ...any) {
 		l.err = newFatalError(format, v...)
 		close(l.fatal)
 	})
+	if sl, ok := l.next.(slogLogger); ok { // as SlogLogger's doc says: marked, not prefixed
+		sl.Fatalf(format, v...)
+		return
+	}
 	l.next.Errorf("fatal: "+format, v...)
 }
 

@@ -92,7 +92,16 @@ func TestSlogLoggerReceivesServerOutput(t *testing.T) {
 	if !slices.ContainsFunc(h.records, func(r slog.Record) bool { return r.Level == slog.LevelInfo }) {
 		t.Error("no notices logged at Info")
 	}
-	if !slices.ContainsFunc(h.records, func(r slog.Record) bool { return r.Level == slog.LevelError }) {
-		t.Error("the fatal report was not logged at Error")
+	// Marked fatal=true, as SlogLogger's doc says; before 2026-11-28 it
+	// came as an Error prefixed "fatal: " (found by a helper session).
+	fatal := func(r slog.Record) (found bool) {
+		r.Attrs(func(a slog.Attr) bool {
+			found = a.Key == "fatal" && a.Value.Bool()
+			return !found
+		})
+		return r.Level == slog.LevelError && found
+	}
+	if !slices.ContainsFunc(h.records, fatal) {
+		t.Error("the fatal report was not logged at Error with fatal=true")
 	}
 }
