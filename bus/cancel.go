@@ -244,7 +244,7 @@ type cancels struct {
 	// (handling.slot): a slice, not a map by ID, because every delivered
 	// message is added and removed and only a cancel notice searches it.
 	running  []*handling
-	canceled recentSet[sentBy]
+	canceled recentSet[recordOf] // by ID and sender; the recipient is this agent
 }
 
 // start registers h as running, and reports whether its message was
@@ -252,7 +252,7 @@ type cancels struct {
 func (c *cancels) start(h *handling) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.canceled.has(sentBy{h.d.From, h.d.ID}) {
+	if c.canceled.has(recordOf{id: h.d.ID, from: h.d.From}) {
 		return true
 	}
 	h.slot = len(c.running)
@@ -292,7 +292,7 @@ func (c *cancels) runningMessages() []Message {
 func (c *cancels) apply(id, from string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.canceled.add(sentBy{from, id})
+	c.canceled.add(recordOf{id: id, from: from})
 	for _, h := range c.running {
 		if h.d.ID == id && h.d.From == from {
 			h.canceled.Store(true)
@@ -300,10 +300,6 @@ func (c *cancels) apply(id, from string) {
 		}
 	}
 }
-
-// sentBy names a message by its sender and ID, as cancels.canceled
-// holds it: a struct, where a joined string allocated on every delivery.
-type sentBy struct{ from, id string }
 
 // takeNotice applies a cancel notice m, once the record of the message it
 // names says canceled (so nobody but its sender, its recipient or an

@@ -631,7 +631,8 @@ func (t *tracker) get(ctx context.Context, m *Message, to string) (Status, error
 	if err := json.Unmarshal(resp.Data, &s); err != nil {
 		return Status{}, fmt.Errorf("status %s: %w", key, err)
 	}
-	if !ownsKey(s, key) {
+	// The key was made of these (ownsKey, without making it again).
+	if s.ID != m.ID || s.From != m.From || s.To != to || s.CorrelationID != conversationOf(m) {
 		t.onError(fmt.Errorf("record %s ignored: it names another message (%s from %s to %s)", key, s.ID, s.From, s.To))
 		return Status{}, fmt.Errorf("%w: %s", ErrNoStatus, m.ID)
 	}
@@ -933,6 +934,9 @@ func recordsTo(prefix string, onError func(error), add func(subject string, s St
 		return false, nil
 	}
 }
+
+// recordOf names a message's record: its ID, sender and recipient.
+type recordOf struct{ id, from, to string }
 
 // ownsKey reports whether record s names the message, sender and
 // recipient its key does. The key is what server permissions check (an

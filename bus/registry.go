@@ -333,16 +333,7 @@ func (c *client) readPresence(ctx context.Context, agent string) (Presence, time
 	}
 	if resp.Header.Get(jetstream.MarkerReasonHeader) != "" || resp.Header.Get("KV-Operation") != "" {
 		at, _ := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer))
-		p := Presence{Status: Offline, Since: at, Reason: ReasonSilent}
-		// When it was last seen depends on its heartbeat, which its card
-		// says: one more read, only for an agent gone silent.
-		var card AgentCard
-		if key, err := subjects.CardKey(agent); err == nil {
-			if resp, err := c.getKey(ctx, c.registry, key); err == nil && resp != nil {
-				card = cardOf(resp.Data)
-			}
-		}
-		return agentInfo(agent, card, p).Presence, 0, nil
+		return Presence{Status: Offline, Since: at, Reason: ReasonSilent}, 0, nil
 	}
 	var r presenceRecord
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
@@ -447,6 +438,14 @@ func (b *Bus) readPresence(ctx context.Context, agent string, now time.Time) (pr
 	p, interval, err := b.presenceOfAgent(ctx, agent)
 	if err != nil {
 		return presenceReading{}, err
+	}
+	if p.Reason == ReasonSilent {
+		// When it was last seen depends on its heartbeat, which its card
+		// says (agentInfo): a lookup, only for an agent gone silent, so
+		// that its AgentOfflineError says it.
+		if info, err := b.LookupAgent(ctx, agent); err == nil && info.Presence.Reason == ReasonSilent {
+			p = info.Presence
+		}
 	}
 	r := presenceReading{p: p, interval: interval, at: now}
 	b.presences.note(agent, r)

@@ -670,15 +670,14 @@ func TestMicroDiscovery(t *testing.T) {
 // waited for it, up to a second for a process that answered late. The
 // wait is an hour here, so that Register cannot give up on the answer
 // before the Publish is done, however slowly the test runs.
-func TestRegisterBlocksNoOtherCall(t *testing.T) {
-	bus.SetProcessesWait(t, time.Hour)
-	s := newServer(t)
-	ctx := testContext(t)
-	b := newBus(t, s, "worker")
-	// A process of worker that answers only when told.
+// processAnsweringWhenTold stands for another process of agent on s: the
+// questions on the agent's processes subject come on the channel, to be
+// answered (Respond) when the test says.
+func processAnsweringWhenTold(t *testing.T, s *embedded.Server, agent string) <-chan *nats.Msg {
+	t.Helper()
 	asked := make(chan *nats.Msg, 1)
 	nc := embeddedtest.Connect(t, s)
-	processes, err := subjects.Default().ProcessesSubject("worker")
+	processes, err := subjects.Default().ProcessesSubject(agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,6 +687,15 @@ func TestRegisterBlocksNoOtherCall(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	return asked
+}
+
+func TestRegisterBlocksNoOtherCall(t *testing.T) {
+	bus.SetProcessesWait(t, time.Hour)
+	s := newServer(t)
+	ctx := testContext(t)
+	b := newBus(t, s, "worker")
+	asked := processAnsweringWhenTold(t, s, "worker")
 	registered := make(chan error, 1)
 	go func() { registered <- b.Register(ctx, bus.AgentCard{}) }()
 	var q *nats.Msg
@@ -897,20 +905,7 @@ func TestRegisterWhileRegistering(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
 	b := newBus(t, s, "worker")
-	// A process of worker that answers only when told: the first Register
-	// waits for it.
-	asked := make(chan *nats.Msg, 1)
-	nc := embeddedtest.Connect(t, s)
-	processes, err := subjects.Default().ProcessesSubject("worker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.Subscribe(processes, func(m *nats.Msg) { asked <- m }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	asked := processAnsweringWhenTold(t, s, "worker") // the first Register waits for it
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { first <- b.Register(ctx, bus.AgentCard{Description: "first"}) }()
 	q := <-asked

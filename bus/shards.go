@@ -587,9 +587,6 @@ func (s *Shards) ownEntries(ctx context.Context, correlationID string, filters [
 	return all, records, nil
 }
 
-// recordOf names a message's record: its ID, sender and recipient.
-type recordOf struct{ id, from, to string }
-
 // homeFirst returns the shard indexes, this agent's own first.
 func (s *Shards) homeFirst() []int {
 	out := make([]int, 0, s.n)

@@ -690,16 +690,12 @@ func TestShardsStatusStreamUnread(t *testing.T) {
 	}
 }
 
-// TestShardsMadeWhileReconnecting: a call that needs the bus of a shard
-// not made yet, made while the connection is down, waits for the
-// connection as a call on a made shard does (askAgain), and goes through
-// once it is back. Before, making the bus failed at once: "server version
-// unknown: nats: connection reconnecting", from a Publish, a Cancel or a
-// lookup that happened to be the first to reach the shard.
-func TestShardsMadeWhileReconnecting(t *testing.T) {
-	const n = 3
+// shardsHeldDown provisions an installation of n shards and returns it,
+// with the bus of its first agent, whose shards beside its own are not
+// made yet, connected through p, held down (its connection lost).
+func shardsHeldDown(t *testing.T, n int) (*sharded, *cutProxy, *bus.Bus) {
+	t.Helper()
 	inst := newSharded(t, n)
-	ctx := testContext(t)
 	for k := range n {
 		inst.shards(inst.agents[k]) // provisions every shard
 	}
@@ -712,6 +708,19 @@ func TestShardsMadeWhileReconnecting(t *testing.T) {
 	sender := sh.Bus()
 	p.hold()
 	waitFor(t, "the connection down", func() (bool, string) { return !sender.Conn().IsConnected(), sender.Conn().Status().String() })
+	return inst, p, sender
+}
+
+// TestShardsMadeWhileReconnecting: a call that needs the bus of a shard
+// not made yet, made while the connection is down, waits for the
+// connection as a call on a made shard does (askAgain), and goes through
+// once it is back. Before, making the bus failed at once: "server version
+// unknown: nats: connection reconnecting", from a Publish, a Cancel or a
+// lookup that happened to be the first to reach the shard.
+func TestShardsMadeWhileReconnecting(t *testing.T) {
+	const n = 3
+	inst, p, sender := shardsHeldDown(t, n)
+	ctx := testContext(t)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for k := 1; k < n; k++ {
@@ -757,20 +766,8 @@ func TestShardsScheduledBroadcastTime(t *testing.T) {
 // by a helper session).
 func TestShardMakingHonoursEachCallersContext(t *testing.T) {
 	const n = 3
-	inst := newSharded(t, n)
-	for k := range n {
-		inst.shards(inst.agents[k]) // provisions every shard
-	}
-	p := newCutProxy(t, strings.TrimPrefix(inst.s.ClientURL(), "nats://"))
-	sh, err := bus.ConnectShards(p.URL(), inst.agents[0], n, bus.WithNATSOptions(nats.ReconnectWait(50*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sh.Close() })
-	sender := sh.Bus()
-	p.hold()
+	inst, p, sender := shardsHeldDown(t, n)
 	t.Cleanup(p.release)
-	waitFor(t, "the connection down", func() (bool, string) { return !sender.Conn().IsConnected(), sender.Conn().Status().String() })
 	long, cancelLong := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelLong()
 	go func() { _, _ = sender.Publish(long, bus.Message{To: inst.agents[2], Type: "task"}) }()
