@@ -64,7 +64,9 @@ type Bus struct {
 // wrapping nats.ErrConnectionReconnecting or nats.ErrConnectionClosed if nc
 // is not connected, so that the server's version is not known. With
 // WithProvision it also provisions the stream and returns Admin.Provision's
-// errors.
+// errors. On the root of one shard of an installation split into shards
+// (subjects.ShardRoot) it returns ErrShardCount unless that is agent's
+// shard: such an agent's bus is NewShards'.
 func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
@@ -76,7 +78,7 @@ func New(nc *nats.Conn, agent string, opts ...Option) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newBus(nc, agent, o, nil)
+	return newAgentBus(nc, agent, o, nil)
 }
 
 // Connect dials url (comma-separated for a cluster) and returns the bus of
@@ -90,8 +92,24 @@ func Connect(url, agent string, opts ...Option) (*Bus, error) {
 		return nil, err
 	}
 	return connectAs(url, agent, opts, func(nc *nats.Conn, o options, r *refusals) (*Bus, error) {
-		return newBus(nc, agent, o, r)
+		return newAgentBus(nc, agent, o, r)
 	})
+}
+
+// newAgentBus is newBus for New and Connect: on the root of one shard of
+// an installation, it refuses an agent that lives on another
+// (checkOwnShard). Shards makes its buses with newBus and checks the
+// number of shards instead.
+func newAgentBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
+	b, err := newBus(nc, agent, o, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.checkOwnShard(context.Background()); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
 // connectAs dials url as agent's connection (dial), with opts applied, and

@@ -22,6 +22,13 @@ var (
 	// ErrNotProvisioned means the bus's stream does not exist on the server:
 	// run Provision or `agentbus provision`.
 	ErrNotProvisioned = errors.New("bus: stream not provisioned")
+	// ErrShardCount means a process was given another number of shards
+	// than the installation was provisioned with (StreamConfig.Shards,
+	// agentbus provision --shards), or a shard's root that is not its
+	// agent's shard: its messages would wait on shards where their
+	// recipients have no consumers. Every process must use the
+	// installation's number.
+	ErrShardCount = errors.New("bus: number of shards differs from the installation's")
 	// ErrUnavailable means the stream exists but did not answer, for
 	// example a replicated stream without a leader while it lost its
 	// quorum; retrying later (with the same message ID) is safe.

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/codec"
 	"github.com/agentbus/agentbus/subjects"
@@ -29,7 +31,9 @@ import (
 // sent on every shard with one ID; Status and Cancel look for a message on
 // every shard. Every participant must use the same root and number of
 // shards: a message sent to the wrong shard waits for a consumer that is
-// never made.
+// never made. The operator records the number in every shard's registry
+// (StreamConfig.Shards, agentbus provision --shards), and a Shards of
+// another number is refused with ErrShardCount as each shard's bus is made.
 //
 // The registry spans the shards: Agents, FindAgents, GroupMembers, Groups
 // and the watches of presence and groups read every shard's, where each
@@ -72,8 +76,9 @@ type Shards struct {
 // own Bus at once.
 //
 // Errors: ErrInvalidAgentID, ErrInvalidOption (among them a shard count
-// not 1 to subjects.MaxShards, or a root too long for its shard roots), or
-// New's.
+// not 1 to subjects.MaxShards, or a root too long for its shard roots),
+// ErrShardCount (the installation was provisioned with another number of
+// shards), or New's.
 func NewShards(nc *nats.Conn, agent string, shards int, opts ...Option) (*Shards, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
@@ -189,7 +194,7 @@ func (s *Shards) shard(ctx context.Context, k int) (*Bus, error) {
 	opts := append(s.opts[:len(s.opts):len(s.opts)], WithRoot(root))
 	if s.provision != nil {
 		cfg := *s.provision
-		cfg.Root = root
+		cfg.Root, cfg.Shards = root, s.n
 		opts = append(opts, WithProvision(cfg))
 	}
 	o, err := applyOptions(opts) // checked by newShards, but for the root
@@ -200,6 +205,11 @@ func (s *Shards) shard(ctx context.Context, k int) (*Bus, error) {
 		return nil, fmt.Errorf("shard %s: %w", root, err)
 	}
 	b, err := newBus(s.nc, s.agent, o, s.refusals)
+	if err == nil {
+		if err = b.checkShards(ctx, s.n); err != nil {
+			b.Close()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", root, err)
 	}
@@ -690,4 +700,105 @@ func (s *Shards) cancel(ctx context.Context, id string) (Status, error) {
 		return unread.st, unread.err
 	}
 	return Status{}, fmt.Errorf("%w: %s on %d shards", ErrNoStatus, id, s.n)
+}
+
+// installationRecord is what the operator records in each shard's
+// registry (subjects.InstallationKey) when it provisions an installation
+// split into shards (StreamConfig.Shards).
+type installationRecord struct {
+	Shards int `json:"shards"`
+}
+
+// recordShards records in root's registry that root is one of shards
+// shards. With keep (a bus or agentbus serve provisioning as it starts),
+// a root recorded with another number is refused; without it
+// (Admin.Provision, agentbus provision) the operator's number replaces it.
+func recordShards(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, root string, shards int, keep bool) error {
+	s, _ := subjects.New(root) // checked by StreamConfig.Validate
+	have, err := readShards(ctx, nc, reconnectsOf(js), s)
+	switch {
+	case err != nil:
+		return err
+	case have == shards:
+		return nil
+	case have != 0 && keep:
+		return fmt.Errorf("%w: root %s is one of %d shards, not %d", ErrShardCount, root, have, shards)
+	}
+	data, _ := json.Marshal(installationRecord{Shards: shards})
+	if _, err := publishAgain(ctx, js, &nats.Msg{Subject: s.RegistrySubjectPrefix() + subjects.InstallationKey, Data: data}); err != nil {
+		return fmt.Errorf("record the installation's shards in %s: %w", s.RegistryBucket(), err)
+	}
+	return nil
+}
+
+// readShards returns the number of shards recorded in the registry of s
+// (subjects.InstallationKey), 0 when none is: a root not split, or
+// provisioned before 2026-11-28.
+func readShards(ctx context.Context, nc *nats.Conn, r *reconnects, s subjects.Scheme) (int, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	resp, err := directGet(ctx, nc, r, s.RegistryDirectGetPrefix()+subjects.InstallationKey)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return 0, nil // no registry: New says what is missing
+	case err != nil:
+		return 0, fmt.Errorf("read the installation's shards in %s: %w", s.RegistryBucket(), err)
+	}
+	switch code := resp.Header.Get("Status"); code {
+	case "":
+	case "404":
+		return 0, nil
+	default:
+		return 0, fmt.Errorf("read the installation's shards in %s: server answered %s %s", s.RegistryBucket(), code, resp.Header.Get("Description"))
+	}
+	var rec installationRecord
+	if err := json.Unmarshal(resp.Data, &rec); err != nil || rec.Shards < 0 || rec.Shards > subjects.MaxShards {
+		return 0, fmt.Errorf("read the installation's shards in %s: not a record of shards: %q", s.RegistryBucket(), resp.Data)
+	}
+	return rec.Shards, nil
+}
+
+// checkShards returns ErrShardCount when c's root is recorded as one of
+// another number of shards than shards.
+func (c *client) checkShards(ctx context.Context, shards int) error {
+	have, err := readShards(ctx, c.nc, c.reconnects, c.opts.scheme)
+	if err != nil {
+		return err
+	}
+	if have > 1 && have != shards {
+		return fmt.Errorf("%w: root %s is one of %d shards; this process was given %d", ErrShardCount, c.opts.scheme.Root(), have, shards)
+	}
+	return nil
+}
+
+// checkOwnShard returns ErrShardCount when b's root is one shard of an
+// installation (recorded by its operator) and not b's agent's shard: a
+// bus made with New or Connect on a shard's root, whose consumers there
+// would never be sent to.
+func (b *Bus) checkOwnShard(ctx context.Context) error {
+	base, k, ok := subjects.ParseShardRoot(b.opts.scheme.Root())
+	if !ok {
+		return nil // no shard's root: no read
+	}
+	have, err := readShards(ctx, b.nc, b.reconnects, b.opts.scheme)
+	if err != nil || have <= 1 {
+		return err
+	}
+	if want, _ := subjects.ShardOf(b.agent, have); want != k {
+		root, _ := subjects.ShardRoot(base, want, have)
+		return fmt.Errorf("%w: agent %s lives on shard %d of %d (root %s), not on root %s: use NewShards or ConnectShards", ErrShardCount, b.agent, want, have, root, b.opts.scheme.Root())
+	}
+	return nil
+}
+
+// CheckShards returns ErrShardCount when the operator recorded the
+// handle's root as one shard of an installation of another number of
+// shards than shards (StreamConfig.Shards); nil when the numbers agree or
+// nothing is recorded. The agentbus commands given --shards check each
+// shard they reach with it.
+func (a *Admin) CheckShards(ctx context.Context, shards int) error {
+	if a.isClosed() {
+		return ErrClosed
+	}
+	return a.checkShards(ctx, shards)
 }

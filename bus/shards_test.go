@@ -320,7 +320,7 @@ func TestShardsWithPermissions(t *testing.T) {
 	ctx := testContext(t)
 	for k := range n {
 		root, _ := subjects.ShardRoot("", k, n)
-		if _, err := srv.admin.Provision(ctx, bus.StreamConfig{Root: root}); err != nil {
+		if _, err := srv.admin.Provision(ctx, bus.StreamConfig{Root: root, Shards: n}); err != nil { // agents read the number
 			t.Fatal(err)
 		}
 	}
@@ -893,5 +893,98 @@ func TestShardsBroadcastPagingEnds(t *testing.T) {
 			t.Fatalf("paging one broadcast one entry a page did not end after %d pages; cursors %v", pages, cursors)
 		}
 		q.After = p.Next
+	}
+}
+
+// TestShardCount: an installation provisioned as three shards records its
+// number in every shard's registry, and a process given another number is
+// refused at once (ErrShardCount); before, its messages went to shards
+// where their recipients had no consumers. So is an agent's bus made on a
+// shard's root that is not its shard, and a service provisioning as it
+// starts (EnsureProvisioned) with another number. An installation with no
+// record (provisioned before it was kept) is not checked.
+func TestShardCount(t *testing.T) {
+	s := embeddedtest.RunServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	admins := make([]*bus.Admin, 3)
+	for k := range admins {
+		root, _ := subjects.ShardRoot("", k, 3)
+		admins[k] = newAdmin(t, nc, bus.WithRoot(root))
+		if _, err := admins[k].Provision(ctx, bus.StreamConfig{Shards: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every agent of two shards lives on shard 0 or 1 of three, which
+	// exist; of four, on one that does (the error must not be the
+	// missing stream's).
+	for _, n := range []int{2, 4} {
+		agent := onShards(t, "agent", n)[1]
+		_, err := bus.NewShards(nc, agent, n)
+		if !errors.Is(err, bus.ErrShardCount) || !strings.Contains(err.Error(), "one of 3 shards") {
+			t.Errorf("NewShards(%q, %d) on three shards: %v, want ErrShardCount naming 3", agent, n, err)
+		}
+	}
+	agents := onShards(t, "agent", 3)
+	h := newShards(t, nc, agents[0], 3)
+	if _, err := h.Bus().Publish(ctx, bus.Message{To: agents[2], Type: "T"}); err != nil {
+		t.Errorf("three shards on three: %v", err)
+	}
+	// A bus on a shard's root: the agent's own, or refused.
+	own, _ := subjects.ShardRoot("", 1, 3)
+	b, err := bus.New(nc, agents[1], bus.WithRoot(own))
+	if err != nil {
+		t.Errorf("New on the agent's own shard: %v", err)
+	} else {
+		b.Close()
+	}
+	_, err = bus.New(nc, agents[2], bus.WithRoot(own))
+	if !errors.Is(err, bus.ErrShardCount) || !strings.Contains(err.Error(), "agentbus.s2") {
+		t.Errorf("New on another agent's shard: %v, want ErrShardCount naming agentbus.s2", err)
+	}
+	if err := admins[0].CheckShards(ctx, 3); err != nil {
+		t.Errorf("CheckShards(3): %v", err)
+	}
+	if err := admins[0].CheckShards(ctx, 2); !errors.Is(err, bus.ErrShardCount) {
+		t.Errorf("CheckShards(2): %v, want ErrShardCount", err)
+	}
+	// A service starting keeps the record; the operator may change it.
+	if _, err := admins[0].EnsureProvisioned(ctx, bus.StreamConfig{Shards: 2}); !errors.Is(err, bus.ErrShardCount) {
+		t.Errorf("EnsureProvisioned with 2 shards on one of 3: %v, want ErrShardCount", err)
+	}
+	if _, err := admins[0].Provision(ctx, bus.StreamConfig{Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admins[0].CheckShards(ctx, 2); err != nil {
+		t.Errorf("CheckShards(2) after the operator provisioned 2: %v", err)
+	}
+
+	// No record: nothing to check against.
+	for k := range 3 {
+		root, _ := subjects.ShardRoot("old", k, 3)
+		if _, err := newAdmin(t, nc, bus.WithRoot(root)).Provision(ctx, bus.StreamConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newShards(t, nc, onShards(t, "agent", 2)[0], 2, bus.WithRoot("old"))
+}
+
+func TestStreamConfigShards(t *testing.T) {
+	for _, c := range []bus.StreamConfig{
+		{Shards: -1},
+		{Shards: subjects.MaxShards + 1},
+		{Shards: 3},                         // the default root is no shard's
+		{Root: "agentbus.s3", Shards: 3},    // shards 0 to 2
+		{Root: "agentbus.s01", Shards: 3},   // not as ShardRoot writes it
+		{Root: "agentbus.shard", Shards: 3}, // no number
+	} {
+		if err := c.Validate(); !errors.Is(err, bus.ErrInvalidOption) {
+			t.Errorf("%+v: %v, want ErrInvalidOption", c, err)
+		}
+	}
+	for _, c := range []bus.StreamConfig{{Shards: 1}, {Root: "agentbus.s2", Shards: 3}, {Root: "team.s0", Shards: 2}} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
 	}
 }

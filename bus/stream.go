@@ -78,6 +78,14 @@ type StreamConfig struct {
 	// cluster places them by its own balance; a server outside a cluster
 	// ignores them.
 	Tags []string
+	// Shards is the number of shards of the installation Root is one
+	// shard of (subjects.ShardRoot), for an installation split into
+	// shards; zero or one for one that is not. Provision records it in
+	// the root's registry (subjects.InstallationKey), and every process
+	// given another number (NewShards, ConnectShards) or a shard that is
+	// not its agent's (New, Connect on a shard's root) is refused with
+	// ErrShardCount.
+	Shards int
 }
 
 // Validate reports whether c is a config the server can accept.
@@ -106,6 +114,13 @@ func (c StreamConfig) Validate() error {
 		return fmt.Errorf("%w: dead-letter max age %v is negative", ErrInvalidOption, c.DeadLetterMaxAge)
 	case slices.Contains(c.Tags, ""):
 		return fmt.Errorf("%w: an empty placement tag", ErrInvalidOption)
+	case c.Shards < 0 || c.Shards > subjects.MaxShards:
+		return fmt.Errorf("%w: shards %d: 1 to %d (0: 1)", ErrInvalidOption, c.Shards, subjects.MaxShards)
+	}
+	if c.Shards > 1 {
+		if _, k, ok := subjects.ParseShardRoot(c.Root); !ok || k >= c.Shards {
+			return fmt.Errorf("%w: root %q is not one of %d shards' roots (subjects.ShardRoot)", ErrInvalidOption, c.Root, c.Shards)
+		}
 	}
 	maxAge := orDefault(c.MaxAge, DefaultMaxAge)
 	dw := orDefault(c.DuplicateWindow, DefaultDuplicateWindow)
@@ -356,6 +371,11 @@ func provision(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Str
 	// stream with subject delete markers (docs/security.md).
 	if err := provisionBucket(ctx, js, presence, true, keep); err != nil {
 		return nil, fmt.Errorf("provision presence bucket %s: %w", presence.Bucket, err)
+	}
+	if c.Shards > 1 {
+		if err := recordShards(ctx, nc, js, c.Root, c.Shards, keep); err != nil {
+			return nil, err
+		}
 	}
 	return info, nil
 }

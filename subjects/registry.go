@@ -11,6 +11,10 @@ import (
 // records of escalations:
 //
 //	card.<agent>      the agent's card: what it is and what it accepts
+//	installation      written by the operator in every shard's registry
+//	                  of an installation split into shards: its number
+//	                  of shards, which every process must use
+//	                  ([InstallationKey])
 //
 // The presence bucket holds one key per agent:
 //
@@ -129,6 +133,12 @@ func OutageKey(kind, agent string, since int64) (string, error) {
 	}
 	return kind + "." + keyToken(agent) + "." + strconv.FormatInt(since, 10), nil
 }
+
+// InstallationKey is the registry key the operator writes when it
+// provisions an installation split into shards ([ShardRoot]), in each
+// shard's registry: the installation's number of shards, which every
+// process must use. Agents may read it and not write it.
+const InstallationKey = "installation"
 
 // CardKeys and PresenceKeys are the key filters of every agent's card and
 // presence.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 )
 
 // MaxShards is the most shards an installation may be split into.
@@ -59,6 +60,29 @@ func ShardRoot(root string, shard, shards int) (string, error) {
 		return "", err
 	}
 	return r, nil
+}
+
+// ParseShardRoot returns the root an installation was split from and the
+// shard that root is ([ShardRoot] for more than one shard): "agentbus.s3"
+// gives "agentbus", 3. ok is false for a root whose last token is not
+// "s" and a shard number under [MaxShards] written as ShardRoot writes
+// it. An installation's own root may end in such a token too: whether a
+// root is one shard of several is what the installation's registry says
+// ([InstallationKey]).
+func ParseShardRoot(root string) (base string, shard int, ok bool) {
+	dot := strings.LastIndexByte(root, '.')
+	if dot <= 0 {
+		return "", 0, false
+	}
+	tok := root[dot+1:]
+	if len(tok) < 2 || tok[0] != shardPrefix[0] {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(tok[1:])
+	if err != nil || n < 0 || n >= MaxShards || strconv.Itoa(n) != tok[1:] {
+		return "", 0, false
+	}
+	return root[:dot], n, true
 }
 
 // shardPrefix starts the token ShardRoot appends to a root.

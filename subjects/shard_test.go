@@ -97,6 +97,24 @@ func TestShardRoot(t *testing.T) {
 	}
 }
 
+func TestParseShardRoot(t *testing.T) {
+	for _, tt := range []struct{ root, shards int }{{0, 2}, {1, 3}, {15, 16}, {subjects.MaxShards - 1, subjects.MaxShards}} {
+		root, err := subjects.ShardRoot("prod.bus-1", tt.root, tt.shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, k, ok := subjects.ParseShardRoot(root)
+		if !ok || base != "prod.bus-1" || k != tt.root {
+			t.Errorf("ParseShardRoot(%q) = %q, %d, %v; want prod.bus-1, %d, true", root, base, k, ok, tt.root)
+		}
+	}
+	for _, root := range []string{"agentbus", "s1", "agentbus.s", "agentbus.s01", "agentbus.s-1", "agentbus.s+1", "agentbus.sx", "agentbus.t1", "agentbus.s1024", "agentbus.s1.x"} {
+		if base, k, ok := subjects.ParseShardRoot(root); ok {
+			t.Errorf("ParseShardRoot(%q) = %q, %d, true; want false", root, base, k)
+		}
+	}
+}
+
 func ExampleShardOf() {
 	shards := 4
 	for _, agent := range []string{"orchestrator", "reviewer", "planner"} {

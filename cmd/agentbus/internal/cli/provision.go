@@ -48,8 +48,9 @@ need more than --dedup-budget, and names the longest window that fits; raise
 stderr that the memory is not bounded.
 
 With --shards N it provisions an installation split into N shards, each a
-root of its own (<root>.s0 to <root>.s<N-1>) with its own streams, and prints
-a line per shard; --shard K provisions shard K only, so that each can be
+root of its own (<root>.s0 to <root>.s<N-1>) with its own streams, records N
+in each shard's registry, where every process given another --shards is
+refused, and prints a line per shard; --shard K provisions shard K only, so that each can be
 given its own --tag. Each agent given with --agent gets its consumers on its
 own shard, named on its line. Agents reach a sharded installation through
 bus.Shards (docs/operations.md, "Past one stream"), and so do the agent
@@ -121,7 +122,7 @@ every tag given (server_tags in their configuration).`,
 					return err
 				}
 				admins[root] = admin
-				cfg.Root = root
+				cfg.Root, cfg.Shards = root, a.shards
 				info, err := admin.Provision(ctx, cfg)
 				if err != nil {
 					return refused(ctx, err)

@@ -68,6 +68,18 @@ func TestProvisionShards(t *testing.T) {
 	if strings.Contains(out, "stream AGENTBUS ") {
 		t.Errorf("provisioned the unsharded root too: %q", out)
 	}
+	// The number is recorded: commands given another are refused, an
+	// agent's and the operator's alike.
+	for _, args := range [][]string{
+		{"publish", "--from", "lead", "--to", "reviewer", "--type", "T"},
+		{"agents"},
+		{"status", "0190c0de-0000-7000-8000-000000000000"},
+	} {
+		r := runIn(t, "", append([]string{"--server", url, "--shards", "2"}, args...)...)
+		if r.code != exitError || !strings.Contains(r.stderr, "one of 3 shards") {
+			t.Errorf("--shards 2 %v on three shards: exit %d, stderr %q; want %d naming 3 shards", args, r.code, r.stderr, exitError)
+		}
+	}
 	out = mustRun(t, "--server", url, "--root", "team", "provision", "--shards", "3", "--shard", "1", "--agent", "worker-2", "--agent", "reviewer")
 	if got := strings.Count(out, "stream "); got != 1 || !strings.Contains(out, "stream TEAM_S1 ") {
 		t.Errorf("--shard 1 provisioned %q, want TEAM_S1 only", out)

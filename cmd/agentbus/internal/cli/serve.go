@@ -195,7 +195,7 @@ func (a *app) serveUntilDone(ctx context.Context, s *embedded.Server, login []na
 		// What an operator provisioned since stays: a restart brings the
 		// streams only to what the bus needs (before 2026-11-28 it put
 		// their limits back to the defaults, cutting a longer retention).
-		info, err := admin.EnsureProvisioned(ctx, bus.StreamConfig{})
+		info, err := admin.EnsureProvisioned(ctx, bus.StreamConfig{Shards: a.shards})
 		if err != nil {
 			return onShard(admins, k, err)
 		}

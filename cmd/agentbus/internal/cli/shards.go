@@ -43,7 +43,12 @@ func (a *app) withAdminOf(agent string, f func(*bus.Admin) error) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--shards: %w", err)}
 	}
-	return a.withAdminOn(root, f)
+	return a.withAdminOn(root, func(admin *bus.Admin) error {
+		if err := a.checkShards(admin); err != nil {
+			return err
+		}
+		return f(admin)
+	})
 }
 
 // withAdmins runs f with an operator's handle on each shard of --shards
@@ -66,8 +71,20 @@ func (a *app) withAdmins(f func([]*bus.Admin) error) error {
 			return err
 		}
 		admins = append(admins, admin)
+		if err := a.checkShards(admin); err != nil {
+			return err
+		}
 	}
 	return f(admins)
+}
+
+// checkShards refuses, with --shards above 1, a shard the operator
+// provisioned as one of another number of shards (bus.Admin.CheckShards).
+func (a *app) checkShards(admin *bus.Admin) error {
+	if a.shards == 1 {
+		return nil
+	}
+	return admin.CheckShards(context.Background(), a.shards)
 }
 
 // withAdminOn runs f with an operator's handle under root and closes it.
