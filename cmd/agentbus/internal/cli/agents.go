@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -159,14 +161,14 @@ func (a *app) printAgents(all []bus.AgentInfo, backlogs []string) error {
 		for _, s := range ag.Card.Skills {
 			skills = append(skills, s.ID)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", ag.Card.Name, status, seen, backlogs[i], orDash(strings.Join(skills, ",")), orDash(oneLine(ag.Card.Description)))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", nameField(ag.Card.Name), status, seen, backlogs[i], orDash(strings.Join(skills, ",")), orDash(oneLine(ag.Card.Description)))
 	}
 	return w.Flush()
 }
 
 // printPresenceChange prints one line of agents --watch.
 func (a *app) printPresenceChange(c bus.PresenceChange) {
-	line := time.Now().UTC().Format(time.RFC3339) + " " + c.Agent + " " + string(c.Presence.Status)
+	line := time.Now().UTC().Format(time.RFC3339) + " " + nameField(c.Agent) + " " + string(c.Presence.Status)
 	if c.Presence.Reason != "" {
 		line += " (" + c.Presence.Reason + ")"
 	}
@@ -174,6 +176,16 @@ func (a *app) printPresenceChange(c bus.PresenceChange) {
 		line += " since " + c.Presence.Since.UTC().Format(time.RFC3339)
 	}
 	fmt.Fprintln(a.stdout, line)
+}
+
+// nameField writes an agent's or a group's name as one field of a text line:
+// as it is, or quoted as a Go string when it holds a space or a quote
+// (IDs may), so that the line still splits on spaces into its fields.
+func nameField(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '"' }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 func orDash(s string) string {

@@ -116,7 +116,8 @@ added. A query that finds no agent, with no AGENT named, exits 1.`,
 		Short: "List the groups and their members, or the members of NAME",
 		Long: `List prints one line per group, "<group> <member> <member> ...", by name; with
 NAME only that group's members, one per line. --json prints a JSON object of
-groups to sorted member arrays.`,
+groups to sorted member arrays. A name with a space or a quote is written as
+a quoted Go string.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: run(func(cmd *cobra.Command) error {
 			if cmd.Flags().NArg() == 1 {
@@ -143,7 +144,11 @@ groups to sorted member arrays.`,
 					return a.printJSON(groups)
 				}
 				for _, g := range slices.Sorted(maps.Keys(groups)) {
-					fmt.Fprintln(a.stdout, g+" "+strings.Join(groups[g], " "))
+					fields := []string{nameField(g)}
+					for _, m := range groups[g] {
+						fields = append(fields, nameField(m))
+					}
+					fmt.Fprintln(a.stdout, strings.Join(fields, " "))
 				}
 				return nil
 			})
@@ -166,9 +171,9 @@ each change as it happens, until SIGINT or SIGTERM, one line each:
 				}
 			}
 			printChange := func(c bus.GroupChange) {
-				line := c.At.UTC().Format(time.RFC3339) + " " + c.Group + " " + c.Agent
+				line := c.At.UTC().Format(time.RFC3339) + " " + nameField(c.Group) + " " + nameField(c.Agent)
 				if c.Joined {
-					line += " joined by " + c.By
+					line += " joined by " + nameField(c.By)
 				} else {
 					line += " left"
 				}

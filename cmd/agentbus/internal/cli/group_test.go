@@ -83,3 +83,24 @@ func TestGroupAddBySkill(t *testing.T) {
 		t.Errorf("group list printed %q", out)
 	}
 }
+
+// TestNamesWithSpacesAreQuoted: agent and group IDs may hold spaces and
+// quotes; the text lines write such a name as a quoted Go string, so that
+// a line still splits into its fields. Before, "night shift code reviewer
+// lead" could be any of several groups and members.
+func TestNamesWithSpacesAreQuoted(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	mustRun(t, "--server", url, "group", "add", "night shift", "code reviewer", "lead")
+	if out := mustRun(t, "--server", url, "group", "list"); out != `"night shift" "code reviewer" lead`+"\n" {
+		t.Errorf("group list printed %q", out)
+	}
+	out := mustRun(t, "--server", url, "publish", "--from", `say "hi"`, "--to-group", "night shift", "--type", "NOTE")
+	if !strings.HasPrefix(out, `member="code reviewer" id=`) {
+		t.Errorf("publish --to-group printed %q", out)
+	}
+	id := strings.Fields(strings.TrimPrefix(out, `member="code reviewer" `))[0]
+	if out := mustRun(t, "--server", url, "status", strings.TrimPrefix(id, "id=")); !strings.Contains(out, ` "say \"hi\"" -> "code reviewer" pending`) {
+		t.Errorf("status printed %q", out)
+	}
+}

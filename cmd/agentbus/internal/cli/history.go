@@ -144,7 +144,7 @@ func (a *app) printHistory(p bus.HistoryPage, asJSON bool) error {
 // historyText renders e for a person: time, from -> to, priority, type,
 // ID, and a preview of the data or what became of it.
 func historyText(e bus.HistoryEntry) string {
-	line := fmt.Sprintf("%s %s -> %s p%d %s id=%s", e.Time.UTC().Format(timeMillis), e.From, e.To, e.Priority, e.Type, e.ID)
+	line := fmt.Sprintf("%s %s -> %s p%d %s id=%s", e.Time.UTC().Format(timeMillis), nameField(e.From), nameField(e.To), e.Priority, e.Type, e.ID)
 	if e.Err != nil {
 		return line + " error=" + strconv.Quote(e.Err.Error())
 	}

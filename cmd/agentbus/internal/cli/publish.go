@@ -127,7 +127,7 @@ removes it. --every and --cron repeat it, each firing a message of its own.`,
 						if ack.Duplicate {
 							dup = " duplicate"
 						}
-						fmt.Fprintf(a.stdout, "member=%s id=%s seq=%d%s\n", ack.Member, ack.ID, ack.Sequence, dup)
+						fmt.Fprintf(a.stdout, "member=%s id=%s seq=%d%s\n", nameField(ack.Member), ack.ID, ack.Sequence, dup)
 					}
 				}
 				return err

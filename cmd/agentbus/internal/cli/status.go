@@ -100,7 +100,7 @@ func (a *app) printStatuses(sts []bus.Status) error {
 // statusLine renders st for a person:
 // <id> <from> -> <to> <state> [deliveries=N] [seq=N] [reason="..."] [reply=ID] updated=<RFC 3339>.
 func statusLine(st bus.Status) string {
-	parts := []string{st.ID, st.From, "->", st.To, string(st.State)}
+	parts := []string{st.ID, nameField(st.From), "->", nameField(st.To), string(st.State)}
 	if st.Deliveries > 0 {
 		parts = append(parts, "deliveries="+strconv.Itoa(st.Deliveries))
 	}
