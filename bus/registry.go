@@ -536,7 +536,9 @@ func (e *AgentOfflineError) Unwrap() error { return ErrAgentOffline }
 // (ReasonShutdown). A process that dies without Close is found offline
 // (ReasonSilent) three intervals after its last heartbeat, by the server
 // itself. card.Name, Heartbeat and Updated are set by Register. Calling it
-// again replaces the card; the heartbeats go on.
+// again replaces the card; the heartbeats go on. The card is the agent's,
+// not the process's: of processes of one agent that register different
+// cards, the last Register wins.
 //
 // Errors: ErrInvalidCard, ErrNotProvisioned (the registry bucket is
 // missing: provision with this version), ErrClosed, or the server's.
