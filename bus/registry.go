@@ -1232,16 +1232,24 @@ func (a *Admin) Backlog(ctx context.Context, agent string) ([subjects.LowestPrio
 	ctx, stop := a.watchRefusals(ctx, "$JS.API.")
 	defer stop()
 	stream := a.opts.scheme.Stream()
-	for _, c := range cs {
+	var errs [subjects.LowestPriority]error
+	var wg sync.WaitGroup
+	for _, c := range cs { // the priorities at once: one round trip, not five
 		if c.Broadcast {
 			continue
 		}
-		cons, err := a.js.Consumer(ctx, stream, c.Name)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			out[c.Priority-1], err = a.storedCount(ctx, c.Filter)
-		} else if err == nil {
-			out[c.Priority-1] = cons.CachedInfo().NumPending
-		}
+		wg.Go(func() {
+			cons, err := a.js.Consumer(ctx, stream, c.Name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				out[c.Priority-1], err = a.storedCount(ctx, c.Filter)
+			} else if err == nil {
+				out[c.Priority-1] = cons.CachedInfo().NumPending
+			}
+			errs[c.Priority-1] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return out, refusedCall(ctx, fmt.Errorf("backlog of %s: %w", agent, a.notProvisioned(err)))
 		}
