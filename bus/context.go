@@ -53,7 +53,10 @@ func handlingOf(ctx context.Context) *handling {
 
 // inherit fills m's correlation ID and CausationID from the Delivery ctx
 // carries, where m leaves them empty. A message that answers a Request's
-// request this way also carries its deadline (ExtReplyBy), as a Reply does.
+// request this way, sent to the requester, also carries its deadline
+// (ExtReplyBy), as a Reply does. A message the handler sends a third agent
+// does not: it is no answer, and would reach that agent Late, its replies
+// taken for answers to a Request (before 2026-11-28 it did).
 func inherit(ctx context.Context, m *Message) {
 	d, ok := DeliveryFromContext(ctx)
 	if !ok {
@@ -65,7 +68,7 @@ func inherit(ctx context.Context, m *Message) {
 	if m.CausationID == "" {
 		m.CausationID = d.ID
 	}
-	if by, ok := d.Extensions[ExtReplyBy]; ok && m.CausationID == d.ID {
+	if by, ok := d.Extensions[ExtReplyBy]; ok && m.CausationID == d.ID && m.To == d.From {
 		setExtension(m, ExtReplyBy, by)
 	}
 	if by, ok := d.Extensions[ExtConversationBy]; ok && m.CorrelationID == conversationOf(&d.Message) {

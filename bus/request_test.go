@@ -422,6 +422,57 @@ func TestRequestRepliedOutsideHandler(t *testing.T) {
 	}
 }
 
+// TestSubtaskCarriesNoReplyBy: a message a request's handler sends a third
+// agent with its context (a subtask) carries the conversation and the
+// causation, and not the request's reply-by, nor does that agent's reply
+// to it; what the handler sends the requester does. Before, the subtask
+// carried it: it reached the third agent Late once the reply-by passed,
+// and the worker's subscription took the third agent's reply for an
+// answer to a Request and put it off for a second.
+func TestSubtaskCarriesNoReplyBy(t *testing.T) {
+	s := newServer(t)
+	lead, worker, helper := newBus(t, s, "lead"), newBus(t, s, "worker"), newBus(t, s, "helper")
+	subscribe(t, helper, func(ctx context.Context, d *bus.Delivery) error {
+		_, err := d.Reply(ctx, bus.Message{Type: "PART_DONE"})
+		return err
+	})
+	got := newRecorder()
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type != "JOB" {
+			return got.handle(ctx, d)
+		}
+		if _, err := worker.Publish(ctx, bus.Message{To: "helper", Type: "SUBTASK"}); err != nil {
+			return err
+		}
+		if _, err := worker.Publish(ctx, bus.Message{To: "lead", Type: "NOTE"}); err != nil {
+			return err
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "DONE"})
+		return err
+	})
+	notes := newRecorder()
+	subscribe(t, lead, notes.handle)
+	ctx := testContext(t)
+	req, err := lead.Request(ctx, bus.Message{To: "worker", Type: "JOB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := got.waitCount(t, 1)[0]
+	if by, ok := part.Extensions[bus.ExtReplyBy]; ok || part.Late {
+		t.Errorf("helper's reply to the subtask: replyby %q, Late %v; want neither", by, part.Late)
+	}
+	sub, err := helper.Received(ctx, part.CausationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by, ok := sub.Extensions[bus.ExtReplyBy]; ok || sub.CorrelationID != req.CorrelationID || sub.CausationID == "" {
+		t.Errorf("the subtask: replyby %q, conversation %q (want %q), causation %q", by, sub.CorrelationID, req.CorrelationID, sub.CausationID)
+	}
+	if note := notes.waitCount(t, 1)[0]; note.Extensions[bus.ExtReplyBy] == "" {
+		t.Errorf("the note to the requester lacks its replyby: %v", note.Extensions)
+	}
+}
+
 // TestRequestRoundTripWritesNoRecord: a round trip whose handler replies
 // writes no record of the request: it is sent without Nats-TTL, so that
 // the stored request stays its own index (no pending record), and the
