@@ -168,13 +168,27 @@ is reported as one line "agentbus: <error>" on stderr.`,
 }
 
 // checkRootAndShards checks the global --root and --shards once for every
-// command, whether or not it reads them, naming the flag at fault.
+// command, whether or not it reads them, naming the flag at fault, and
+// the variables that set global flags' defaults.
 func (a *app) checkRootAndShards(cmd *cobra.Command) error {
 	if err := checkNotEmpty(cmd, "root", "server"); err != nil {
 		return err // "" would be the default root, or nats.go's default URL
 	}
 	if _, err := subjects.New(a.root); err != nil {
 		return usageError{&flagErr{flag: "--root", rule: err, err: err}} // the rule quotes the root
+	}
+	// A variable that is not a value of its flag is refused, not passed
+	// over for the flag's default: a process on one shard of several
+	// would send where nobody reads.
+	if v := os.Getenv("AGENTBUS_SHARDS"); v != "" && !cmd.Flags().Changed("shards") {
+		if _, err := strconv.Atoi(v); err != nil {
+			return usagef("$AGENTBUS_SHARDS %q: not a number of shards, 1 to %d", v, subjects.MaxShards)
+		}
+	}
+	if v := os.Getenv("AGENTBUS_TLSFIRST"); v != "" && !cmd.Flags().Changed("tlsfirst") {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return usagef("$AGENTBUS_TLSFIRST %q: not true or false", v)
+		}
 	}
 	if a.shards < 1 || a.shards > subjects.MaxShards {
 		return usagef("--shards %d: not 1 to %d", a.shards, subjects.MaxShards)
@@ -302,7 +316,7 @@ func checkMessageID(what, id string) error {
 }
 
 // envInt returns the integer environment variable name holds, or def if
-// it is unset or not an integer (the flag's own check then speaks).
+// it is unset or not an integer (checkRootAndShards then refuses it).
 func envInt(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return n
@@ -394,7 +408,8 @@ func (c *connFlags) addFlags(cmd *cobra.Command) {
 	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server's certificate with; $NATS_CA sets the default")
 	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file, for servers that verify clients; $NATS_CERT sets the default")
 	fs.StringVar(&c.tlsKey, "tlskey", "", "private key file of --tlscert; $NATS_KEY sets the default")
-	fs.BoolVar(&c.tlsFirst, "tlsfirst", false, "start with the TLS handshake, for servers configured with handshake_first")
+	tlsFirst, _ := strconv.ParseBool(os.Getenv("AGENTBUS_TLSFIRST")) // checked by checkRootAndShards
+	fs.BoolVar(&c.tlsFirst, "tlsfirst", tlsFirst, "start with the TLS handshake, for servers configured with handshake_first; $AGENTBUS_TLSFIRST (true or false) sets the default")
 }
 
 // withEnv returns c with every empty flag set from its environment

@@ -279,6 +279,27 @@ func TestRootAndShardsFlags(t *testing.T) {
 	}
 }
 
+// TestInvalidFlagVariables: a variable that sets a global flag's default
+// and is not one of its values is a usage error naming it. Before,
+// $AGENTBUS_SHARDS "four", or "4 " with the trailing space an env file
+// easily carries, was passed over, and the command ran on one shard, where
+// nobody of the installation reads (found by hunt h13). A flag given
+// overrides its variable.
+func TestInvalidFlagVariables(t *testing.T) {
+	url := newServer(t)
+	publish := []string{"--server", url, "publish", "--from", "lead", "--to", "worker", "--type", "T"}
+	for _, v := range []string{"four", "4 ", "2x"} {
+		t.Setenv("AGENTBUS_SHARDS", v)
+		checkUsageError(t, runIn(t, "", publish...), fmt.Sprintf("$AGENTBUS_SHARDS %q: not a number of shards", v))
+	}
+	mustRun(t, append([]string{"--shards", "1"}, publish...)...)
+	t.Setenv("AGENTBUS_SHARDS", "")
+	t.Setenv("AGENTBUS_TLSFIRST", "yes")
+	checkUsageError(t, runIn(t, "", publish...), `$AGENTBUS_TLSFIRST "yes": not true or false`)
+	t.Setenv("AGENTBUS_TLSFIRST", "false")
+	mustRun(t, publish...)
+}
+
 // TestWatchWarnsOfALostConnection: a command that runs until interrupted
 // warns when its server goes away and when it is back, where before it
 // said nothing, as if all were quiet. Every command's connection has the

@@ -146,8 +146,8 @@ func childWriter(w *syncWriter) io.Writer {
 // connEnv returns the environment variables that tell an --exec command
 // how subscribe reached the bus, so that an agentbus command it runs
 // ('agentbus reply') reaches the same one: the server, the root, the
-// shards and the credentials, each from its flag or, unset, its own
-// variable. Before 2026-11-28 only the inherited environment went, and a
+// shards, the credentials and --tlsfirst, each from its flag or, unset,
+// its own variable. Before 2026-11-28 only the inherited environment went, and a
 // reply from a subscribe given --server or --root went elsewhere.
 func (a *app) connEnv() []string {
 	c := a.conn.withEnv(os.Getenv)
@@ -159,6 +159,9 @@ func (a *app) connEnv() []string {
 		if v.value != "" {
 			env = append(env, v.name+"="+v.value)
 		}
+	}
+	if c.tlsFirst {
+		env = append(env, "AGENTBUS_TLSFIRST=true")
 	}
 	return env
 }

@@ -74,7 +74,8 @@ attributes in the environment:
 and what an agentbus command it runs needs to reach the same bus: NATS_URL,
 AGENTBUS_ROOT and AGENTBUS_SHARDS, and the credentials and TLS files of the
 flags (NATS_CREDS, NATS_NKEY, NATS_USER, NATS_PASSWORD, NATS_CA, NATS_CERT,
-NATS_KEY), so that 'agentbus reply' in CMD answers on it.
+NATS_KEY, and AGENTBUS_TLSFIRST with --tlsfirst), so that 'agentbus reply' in
+CMD answers on it.
 
 Each line CMD writes to file descriptor 3 is a progress update sent to the
 message's sender (see 'agentbus request --follow'): text, optionally

@@ -10,9 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentbus/agentbus/bus"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
+	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
 func TestSubscribePriorityOrder(t *testing.T) {
@@ -322,5 +326,35 @@ func TestExecCommandReachesTheSameBus(t *testing.T) {
 	t.Setenv("AGENTBUS_ROOT", "team.a")
 	if st := mustRun(t, "--server", url, "status", id); !strings.Contains(st, id) {
 		t.Errorf("status with $AGENTBUS_ROOT=team.a printed %q", st)
+	}
+}
+
+// TestExecCommandOnATLSFirstServer: against a server that starts with the
+// TLS handshake, an --exec command is told so (AGENTBUS_TLSFIRST, read as
+// --tlsfirst's default), and an agentbus command run with the environment
+// subscribe handed it, and no flags, reaches the bus. Before, it timed out
+// connecting (found by hunt h13).
+func TestExecCommandOnATLSFirstServer(t *testing.T) {
+	certs := embeddedtest.GenerateCerts(t)
+	s := embeddedtest.RunServer(t, func(o *embedded.Options) {
+		o.TLS = certs.ServerTLS(false)
+		o.Configure = func(so *server.Options) { so.TLSHandshakeFirst = true }
+	})
+	flags := []string{"--server", s.ClientURL(), "--tlsca", certs.CAFile, "--tlsfirst"}
+	mustRun(t, append(flags, "provision")...)
+	id := strings.TrimPrefix(strings.Fields(mustRun(t, append(flags, "publish", "--from", "lead", "--to", "rev", "--type", "JOB", "--data", "x")...))[0], "id=")
+	env := mustRun(t, append(flags, "subscribe", "--agent", "rev", "--count", "1", "--exec", `env | grep -E '^(NATS_|AGENTBUS_)'`)...)
+	for _, kv := range os.Environ() { // as CMD would run it: with that environment alone
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "NATS_") || strings.HasPrefix(k, "AGENTBUS_") {
+			t.Setenv(k, "")
+		}
+	}
+	for line := range strings.Lines(env) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			t.Setenv(k, v)
+		}
+	}
+	if r := runIn(t, "", "status", id); r.code != exitOK {
+		t.Errorf("status with --exec's environment %q: exit %d, stderr %q", env, r.code, r.stderr)
 	}
 }
