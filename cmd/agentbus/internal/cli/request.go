@@ -157,6 +157,13 @@ answered already prints its reply at once; one that ended without a reply
 				if errors.Is(err, bus.ErrNoStatus) {
 					return err // it says whose request it is, if --agent received it
 				}
+				var de *bus.DeadlineError
+				if errors.As(err, &de) && de.Kind == "reply-by" {
+					// The request's own reply-by, not --timeout: attach's
+					// ends as ErrRequestTimeout alone.
+					return fmt.Errorf("request %s to %s: expired at %s (its reply-by) without a reply; 'agentbus status %s' shows where it is",
+						id, de.To, de.Deadline.UTC().Format(time.RFC3339), id)
+				}
 				if err != nil {
 					return requestError(err, bus.Message{ID: id}, timeout)
 				}
@@ -266,6 +273,9 @@ func requestError(err error, m bus.Message, timeout time.Duration) error {
 		return fmt.Errorf("request %s to %s: nothing heard for %s; it was canceled", de.ID, de.To, formatDuration(de.Idle))
 	case errors.As(err, &de) && de.Kind == "do-by":
 		return fmt.Errorf("request %s to %s: its do-by passed; 'agentbus status %s' shows where it is", de.ID, de.To, de.ID)
+	case errors.As(err, &de) && de.Kind == "conversation":
+		return fmt.Errorf("request %s to %s: its conversation's deadline passed at %s; 'agentbus status %s' shows where it is",
+			de.ID, de.To, de.Deadline.UTC().Format(time.RFC3339), de.ID)
 	case errors.Is(err, bus.ErrRequestTimeout) && errors.Is(err, context.Canceled):
 		return fmt.Errorf("request %s to %s: interrupted before the reply came; 'agentbus attach %s --agent %s' takes it up again", m.ID, m.To, m.ID, m.From)
 	case errors.Is(err, bus.ErrRequestTimeout):

@@ -297,3 +297,22 @@ func TestAttach(t *testing.T) {
 		t.Errorf("attach as the recipient: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestAttachToAnExpiredRequest: attach to a request that expired unread
+// says it expired, and when; before, it said no reply came within its own
+// --timeout, a wait that never happened (found by hunt h13).
+func TestAttachToAnExpiredRequest(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	if r := runIn(t, "", "--server", url, "request", "--from", "lead", "--to", "away", "--type", "Q", "--id", "rq-exp", "--timeout", "200ms"); r.code != exitError {
+		t.Fatalf("request: exit %d, stderr %q", r.code, r.stderr)
+	}
+	waitFor(t, "the request to read expired", func() (bool, string) {
+		st := mustRun(t, "--server", url, "status", "rq-exp")
+		return strings.Contains(st, " expired "), st
+	})
+	r := runIn(t, "", "--server", url, "attach", "rq-exp", "--agent", "lead", "--timeout", "1h")
+	if r.code != exitError || !strings.Contains(r.stderr, "request rq-exp to away: expired at ") || strings.Contains(r.stderr, "1h") {
+		t.Errorf("attach to an expired request: exit %d, stderr %q; want it to say it expired", r.code, r.stderr)
+	}
+}
