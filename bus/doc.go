@@ -116,7 +116,7 @@
 //
 // # Stream
 //
-// [Provision] creates or updates the stream (file storage, 30-day
+// [Admin.Provision] creates or updates the stream (file storage, 30-day
 // retention, 1-hour duplicate window, per-message TTL), its dead-letter
 // stream and the status bucket. Run it once per deployment, with the CLI's
 // `agentbus provision`, or with [WithProvision].

@@ -2,7 +2,7 @@
 // authorization that gives each one its permissions:
 //
 //   - one identity per agent, allowed exactly what the agent's work needs
-//     (subjects.Scheme.AgentPermissions): sending as itself, its own ten
+//     (subjects.Scheme.AgentPermissions): sending as itself, its own six
 //     consumers, its dead letters, the status records naming it and its
 //     reply inbox;
 //   - an admin identity with the whole account, for provisioning, dead-letter

@@ -14,8 +14,14 @@
 //	subscribe  consume an agent's inbox in priority order
 //	request    send a request and wait for its reply
 //	reply      answer a request
+//	attach     take up a request sent earlier and wait for its reply
+//	cancel     cancel a message that is queued or being handled
 //	status     show where a message is in its lifecycle
 //	trace      show the messages of a conversation in order
+//	history    read a conversation's messages, or an agent's, from the stream
+//	redeliver  deliver a past message again to an agent (operator)
+//	agents     list the registered agents, their presence and backlogs
+//	group      manage groups of agents: join, leave, add, remove, list, watch
 //	dlq        list, show, replay and purge dead letters; watch for unsettled ones
 //	bench      measure the bus side by side with raw nats.go on one server
 //	demo       watch agents talk over an embedded bus
@@ -38,6 +44,7 @@
 // demo always runs on an embedded server of its own, and bench does unless
 // it is given --server.
 // Run `agentbus help <command>` for the flags of each command. The exit code
-// is 0 on success, 2 for a usage error and 1 for any other error; an error is
-// reported as one line "agentbus: <error>" on stderr.
+// is 0 on success, 2 for a usage error, 3 when subscribe --count's --timeout
+// passed with fewer messages handled, and 1 for any other error; an error
+// is reported as one line "agentbus: <error>" on stderr.
 package main
