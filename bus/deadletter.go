@@ -1,10 +1,12 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +44,11 @@ const (
 	// (a message close to the server's max_payload): the dead letter has
 	// no data, and the original stays in its stream until its retention.
 	HeaderDeadLetterDataDropped = "Agentbus-Dlq-Data-Dropped"
+	// HeaderDeadLetterHeadersDropped names, comma-separated, the
+	// original's headers a dead letter does not keep because with them
+	// its headers passed the server's 64 KiB (a foreign message's, near
+	// that limit): the largest go first, until the rest fit.
+	HeaderDeadLetterHeadersDropped = "Agentbus-Dlq-Headers-Dropped"
 	// HeaderDeadLetterOrigPrefix prefixes the JetStream control headers of
 	// the original message (Nats-Expected-Stream, Nats-TTL, Nats-Rollup,
 	// ...), which a dead letter keeps as "Agentbus-Dlq-Orig-<header>" with
@@ -168,7 +175,10 @@ func deadLetterID(dl deadLetter) string {
 // A message too large to store with the dead letter's headers is stored
 // without its data (HeaderDeadLetterDataDropped), and dropped says so: the
 // original must stay where it is. It failed, and the message was kept,
-// delivered again and never dead-lettered.
+// delivered again and never dead-lettered. One whose headers with the dead
+// letter's pass the server's 64 KiB is stored without its largest
+// (HeaderDeadLetterHeadersDropped); before 2026-11-28 it was kept, and
+// delivered again, for good.
 func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) (dropped bool, err error) {
 	from, typ := "unknown", "unknown"
 	if addr, err := b.opts.scheme.Parse(dl.subject); err == nil {
@@ -194,6 +204,10 @@ func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) (dropped bo
 	defer cancel()
 	msg := &nats.Msg{Subject: subject, Header: h, Data: dl.data}
 	_, err = publishAgain(ctx, b.js, msg)
+	if isAPIError(err, jsErrCodeHeaderExceedsMaximum) {
+		dropLargestHeaders(h, dl.header)
+		_, err = publishAgain(ctx, b.js, msg)
+	}
 	if len(dl.data) > 0 && (errors.Is(err, nats.ErrMaxPayload) || isAPIError(err, jetstream.JSErrCodeStreamMessageExceedsMaximum)) {
 		h[HeaderDeadLetterDataDropped] = []string{strconv.Itoa(len(dl.data))}
 		msg.Data, dropped = nil, true
@@ -203,6 +217,45 @@ func (b *client) writeDeadLetter(ctx context.Context, dl deadLetter) (dropped bo
 		return false, fmt.Errorf("write dead letter for %s seq %d: %w", dl.stream, dl.seq, b.notProvisioned(err))
 	}
 	return dropped, nil
+}
+
+// keptHeaders bounds the original's headers a dead letter keeps when with
+// them it would pass the server's 64 KiB: room for the dead letter's own.
+const keptHeaders = 48 << 10
+
+// dropLargestHeaders removes from h, a dead letter's headers, the largest
+// of the original's, orig, until what is left of them is keptHeaders at
+// most, and names them in HeaderDeadLetterHeadersDropped.
+func dropLargestHeaders(h, orig nats.Header) {
+	var names []string
+	for k := range orig { // not those the dead letter's own replace
+		if !strings.EqualFold(k, jetstream.MsgIDHeader) && !strings.HasPrefix(k, "Agentbus-Dlq-") {
+			names = append(names, k)
+		}
+	}
+	size := func(k string) int {
+		n := 0
+		for _, v := range orig[k] {
+			n += len(k) + len(v) + 4 // "k: v\r\n"
+		}
+		return n
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(size(b)-size(a), strings.Compare(a, b)) })
+	total := 0
+	for _, k := range names {
+		total += size(k)
+	}
+	var dropped []string
+	for _, k := range names {
+		if total <= keptHeaders {
+			break
+		}
+		total -= size(k)
+		dropped = append(dropped, k)
+		delete(h, k)
+		delete(h, HeaderDeadLetterOrigPrefix+k)
+	}
+	h[HeaderDeadLetterHeadersDropped] = []string{oneLine(strings.Join(dropped, ","), maxErrorHeader)}
 }
 
 // deadLetterHeader returns the headers of a dead letter of a message with

@@ -609,6 +609,49 @@ func TestDeadLetterOfALargeMessage(t *testing.T) {
 	}
 }
 
+// TestDeadLetterOfAMessageWithLargeHeaders: a message whose headers are
+// near the server's 64 KiB (a foreign publisher's; the codec refuses
+// extensions over MaxExtensionsSize together, and so Publish does) is
+// dead-lettered without its largest headers, named in
+// HeaderDeadLetterHeadersDropped. Before, with the dead letter's own
+// headers it passed 64 KiB, the server refused it, and the message was
+// kept and delivered again for good (found by hunt h12).
+func TestDeadLetterOfAMessageWithLargeHeaders(t *testing.T) {
+	s := newServer(t, func(o *embedded.Options) { o.MaxPayload = 1 << 20 })
+	ctx := testContext(t)
+	sender := newBus(t, s, "sender")
+	big := map[string]string{}
+	for i := range 20 { // each extension within its limit, 80 KB together
+		big[fmt.Sprintf("x%d", i)] = strings.Repeat("v", 4000)
+	}
+	var fe *codec.FieldError
+	if _, err := sender.Publish(ctx, bus.Message{To: "worker", Type: "T", Extensions: big}); !errors.As(err, &fe) || fe.Field != "Extensions" || !errors.Is(err, bus.ErrInvalidMessage) {
+		t.Errorf("Publish of 80 KB of extensions: %v, want ErrInvalidMessage on Extensions", err)
+	}
+	h := map[string]string{"ce-specversion": "1.0", "ce-id": "big-1", "ce-source": "/agents/lead", "ce-type": "T", "Nats-Msg-Id": "big-1"}
+	for i := range 15 {
+		h[fmt.Sprintf("ce-x%d", i)] = strings.Repeat("v", 4000)
+	}
+	size := len("NATS/1.0\r\n\r\n")
+	for k, v := range h {
+		size += len(k) + len(v) + len(": \r\n")
+	}
+	// 200 bytes under the server's 64 KiB, which takes it: no room for the
+	// dead letter's headers.
+	h["ce-last"] = strings.Repeat("v", 65535-200-size-len("ce-last: \r\n"))
+	newForeignAgent(t, s, "lead").publishRaw(t, ctx, "agentbus.agent.worker.p3.lead.T", h, "{}")
+	subscribe(t, newBus(t, s, "worker"), func(context.Context, *bus.Delivery) error {
+		t.Error("handled a message whose extensions pass MaxExtensionsSize")
+		return nil
+	})
+	raw := waitDeadLetters(t, sender, 1)[0]
+	dropped := strings.Split(raw.Header.Get(bus.HeaderDeadLetterHeadersDropped), ",")
+	if dropped[0] != "ce-last" || raw.Header.Get("ce-id") != "big-1" ||
+		raw.Header.Get(bus.HeaderDeadLetterReason) != string(bus.ReasonMalformed) {
+		t.Errorf("dead letter: dropped %q, ce-id %q, reason %q", dropped, raw.Header.Get("ce-id"), raw.Header.Get(bus.HeaderDeadLetterReason))
+	}
+}
+
 // TestHandlerErrorWrappingCanceledOrExpired: a handler's failure that
 // wraps ErrCanceled or ErrExpired (a Request of its own that was
 // canceled: *CanceledError) is dead-lettered like any other. Whether a

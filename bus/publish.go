@@ -483,6 +483,8 @@ func (b *Bus) publishError(stream string, msg *nats.Msg, id string, err error) e
 		return fmt.Errorf("publish %s: %w: %w", id, ErrPayloadTooLarge, err)
 	case isAPIError(err, jetstream.JSErrCodeStreamMessageExceedsMaximum):
 		return fmt.Errorf("publish %s: %w: more than stream %s's MaxMsgSize: %w", id, ErrPayloadTooLarge, stream, err)
+	case isAPIError(err, jsErrCodeHeaderExceedsMaximum):
+		return fmt.Errorf("publish %s: %w: headers over the server's 64 KiB: %w", id, ErrPayloadTooLarge, err)
 	case errors.Is(err, nats.ErrConnectionClosed) && b.isClosed():
 		return ErrClosed
 	}

@@ -596,6 +596,11 @@ func denyRollups(ctx context.Context, js jetstream.JetStream, stream string) err
 // JSStreamSubjectOverlapErr), which nats.go does not name.
 const jsErrCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
 
+// jsErrCodeHeaderExceedsMaximum is the server's error for a message whose
+// headers pass 64 KiB, whatever its max_payload (nats-server
+// JSStreamHeaderExceedsMaximumErr), which nats.go does not name.
+const jsErrCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
+
 // defaultTimeout bounds calls to the server when the caller's context has
 // no deadline.
 const defaultTimeout = 10 * time.Second

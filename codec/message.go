@@ -111,14 +111,20 @@ const (
 	MaxDataSchemaLen  = 2048 // DataSchema
 	MaxExtensionLen   = 4096 // each extension value
 	MaxExtensions     = 32   // extension attributes on one message
+	// MaxExtensionsSize bounds the names and values of a message's
+	// extensions together: nats-server refuses a message whose headers
+	// pass 64 KiB, and a dead letter adds headers of its own to the
+	// message's.
+	MaxExtensionsSize = 32 << 10
 )
 
 // Validate reports whether m can be encoded. The rules:
 //
 //   - ID is non-empty, valid UTF-8 without control characters and not only
 //     white space, and at most MaxIDLen bytes, like CorrelationID and
-//     CausationID; ContentType, DataSchema, each extension value and the number
-//     of extensions have their limits too (the Max constants).
+//     CausationID; ContentType, DataSchema, each extension value, the number
+//     of extensions and their size together have their limits too (the Max
+//     constants).
 //   - From passes subjects.ValidateID; To passes it too or is
 //     subjects.Broadcast; Type passes subjects.ValidateType and is not only
 //     white space.
@@ -184,6 +190,13 @@ func (m *Message) validate(n *names) error {
 	}
 	if len(m.Extensions) > MaxExtensions {
 		return n.fail("Extensions", "", fmt.Errorf("%w: %d extensions, at most %d", ErrTooLong, len(m.Extensions), MaxExtensions))
+	}
+	size := 0
+	for name, v := range m.Extensions {
+		size += len(name) + len(v)
+	}
+	if size > MaxExtensionsSize {
+		return n.fail("Extensions", "", fmt.Errorf("%w: %d bytes of extensions, at most %d", ErrTooLong, size, MaxExtensionsSize))
 	}
 	if err := subjects.ValidateID(m.From); err != nil {
 		return n.fail(n.from, m.From, err)

@@ -160,6 +160,18 @@ func TestValidate(t *testing.T) {
 				m.Extensions[fmt.Sprintf("x%d", i)] = "v"
 			}
 		}, "Extensions", codec.ErrTooLong},
+		{"extensions too large together", func(m *codec.Message) {
+			m.Extensions = map[string]string{}
+			for i := range codec.MaxExtensionsSize/codec.MaxExtensionLen + 1 { // each within its limit
+				m.Extensions[fmt.Sprintf("x%d", i)] = strings.Repeat("v", codec.MaxExtensionLen-2)
+			}
+		}, "Extensions", codec.ErrTooLong},
+		{name: "extensions at their size together", edit: func(m *codec.Message) {
+			m.Extensions = map[string]string{}
+			for i := range codec.MaxExtensionsSize / codec.MaxExtensionLen {
+				m.Extensions[fmt.Sprintf("x%d", i)] = strings.Repeat("v", codec.MaxExtensionLen-2)
+			}
+		}},
 		{"empty From", func(m *codec.Message) { m.From = "" }, "From", subjects.ErrInvalidAgentID},
 		{"From broadcast", func(m *codec.Message) { m.From = "*" }, "From", subjects.ErrInvalidAgentID},
 		{"From too long", func(m *codec.Message) { m.From = strings.Repeat(".", 50) }, "From", subjects.ErrInvalidAgentID},
