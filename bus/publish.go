@@ -465,7 +465,10 @@ func (b *Bus) recordUnsent(m *Message, err error) {
 // never removes a message before its expirytime, and at least the server's
 // minimum of one second.
 func ttlSeconds(d time.Duration) string {
-	s := (d + time.Second - 1) / time.Second
+	s := d / time.Second // rounded up below: d + time.Second - 1 overflowed near the longest d
+	if d%time.Second > 0 {
+		s++
+	}
 	return strconv.FormatInt(int64(max(s, 1)), 10) + "s"
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,24 @@ func TestDirectSubjects(t *testing.T) {
 	for range 2 {
 		if _, err := d.of(s, "", "sender", "T", 1); !errors.Is(err, subjects.ErrInvalidAgentID) {
 			t.Errorf("of a bad recipient: %v, want ErrInvalidAgentID", err)
+		}
+	}
+}
+
+// TestTTLSeconds: Nats-TTL rounds up to whole seconds, at least one, and
+// the longest TTL does not wrap around: (d + time.Second - 1) overflowed
+// within a second of the longest Duration, and the message carried
+// Nats-TTL 1s, removed by the server a second later (found by hunt h12).
+func TestTTLSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{time.Nanosecond, "1s"}, {time.Second, "1s"}, {time.Second + 1, "2s"}, {90 * time.Minute, "5400s"},
+		{math.MaxInt64, "9223372037s"}, {math.MaxInt64 - time.Second + 1, "9223372036s"},
+	} {
+		if got := ttlSeconds(tt.d); got != tt.want {
+			t.Errorf("ttlSeconds(%d) = %s, want %s", tt.d, got, tt.want)
 		}
 	}
 }
