@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,11 @@ func (h *handling) awaitProgressRecord(ctx context.Context) {
 func (h *handling) sendReply(ctx context.Context, send func() (PubAck, error)) (PubAck, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.replied.Load() {
+		// A second reply would reach the requester's handler unasked,
+		// and its record would name it (before 2026-11-28).
+		return PubAck{}, fmt.Errorf("%w: request %s is replied to already: one reply each", ErrFinal, h.d.ID)
+	}
 	h.awaitProgressRecord(ctx)
 	ack, err := send()
 	if err == nil {

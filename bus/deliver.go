@@ -277,8 +277,17 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 			// runtime.Goexit, t.FailNow in a handler: a failure, whose
 			// message the dispatcher gives back as this goroutine ends.
 			err = fmt.Errorf("%w: it called runtime.Goexit", ErrHandlerPanic)
+		} else if err != nil {
+			err = checkedError(err)
 		}
 		switch {
+		case err != nil && hs.replied.Load() && !isPutOff(err):
+			// Replied, then failed: the requester has its answer, and a
+			// redelivery would be passed over as replied. Before
+			// 2026-11-28 the failure dead-lettered it, its record
+			// dead_lettered over replied.
+			b.opts.onError(fmt.Errorf("message %s: its handler replied, then returned an error; acknowledged as replied: %w", cm.Subject, err))
+			err = nil
 		case hs.canceled.Load() && !hs.replied.Load(): // replied, the work was done
 			err = terminate(canceledReason(err))
 			b.record(m, hs, StateCanceled, md, err)
@@ -303,6 +312,28 @@ func (b *Bus) run(ctx context.Context, h Handler, f *inFlight, cm *consumers.Msg
 	}
 	err = h(hctx, d)
 	returned = true
+	return err
+}
+
+// checkedError returns err, a handler's, unless its Error method panics:
+// a nil *T returned as an error, whose method reads its receiver. That
+// panic, later in the settlement, gave the message back at once, again
+// and again, never dead-lettered (before 2026-11-28). In its place an
+// error that says so, permanent if err was.
+func checkedError(err error) (checked error) {
+	defer func() {
+		if r := recover(); r != nil {
+			inner := err
+			if p, ok := err.(permanent); ok {
+				inner = p.err
+			}
+			checked = fmt.Errorf("the handler returned an error whose Error method panics (a nil %T?): %v", inner, r)
+			if isPermanent(err) {
+				checked = Permanent(checked)
+			}
+		}
+	}()
+	_ = err.Error()
 	return err
 }
 

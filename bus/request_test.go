@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,6 +472,77 @@ func TestSubtaskCarriesNoReplyBy(t *testing.T) {
 	}
 	if note := notes.waitCount(t, 1)[0]; note.Extensions[bus.ExtReplyBy] == "" {
 		t.Errorf("the note to the requester lacks its replyby: %v", note.Extensions)
+	}
+}
+
+// TestReplyThenFailure: a handler that replies and then fails leaves its
+// request replied, with its reply: the failure goes to the error handler
+// and the request is acknowledged, as a redelivery would be passed over as
+// replied. Before, Permanent (or a failure on the last delivery allowed)
+// dead-lettered the answered request, its record dead_lettered over
+// replied, and Attach said it ended without a reply (found by hunt h14).
+func TestReplyThenFailure(t *testing.T) {
+	s := newServer(t)
+	requester := newBus(t, s, "req")
+	var reported atomic.Int32
+	worker := newBus(t, s, "worker", bus.WithErrorHandler(func(err error) {
+		if strings.Contains(err.Error(), "replied, then returned an error") {
+			reported.Add(1)
+		}
+	}))
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if _, err := d.Reply(ctx, bus.Message{Type: "answer"}); err != nil {
+			return err
+		}
+		return bus.Permanent(errors.New("cleanup after the answer failed"))
+	})
+	ctx := testContext(t)
+	r, err := requester.Request(ctx, bus.Message{To: "worker", Type: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request acknowledged", func() (bool, string) {
+		info, err := consumerInfo(t, worker, "worker_p3")
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0, fmt.Sprint(info, err)
+	})
+	if st := waitState(t, requester, r.CausationID, bus.StateReplied); st.ReplyID != r.ID {
+		t.Errorf("record %+v, want replied with %s", st, r.ID)
+	}
+	if a, err := requester.Attach(ctx, r.CausationID); err != nil || a.ID != r.ID {
+		t.Errorf("Attach: %v, %v; want the reply %s", a, err, r.ID)
+	}
+	if n := len(deadLetters(t, worker)); n != 0 || reported.Load() != 1 {
+		t.Errorf("%d dead letters, failure reported %d times; want none, once", n, reported.Load())
+	}
+}
+
+// TestSecondReplyRefused: a handler's second Reply to one request fails
+// with ErrFinal, as Progress and AskInput after the reply do. Before, it
+// went out: the requester's handler got it unasked, and the request's
+// record named it as the reply Request had not returned (found by hunt
+// h14).
+func TestSecondReplyRefused(t *testing.T) {
+	s := newServer(t)
+	requester := newBus(t, s, "req")
+	worker := newBus(t, s, "worker")
+	second := make(chan error, 1)
+	subscribe(t, worker, func(ctx context.Context, d *bus.Delivery) error {
+		if _, err := d.Reply(ctx, bus.Message{Type: "first", ID: "first-" + d.ID}); err != nil {
+			return err
+		}
+		_, err := d.Reply(ctx, bus.Message{Type: "second", ID: "second-" + d.ID})
+		second <- err
+		return nil
+	})
+	r, err := requester.Request(testContext(t), bus.Message{To: "worker", Type: "job"})
+	if err != nil || r.Type != "first" {
+		t.Fatalf("Request: %v, %v", r, err)
+	}
+	if err := <-second; !errors.Is(err, bus.ErrFinal) {
+		t.Errorf("second Reply: %v, want ErrFinal", err)
+	}
+	if st := waitState(t, requester, r.CausationID, bus.StateReplied); st.ReplyID != r.ID {
+		t.Errorf("record names reply %s; Request returned %s", st.ReplyID, r.ID)
 	}
 }
 

@@ -44,7 +44,14 @@ func (d *Delivery) Reply(ctx context.Context, m Message) (PubAck, error) {
 // Handler handles one delivery. Returning nil acknowledges the message.
 // Returning an error makes the server redeliver it after a backoff, until
 // its last allowed delivery, when it is terminated; Permanent(err)
-// terminates it at once. ctx is cancelled when the subscription stops.
+// terminates it at once. An error after the handler replied (Reply)
+// acknowledges the message all the same, and goes to the error handler.
+// ctx is cancelled when the subscription stops.
+//
+// The Delivery's Data and Extensions are shared with the bus, which
+// settles the message by them after the handler returns (its dead letter,
+// the notice to a waiting requester): copy them before changing them,
+// as a forwarded message built from d.Message must.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // Subscription consumes the agent's inbox: its direct messages and the

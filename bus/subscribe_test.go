@@ -990,3 +990,50 @@ func TestHandlerGoexit(t *testing.T) {
 		}
 	}
 }
+
+// nilErr is an error type whose Error method reads its receiver, as most
+// do: a nil *nilErr returned as an error (Go's typed nil) panics when its
+// text is asked for.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// TestHandlerReturnsATypedNilError: a handler that returns a nil *T as its
+// error fails like any other. Permanent dead-letters it after one
+// delivery; a plain one records failed and waits for the backoff. Before,
+// the settlement asked the error for its text, panicked, and the message
+// was given back at once, again and again, reported as a handler panic,
+// never dead-lettered and without a failed record (found by hunt h14).
+func TestHandlerReturnsATypedNilError(t *testing.T) {
+	s := newServer(t)
+	sender := newBus(t, s, "sender")
+	var panics atomic.Int32
+	onError := bus.WithErrorHandler(func(err error) {
+		if errors.Is(err, bus.ErrHandlerPanic) {
+			panics.Add(1)
+		}
+	})
+	var calls atomic.Int32
+	worker := newBus(t, s, "worker", onError)
+	subscribe(t, worker, func(context.Context, *bus.Delivery) error {
+		calls.Add(1)
+		var e *nilErr
+		return bus.Permanent(e)
+	})
+	publish(t, sender, bus.Message{To: "worker", Type: "job"})
+	dl := waitDeadLetters(t, worker, 1)[0]
+	if reason := dl.Header.Get(bus.HeaderDeadLetterReason); reason != string(bus.ReasonRejected) || calls.Load() != 1 || panics.Load() != 0 {
+		t.Errorf("Permanent(nil *T): dead letter %q after %d deliveries, %d panics reported; want rejected after 1, none", reason, calls.Load(), panics.Load())
+	}
+
+	other := newBus(t, s, "other", onError)
+	subscribe(t, other, func(context.Context, *bus.Delivery) error {
+		var e *nilErr
+		return e
+	}, bus.WithBackoff(func(int) time.Duration { return time.Hour }))
+	ack := publish(t, sender, bus.Message{To: "other", Type: "job"})
+	st := waitState(t, sender, ack.ID, bus.StateFailed)
+	if !strings.Contains(st.Reason, "nil *bus_test.nilErr") || panics.Load() != 0 {
+		t.Errorf("a nil *T: record %+v, %d panics reported; want failed naming the type, none", st, panics.Load())
+	}
+}
