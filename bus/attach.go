@@ -32,10 +32,7 @@ import (
 // (subjects.Scheme.HistoryConsumer), so a process attaches to one request
 // at a time.
 func (b *Bus) Attach(ctx context.Context, id string, opts ...RequestOption) (*Delivery, error) {
-	var ro requestOptions
-	for _, opt := range opts {
-		opt(&ro)
-	}
+	ro := applyRequestOptions(opts)
 	sts, err := b.Status(ctx, id)
 	if err != nil {
 		return nil, err

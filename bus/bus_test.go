@@ -178,3 +178,55 @@ func TestNewValidates(t *testing.T) {
 	sub.Stop()
 	<-sub.Done()
 }
+
+// TestNilOptions: a nil option, one a caller left unset (var opt
+// bus.Option; if tls { opt = ... }), sets nothing, and a nil function for
+// a watch is ErrInvalidOption. Before, each was a nil-pointer panic, the
+// watches' at their first change (found by hunt h14).
+func TestNilOptions(t *testing.T) {
+	s := newServer(t)
+	nc := embeddedtest.Connect(t, s)
+	ctx := testContext(t)
+	b, err := bus.New(nc, "alice", nil)
+	if err != nil {
+		t.Fatalf("New with a nil option: %v", err)
+	}
+	defer b.Close()
+	a, err := bus.NewAdmin(nc, nil)
+	if err != nil {
+		t.Fatalf("NewAdmin with a nil option: %v", err)
+	}
+	defer a.Close()
+	r := newRecorder()
+	sub, err := b.Subscribe(ctx, func(ctx context.Context, d *bus.Delivery) error {
+		if d.Type == "Q" {
+			_, err := d.Reply(ctx, bus.Message{Type: "A"})
+			return err
+		}
+		return r.handle(ctx, d)
+	}, nil)
+	if err != nil {
+		t.Fatalf("Subscribe with a nil option: %v", err)
+	}
+	defer sub.Stop()
+	if err := b.EnsureConsumers(ctx, nil); err != nil {
+		t.Errorf("EnsureConsumers with a nil option: %v", err)
+	}
+	bob := newBus(t, s, "bob")
+	reply, err := bob.Request(ctx, bus.Message{To: "alice", Type: "Q"}, nil)
+	if err != nil {
+		t.Fatalf("Request with a nil option: %v", err)
+	}
+	if _, err := bob.Attach(ctx, reply.CausationID, nil); err != nil {
+		t.Errorf("Attach with a nil option: %v", err)
+	}
+	if _, err := bob.Gather(ctx, bus.Message{Type: "Q"}, []string{"alice"}, nil); err != nil {
+		t.Errorf("Gather with a nil option: %v", err)
+	}
+	if err := b.WatchPresence(ctx, nil); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("WatchPresence(nil): %v, want ErrInvalidOption", err)
+	}
+	if err := a.WatchGroups(ctx, "", nil); !errors.Is(err, bus.ErrInvalidOption) {
+		t.Errorf("WatchGroups(nil): %v, want ErrInvalidOption", err)
+	}
+}

@@ -66,6 +66,9 @@ type client struct {
 func applyOptions(opts []Option) (options, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
+		if opt == nil {
+			continue // an option left unset: none
+		}
 		if err := opt(&o); err != nil {
 			return options{}, err
 		}

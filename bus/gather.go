@@ -86,7 +86,9 @@ func (r *GatherResult) Replied(agent string) bool {
 func (b *Bus) Gather(ctx context.Context, m Message, agents []string, opts ...GatherOption) (*GatherResult, error) {
 	var o gatherOptions
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // an option left unset: none
+			opt(&o)
+		}
 	}
 	agents = slices.Compact(slices.Sorted(slices.Values(agents)))
 	agents = slices.DeleteFunc(agents, func(a string) bool { return a == b.agent })

@@ -216,6 +216,9 @@ func (c *client) readGroupsHere(ctx context.Context, filter string) (map[string]
 // each membership's changes come in order, and f is never called twice at
 // once.
 func (c *client) WatchGroups(ctx context.Context, group string, f func(GroupChange)) error {
+	if f == nil {
+		return fmt.Errorf("%w: nil function to call with each change", ErrInvalidOption)
+	}
 	if c.shards != nil {
 		return watchEvery(ctx, c.shards, f, func(ctx context.Context, b *Bus, f func(GroupChange)) error {
 			return b.watchGroupsHere(ctx, group, f)

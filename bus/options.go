@@ -39,7 +39,9 @@ const (
 )
 
 // Option configures a Bus. Options that can be invalid return an error
-// wrapping ErrInvalidOption from New.
+// wrapping ErrInvalidOption from New. A nil Option, one left unset, sets
+// nothing; so do nil options of the other kinds (SubscribeOption,
+// RequestOption, GatherOption).
 type Option func(*options) error
 
 type options struct {

@@ -1121,6 +1121,9 @@ type PresenceChange struct {
 // registry: each agent's changes come in order, and f is never called
 // twice at once.
 func (c *client) WatchPresence(ctx context.Context, f func(PresenceChange)) error {
+	if f == nil {
+		return fmt.Errorf("%w: nil function to call with each change", ErrInvalidOption)
+	}
 	if c.shards != nil {
 		return watchEvery(ctx, c.shards, f, func(ctx context.Context, b *Bus, f func(PresenceChange)) error {
 			return b.watchPresenceHere(ctx, f)

@@ -88,10 +88,7 @@ const ExtReplyBy = "replyby"
 // the reading is 100 ms old. An agent that never registered is requested
 // as before. Plain messages queue for an offline agent as always.
 func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*Delivery, error) {
-	var ro requestOptions
-	for _, opt := range opts {
-		opt(&ro)
-	}
+	ro := applyRequestOptions(opts)
 	if m.To == Broadcast {
 		return nil, &codec.FieldError{Field: "To", Value: m.To, Err: fmt.Errorf("%w: a request needs one recipient", ErrInvalidMessage)}
 	}
@@ -298,6 +295,18 @@ wait:
 
 // RequestOption configures one Request.
 type RequestOption func(*requestOptions)
+
+// applyRequestOptions returns the options opts set; a nil one, an option
+// left unset, sets none.
+func applyRequestOptions(opts []RequestOption) requestOptions {
+	var ro requestOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&ro)
+		}
+	}
+	return ro
+}
 
 type requestOptions struct {
 	queueIfOffline bool

@@ -172,6 +172,9 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	}
 	o := subscribeOptions{concurrency: 1} // prefetch 0: adaptive
 	for _, opt := range opts {
+		if opt == nil {
+			continue // an option left unset: none
+		}
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
@@ -255,6 +258,9 @@ func (b *Bus) EnsureConsumers(ctx context.Context, opts ...SubscribeOption) erro
 func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []SubscribeOption, all bool) error {
 	o := subscribeOptions{concurrency: 1}
 	for _, opt := range opts {
+		if opt == nil {
+			continue // an option left unset: none
+		}
 		if err := opt(&o); err != nil {
 			return err
 		}
