@@ -183,6 +183,12 @@ func (b *Bus) newRequest(ctx context.Context, m *Message, ro requestOptions) (co
 			expiry, kind = ro.doBy, deadlineDoBy
 		}
 	}
+	if m.Time.After(expiry) && time.Now().Before(expiry) {
+		// Its expiry counts from its time: the TTL would be negative.
+		cancelAll()
+		return nil, nil, time.Time{}, &codec.FieldError{Field: "Time", Value: m.Time.Format(time.RFC3339Nano),
+			Err: fmt.Errorf("%w: a request's time is after its %s deadline %s", ErrInvalidMessage, kind, expiry.Format(time.RFC3339Nano))}
+	}
 	if exp := m.ExpiresAt(); exp.IsZero() || exp.After(expiry) {
 		m.TTL = expiry.Sub(m.Time)
 	}

@@ -139,6 +139,12 @@ func TestRequestErrors(t *testing.T) {
 	if _, err := b.Reply(ctx, &bus.Message{}, bus.Message{Type: "RESULT"}); !errors.Is(err, bus.ErrInvalidMessage) {
 		t.Errorf("Reply to an empty request error = %v, want ErrInvalidMessage", err)
 	}
+	// A time after the reply-by: the error names Time, not the TTL
+	// counted from it, which the caller never set (found by hunt h14).
+	ahead := bus.Message{To: "worker", Type: "REQUEST", Time: time.Now().Add(time.Hour)}
+	if _, err := b.Request(ctx, ahead); !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "Time" {
+		t.Errorf("Request with a time an hour ahead: %v, want ErrInvalidMessage on Time", err)
+	}
 	request := &bus.Message{ID: "req-1", From: "worker", To: "orchestrator", Type: "REQUEST"}
 	if _, err := b.Reply(ctx, request, bus.Message{To: "reviewer", Type: "RESULT"}); !errors.Is(err, bus.ErrInvalidMessage) || !errors.As(err, &fe) || fe.Field != "To" {
 		t.Errorf("Reply to another agent than the requester error = %v, want ErrInvalidMessage on To", err)
