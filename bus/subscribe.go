@@ -74,7 +74,9 @@ func (s *Subscription) Stop() { s.watch.stop(); s.d.Stop(); s.forget() }
 
 // Drain stops fetching, gives back the messages held in memory and waits for
 // running handlers to finish and their messages to be settled. If ctx ends
-// first it stops like Stop and returns ctx's error.
+// first it stops like Stop and returns ctx's error. A handler of the
+// subscription that drains it waits for itself, until ctx ends: it calls
+// Drain on a goroutine of its own (go sub.Drain(ctx)), or Stop.
 func (s *Subscription) Drain(ctx context.Context) error {
 	s.watch.stop()
 	err := s.d.Drain(ctx)
