@@ -338,8 +338,15 @@ func withStored(records, stored []Status) []Status {
 
 // recordOver returns rec, the record of the message stored as st, which it
 // describes better (a recipient's state, a reply, a cancel), with st's
-// stream and sequence if it holds none.
+// stream and sequence if it holds none. A sender's failed record, of a
+// publish that failed (never delivered), is not: the stream holds the
+// message, stored by an earlier attempt, or by the first publish of its
+// ID, so st says more (before 2026-11-28 a refused re-send made the stored
+// message read failed).
 func recordOver(rec, st Status) Status {
+	if rec.State == StateFailed && rec.Deliveries == 0 {
+		return st
+	}
 	if rec.Sequence == 0 {
 		rec.Stream, rec.Sequence = st.Stream, st.Sequence
 	}

@@ -139,3 +139,35 @@ func TestPublishOverTheStreamsMaxMsgSize(t *testing.T) {
 		t.Errorf("Publish of 4 KiB under a MaxMsgSize of 1 KiB = %v, want ErrPayloadTooLarge", err)
 	}
 }
+
+// TestRefusedResendOfAStoredMessage: a second publish of a stored
+// message's ID that the server refuses (here over max_payload) leaves the
+// stored message reading as it stands, pending: the sender's failed
+// record, of a publish that never went out, does not describe what the
+// stream holds. Before, the stored message read failed until it was
+// handled (found by hunt h12).
+func TestRefusedResendOfAStoredMessage(t *testing.T) {
+	s := newServer(t, func(o *embedded.Options) { o.MaxPayload = 64 << 10 })
+	b := newBus(t, s, "sender")
+	ack := publish(t, b, bus.Message{ID: "job-1", To: "alice", Type: "T", Data: []byte("small")})
+	if _, err := b.Publish(testContext(t), bus.Message{ID: "job-1", To: "alice", Type: "T", Data: make([]byte, 128<<10)}); !errors.Is(err, bus.ErrPayloadTooLarge) {
+		t.Fatalf("oversize resend: %v, want ErrPayloadTooLarge", err)
+	}
+	if err := b.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := b.Status(testContext(t), "job-1")
+	if err != nil || len(sts) != 1 || sts[0].State != bus.StatePending || sts[0].Sequence != ack.Sequence {
+		t.Errorf("Status(job-1) = %+v, %v; want pending at sequence %d", sts, err, ack.Sequence)
+	}
+	// A publish that failed and stored nothing still reads failed.
+	if _, err := b.Publish(testContext(t), bus.Message{ID: "job-2", To: "alice", Type: "T", Data: make([]byte, 128<<10)}); !errors.Is(err, bus.ErrPayloadTooLarge) {
+		t.Fatal(err)
+	}
+	if err := b.Flush(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if sts, err := b.Status(testContext(t), "job-2"); err != nil || len(sts) != 1 || sts[0].State != bus.StateFailed {
+		t.Errorf("Status(job-2) = %+v, %v; want failed", sts, err)
+	}
+}
