@@ -53,6 +53,7 @@ type Bus struct {
 
 	backlogReg metric.Registration
 	subs       map[*Subscription]struct{} // under client.mu
+	closeDone  chan struct{}              // closed when Close has done its work
 	heartbeat  *heartbeat                 // under client.mu; nil until Register
 }
 
@@ -159,7 +160,7 @@ func newBus(nc *nats.Conn, agent string, o options, r *refusals) (*Bus, error) {
 			return nil, err
 		}
 	}
-	b := &Bus{client: c, agent: agent, process: uuid.NewString(), subs: make(map[*Subscription]struct{})}
+	b := &Bus{client: c, agent: agent, process: uuid.NewString(), subs: make(map[*Subscription]struct{}), closeDone: make(chan struct{})}
 	if c.status != nil {
 		c.status.window = b.storedBetween
 	}
@@ -194,14 +195,23 @@ func (b *Bus) Agent() string { return b.agent }
 // 5 s together, and
 // closes the connection if Connect opened it. The Bus of a Shards closes
 // the agent's buses of the other shards too (Shards.Close). Close is
-// idempotent; other methods return ErrClosed after it, and a Request,
-// Attach or Gather waiting for replies returns it at once.
+// idempotent: a call while another closes returns when that one has
+// (before 2026-11-28 it returned at once). Other methods return ErrClosed
+// after it, and a Request, Attach or Gather waiting for replies returns it
+// at once; a call that Close meets under way fails with an error wrapping
+// ErrClosed.
+//
+// Close waits for the running handlers, so a handler, or the error
+// handler, which runs on a handler's goroutine, that closes the bus would
+// wait for itself for good: it calls go b.Close() instead.
 func (b *Bus) Close() error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
+		<-b.closeDone
 		return nil
 	}
+	defer close(b.closeDone)
 	b.closed = true
 	close(b.closing)
 	subs := b.subs

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/bus"
+	"github.com/agentbus/agentbus/embedded"
 	"github.com/agentbus/agentbus/embedded/embeddedtest"
 )
 
@@ -228,5 +229,116 @@ func TestNilOptions(t *testing.T) {
 	}
 	if err := a.WatchGroups(ctx, "", nil); !errors.Is(err, bus.ErrInvalidOption) {
 		t.Errorf("WatchGroups(nil): %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestCallsUnderWayAtClose: calls that Close meets under way (here waiting
+// for a server that is down) fail with an error wrapping ErrClosed, as
+// calls after Close do. Before, Register, JoinGroup, LeaveGroup,
+// LookupAgent, Schedule, Subscribe and EnsureConsumers returned nats.go's
+// "connection closed" once Close closed the connection it dialled (found
+// by hunt h10).
+func TestCallsUnderWayAtClose(t *testing.T) {
+	s := newServer(t, func(o *embedded.Options) { o.StoreDir = t.TempDir() })
+	b := dialBus(t, s.ClientURL(), "caller")
+	if err := b.JoinGroup(testContext(t), "crew"); err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	waitFor(t, "the caller to see the server gone", func() (bool, string) {
+		return !b.Conn().IsConnected(), b.Conn().Status().String()
+	})
+	calls := []call{
+		{"Register", func(ctx context.Context) error { return b.Register(ctx, bus.AgentCard{}) }},
+		{"JoinGroup", func(ctx context.Context) error { return b.JoinGroup(ctx, "crew2") }},
+		{"LeaveGroup", func(ctx context.Context) error { return b.LeaveGroup(ctx, "crew") }},
+		{"LookupAgent", func(ctx context.Context) error { _, err := b.LookupAgent(ctx, "other"); return err }},
+		{"Schedule", func(ctx context.Context) error {
+			_, err := b.Schedule(ctx, bus.Message{To: "other", Type: "LATER"}, bus.In(time.Hour))
+			return err
+		}},
+		{"Subscribe", func(ctx context.Context) error {
+			sub, err := b.Subscribe(ctx, func(context.Context, *bus.Delivery) error { return nil })
+			if sub != nil {
+				sub.Stop()
+			}
+			return err
+		}},
+		{"EnsureConsumers", func(ctx context.Context) error { return b.EnsureConsumers(ctx) }},
+		{"Publish", func(ctx context.Context) error {
+			_, err := b.Publish(ctx, bus.Message{To: "other", Type: "T"})
+			return err
+		}},
+	}
+	errs := make(chan error, len(calls))
+	for _, c := range calls {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := c.do(ctx); !errors.Is(err, bus.ErrClosed) {
+				errs <- fmt.Errorf("%s under way at Close: %v, want an error wrapping ErrClosed", c.name, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestCloseWhileClosing: a Close while another closes returns once that
+// one has: its running handlers returned, the subscription done. Before,
+// it returned at once, and a program that exited after it (a signal
+// handler beside a deferred Close) dropped what Close waits for (found by
+// hunt h10).
+func TestCloseWhileClosing(t *testing.T) {
+	s := newServer(t)
+	b := newBus(t, s, "worker")
+	running, release := make(chan struct{}), make(chan struct{})
+	sub, err := b.Subscribe(testContext(t), func(context.Context, *bus.Delivery) error {
+		close(running)
+		<-release // finishing its work after its context ended
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, newBus(t, s, "boss"), bus.Message{To: "worker", Type: "T"})
+	<-running
+	first := make(chan error, 1)
+	go func() { first <- b.Close() }()
+	waitFor(t, "the first Close to begin", func() (bool, string) {
+		_, err := b.Publish(testContext(t), bus.Message{To: "x", Type: "T"})
+		return errors.Is(err, bus.ErrClosed), fmt.Sprint(err)
+	})
+	doneAtSecond := make(chan bool, 1)
+	go func() {
+		b.Close()
+		select {
+		case <-sub.Done():
+			doneAtSecond <- true
+		default:
+			doneAtSecond <- false
+		}
+	}()
+	// A bounded look for what must not happen: it cannot fail on a slow
+	// machine, only miss it.
+	select {
+	case ok := <-doneAtSecond:
+		t.Fatalf("the second Close returned while the first waited for a running handler (subscription done: %v)", ok)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if !<-doneAtSecond {
+		t.Error("the second Close returned before the subscription was done")
 	}
 }

@@ -239,6 +239,17 @@ func (c *client) closedOr(err error) error {
 	return err
 }
 
+// closedBy returns err, a call's failure, wrapped in ErrClosed when the
+// handle was closed meanwhile: the connection Close closed under the call
+// is what failed it (before 2026-11-28 such calls returned nats.go's
+// ErrConnectionClosed).
+func (c *client) closedBy(err error) error {
+	if err != nil && c.isClosed() && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
+
 // closeFlushed gives the asynchronous publishes and lifecycle records
 // still in flight until ctx ends (closeFlushTimeout) to be stored, then
 // closes: a process that publishes and exits leaves the record that

@@ -119,7 +119,7 @@ func (c *client) setMember(ctx context.Context, group, agent string, join bool, 
 		verb = "leave"
 	}
 	fail := func(err error) error {
-		return refusedCall(ctx, fmt.Errorf("%s group %s as %s: %w", verb, group, agent, c.registryMissing(c.registry, err)))
+		return c.closedBy(refusedCall(ctx, fmt.Errorf("%s group %s as %s: %w", verb, group, agent, c.registryMissing(c.registry, err))))
 	}
 	m := &nats.Msg{Subject: c.registry.prefix + key, Header: nats.Header{}}
 	if join {

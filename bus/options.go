@@ -121,7 +121,9 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithErrorHandler receives errors that happen in the background and have no
 // caller to return to: failed pulls, failed acks, messages that cannot be
-// decoded, handler panics.
+// decoded, handler panics. f runs on the bus's goroutines, a handler's
+// among them: it returns soon, and closes the bus, if it must, with
+// go b.Close() (Close waits for the handlers).
 func WithErrorHandler(f func(error)) Option {
 	return func(o *options) error {
 		if f == nil {

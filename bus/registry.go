@@ -564,7 +564,7 @@ func (b *Bus) Register(ctx context.Context, card AgentCard) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if _, err := publishAgain(ctx, b.js, &nats.Msg{Subject: b.registry.prefix + key, Data: data}); err != nil {
-		return fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.registry, err))
+		return b.closedBy(fmt.Errorf("register %s: %w", b.agent, b.registryMissing(b.registry, err)))
 	}
 	// The heartbeats are this call's from here: it holds no lock over the
 	// network calls below, which every other call of the handle would wait
@@ -916,11 +916,11 @@ func (c *client) LookupAgent(ctx context.Context, agent string) (AgentInfo, erro
 	key, _ := subjects.CardKey(agent) // agent is valid
 	resp, err := at.getKey(ctx, at.registry, key)
 	if err != nil {
-		return AgentInfo{}, refusedCall(ctx, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.registry, err)))
+		return AgentInfo{}, at.closedBy(refusedCall(ctx, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.registry, err))))
 	}
 	p, _, err := at.readPresence(ctx, agent)
 	if err != nil {
-		return AgentInfo{}, refusedCall(ctx, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.presence, err)))
+		return AgentInfo{}, at.closedBy(refusedCall(ctx, fmt.Errorf("look up %s: %w", agent, at.registryMissing(at.presence, err))))
 	}
 	if resp == nil && p.Status == Unknown {
 		return AgentInfo{}, fmt.Errorf("%w: %s", ErrAgentNotFound, agent)

@@ -296,10 +296,10 @@ func (b *Bus) schedulesSupported(ctx context.Context, w When) error {
 		ctx, cancel := withDefaultTimeout(ctx)
 		defer cancel()
 		if err := b.nc.FlushWithContext(ctx); err != nil { // answered once connected
-			return fmt.Errorf("schedule: server version unknown, %w: %w", notConnected(b.nc), err)
+			return b.closedBy(fmt.Errorf("schedule: server version unknown, %w: %w", notConnected(b.nc), err))
 		}
 		if version = b.nc.ConnectedServerVersion(); version == "" {
-			return fmt.Errorf("schedule: server version unknown: %w", notConnected(b.nc))
+			return b.closedBy(fmt.Errorf("schedule: server version unknown: %w", notConnected(b.nc)))
 		}
 	}
 	v, ok := parseVersion(version)

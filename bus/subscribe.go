@@ -195,18 +195,18 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	// before are read before the first message is handled.
 	notices, err := b.listenForCancels()
 	if err != nil {
-		return nil, fmt.Errorf("listen for cancel notices: %w", err)
+		return nil, b.closedBy(fmt.Errorf("listen for cancel notices: %w", err))
 	}
 	w, err := b.watchPriorities(ctx, o)
 	if err != nil {
 		unsubscribe(notices)
-		return nil, err
+		return nil, b.closedBy(err)
 	}
 	lanes, p1, err := b.ensureConsumers(ctx, b.agent, o, false)
 	if err != nil {
 		w.unwatch()
 		unsubscribe(notices)
-		return nil, err
+		return nil, b.closedBy(err)
 	}
 	b.takeQueuedNotices(ctx, p1)
 	stream := b.opts.scheme.Stream()
@@ -224,6 +224,9 @@ func (b *Bus) Subscribe(ctx context.Context, h Handler, opts ...SubscribeOption)
 	if err != nil {
 		w.unwatch()
 		unsubscribe(notices)
+		if b.isClosed() || b.nc.IsClosed() {
+			return nil, b.closedBy(err) // not the options': the connection
+		}
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	w.start(d, lanes)
@@ -271,7 +274,7 @@ func (b *client) ensureConsumersOf(ctx context.Context, agent string, opts []Sub
 		return ErrClosed
 	}
 	_, _, err := b.ensureConsumers(ctx, agent, o, all)
-	return err
+	return b.closedBy(err)
 }
 
 // consumerSpecs describes the six durable consumers an agent may have (see
