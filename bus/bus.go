@@ -340,8 +340,20 @@ func (b *client) streamMissing(stream string, err error) error {
 			return fmt.Errorf("%w: JetStream is not enabled on this server or for this account; start nats-server with -js (or a jetstream block in its configuration): %w", ErrUnsupportedServer, ierr)
 		}
 		return fmt.Errorf("%w: stream %s: %w", ErrUnavailable, stream, err)
+	case unavailableAPI(err):
+		return fmt.Errorf("%w: stream %s: %w", ErrUnavailable, stream, err)
 	}
 	return err
+}
+
+// unavailableAPI reports whether err is the JetStream API's answer that it
+// cannot serve now: a 503 (the cluster's meta group or a stream without a
+// leader, JetStream temporarily unavailable), or a proposal of the same
+// message still in process where the stream lost its quorum (10158).
+// Before 2026-11-28 these reached callers as nats.go's APIError.
+func unavailableAPI(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errCodeDuplicateInProcess)
 }
 
 // notProvisionedError says which stream (or, with bucket, which status

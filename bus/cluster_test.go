@@ -249,6 +249,36 @@ func TestClusterQuorumLossIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestClusterPublishToALeaderWithoutQuorum: a Publish through the stream's
+// leader after its two peers stopped, with time to spare, ends with an
+// error wrapping ErrUnavailable once its attempts are spent. Before, the
+// leader's answer to the attempts after the first, "duplicate message id
+// is in process" (its proposal of the first waits for a quorum), came back
+// as it was, a 409 that reads as if the message were stored, and the
+// attempts were spent 100 and 200 ms apart (found by hunt h11).
+func TestClusterPublishToALeaderWithoutQuorum(t *testing.T) {
+	c := replicatedCluster(t)
+	leader, err := c.WaitForStreamLeader(testContext(t), "", subjects.Default().Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	li := c.Index(leader)
+	sender := newBus(t, leader, "planner")
+	publish(t, sender, bus.Message{To: "builder", Type: "before"})
+	for i := range 3 {
+		if i != li {
+			if err := c.StopServer(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := sender.Publish(ctx, bus.Message{ID: "during", To: "builder", Type: "during"}); !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("publish without quorum: %v, want an error wrapping ErrUnavailable", err)
+	}
+}
+
 // TestClusterPresence: on a 3-node cluster with a replicated registry, an
 // agent on one node is seen online from another, offline at once after a
 // clean shutdown, and, after a crash that takes its node down too, offline
@@ -326,4 +356,46 @@ func TestClusterConsumerCreatedWhenDueReportsNothing(t *testing.T) {
 	if n := errs.total(); n != 0 {
 		t.Errorf("%d errors reported: %v", n, &errs)
 	}
+}
+
+// TestClusterQuorumLossEveryCall: with two of three nodes stopped and no
+// meta leader, every call of a bus and an admin through the remaining node
+// answers, or fails as unavailable or at its deadline: never blaming a
+// missing stream or server feature, nor with the JetStream API's raw
+// answer. Before, about twenty of them (Subscribe, EnsureConsumers, the
+// admin's reads, the dead letters) returned the API's "503 JetStream
+// system temporarily unavailable" as it was (found by hunt h11).
+func TestClusterQuorumLossEveryCall(t *testing.T) {
+	c := replicatedCluster(t, "KV_AGENTBUS_STATUS", "KV_AGENTBUS_AGENTS", "KV_AGENTBUS_PRESENCE")
+	nodes := c.Servers()
+	b := newBus(t, nodes[0], "caller")
+	other := newBus(t, nodes[0], "other")
+	subscribe(t, other, func(context.Context, *bus.Delivery) error { return nil })
+	sent := publish(t, b, bus.Message{To: "other", Type: "TASK"})
+	if err := b.JoinGroup(testContext(t), "crew"); err != nil {
+		t.Fatal(err)
+	}
+	a := adminOf(t, nodes[0])
+	for _, i := range []int{1, 2} {
+		if err := c.StopServer(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The node left alone may have been handed the meta leadership by a
+	// node that stopped; it steps down once it finds its quorum lost.
+	embeddedtest.WaitFor(t, 45*time.Second, "no meta leader", func() (bool, string) {
+		l := c.MetaLeader()
+		return l == nil, fmt.Sprint("meta leader ", l)
+	})
+	check := func(t *testing.T, err error) {
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.Is(err, bus.ErrUnsupportedServer), errors.Is(err, bus.ErrNotProvisioned):
+			t.Errorf("without quorum: %v; it blames what it cannot know", err)
+		case errors.As(err, &apiErr) && !errors.Is(err, bus.ErrUnavailable):
+			t.Errorf("without quorum: %v; want ErrUnavailable", err)
+		}
+	}
+	eachCall(t, busCalls(b, sent.ID), 4*time.Second, check)
+	eachCall(t, adminCalls(a, sent.ID), 4*time.Second, check)
 }

@@ -153,13 +153,17 @@ func refusesPublishUnder(err error, prefix string) bool {
 
 // refusedCall returns the permission error that cancelled ctx, which watch
 // or watchPrefix made, or err as it is: a call refused by the server then
-// says so instead of "context canceled".
+// says so instead of "context canceled". A JetStream API that cannot
+// serve now (unavailableAPI) makes it ErrUnavailable.
 func refusedCall(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrPermissionDenied) {
 		return cause
+	}
+	if unavailableAPI(err) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err) // JetStream cannot serve now
 	}
 	return err
 }
