@@ -399,3 +399,61 @@ func TestClusterQuorumLossEveryCall(t *testing.T) {
 	eachCall(t, busCalls(b, sent.ID), 4*time.Second, check)
 	eachCall(t, adminCalls(a, sent.ID), 4*time.Second, check)
 }
+
+// TestClusterConsumerLeaderChangeReportsNothing: the node leading an
+// agent's consumer stops while the agent's subscriber, connected to
+// another node, waits on it. The subscriber goes on with the new leader,
+// and nothing is reported: a leader's change is the cluster working, as
+// the 503s of a consumer being made are
+// (TestClusterConsumerCreatedWhenDueReportsNothing). Before, the pull's
+// "409 Server Shutdown" (or "Leadership Change") was reported as a failed
+// pull (found by hunt h11).
+func TestClusterConsumerLeaderChangeReportsNothing(t *testing.T) {
+	c := replicatedCluster(t)
+	nodes := c.Servers()
+	probe := newBus(t, nodes[0], "builder")
+	if err := adminOf(t, nodes[0]).EnsureConsumers(testContext(t), "builder"); err != nil {
+		t.Fatal(err)
+	}
+	var leaderName string
+	waitFor(t, "a leader of builder_p3", func() (bool, string) {
+		ci, err := consumerInfo(t, probe, "builder_p3")
+		if err != nil || ci.Cluster == nil || ci.Cluster.Leader == "" {
+			return false, fmt.Sprint(ci, err)
+		}
+		leaderName = ci.Cluster.Leader
+		return true, ""
+	})
+	li := -1
+	for i, n := range nodes {
+		if n.Options().ServerName == leaderName {
+			li = i
+		}
+	}
+	home := nodes[(li+1)%3]
+	var errs errorTally
+	receiver := newBus(t, home, "builder", bus.WithErrorHandler(errs.add))
+	r := newRecorder()
+	subscribe(t, receiver, r.handle)
+	sender := newBus(t, home, "planner")
+	publish(t, sender, bus.Message{To: "builder", Type: "before"})
+	r.waitCount(t, 1)
+	// The subscriber's lanes wait on the consumers now.
+	waitFor(t, "the subscriber waiting on builder_p3", func() (bool, string) {
+		ci, err := consumerInfo(t, receiver, "builder_p3")
+		return err == nil && ci.NumWaiting >= 1, fmt.Sprint(ci, err)
+	})
+	if err := c.StopServer(li); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a new leader of builder_p3", func() (bool, string) {
+		ci, err := consumerInfo(t, receiver, "builder_p3")
+		return err == nil && ci.Cluster != nil && ci.Cluster.Leader != "" && ci.Cluster.Leader != leaderName, fmt.Sprint(ci, err)
+	})
+	publish(t, sender, bus.Message{To: "builder", Type: "after"})
+	// The 409 came before the lane pulled again, which it did for this.
+	r.waitCount(t, 2)
+	if n := errs.total(); n != 0 {
+		t.Errorf("%d errors reported for a consumer leader's change: %s", n, &errs)
+	}
+}

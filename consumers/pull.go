@@ -139,7 +139,18 @@ func (d *Dispatcher) onMessage(l *lane, m *nats.Msg) {
 				l.end(endEmpty, seq, nil)
 			case "503": // no responders
 				l.end(endUnavailable, seq, fmt.Errorf("%w: consumer %s: status 503, no consumer took the request", ErrPull, l.name))
-			default: // 409 conflicts, ...
+			case "409":
+				desc := m.Header.Get("Description")
+				if desc == "Leadership Change" || desc == "Server Shutdown" {
+					// The consumer's leader moved (a node stopping, as in
+					// a rolling upgrade): its new leader takes the next
+					// pull, as after a 503. Before 2026-11-28 each was
+					// reported as a failed pull.
+					l.end(endUnavailable, seq, fmt.Errorf("%w: consumer %s: status 409 %s", ErrPull, l.name, desc))
+					break
+				}
+				l.end(endFailed, seq, fmt.Errorf("%w: consumer %s: status 409 %s", ErrPull, l.name, desc))
+			default:
 				l.end(endFailed, seq, fmt.Errorf("%w: consumer %s: status %s %s", ErrPull, l.name, status, m.Header.Get("Description")))
 			}
 			return
@@ -257,7 +268,8 @@ func (d *Dispatcher) pull(l *lane) {
 	}
 }
 
-// unavailableGrace is how long a lane's pulls may find no consumer (503)
+// unavailableGrace is how long a lane's pulls may find no consumer (503),
+// or find its leader moving (409 Leadership Change, Server Shutdown),
 // before the dispatcher reports it: a consumer a cluster has just created
 // took up to about 50 ms to take requests here, and reports of every
 // agent's first message at a priority would teach operators to ignore
