@@ -457,3 +457,105 @@ func TestClusterConsumerLeaderChangeReportsNothing(t *testing.T) {
 		t.Errorf("%d errors reported for a consumer leader's change: %s", n, &errs)
 	}
 }
+
+// TestClusterStatusBucketWithoutALeader: a record written while the status
+// bucket has no leader (its replicas' quorum lost, or an election under
+// way) is sent again until the bucket takes it, and the failure is never
+// blamed on a bucket not provisioned. Before, the record was lost, the
+// error said to run agentbus provision, and every such failure after it
+// on the bus went unreported (found by hunt h11).
+func TestClusterStatusBucketWithoutALeader(t *testing.T) {
+	scheme := subjects.Default()
+	statusStream := "KV_" + scheme.StatusBucket()
+	c := replicatedCluster(t, statusStream)
+	nodes := c.Servers()
+	// The message stream at one replica, the status bucket at three: the
+	// bucket can lose its quorum while messages still flow.
+	editStream(t, nodes[0], scheme.Stream(), func(cfg *jetstream.StreamConfig) { cfg.Replicas = 1 })
+	var home int
+	waitFor(t, "the message stream at one replica", func() (bool, string) {
+		l := c.StreamLeader("", scheme.Stream())
+		if l == nil {
+			return false, "no leader"
+		}
+		home = c.Index(l)
+		return true, ""
+	})
+	js, err := jetstream.New(embeddedtest.Connect(t, nodes[home]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message stream scaled down", func() (bool, string) {
+		st, err := js.Stream(testContext(t), scheme.Stream())
+		if err != nil {
+			return false, err.Error()
+		}
+		ci := st.CachedInfo().Cluster
+		return ci != nil && len(ci.Replicas) == 0 && ci.Leader == nodes[home].Options().ServerName, fmt.Sprintf("%+v", ci)
+	})
+	publish(t, newBus(t, nodes[home], "warmup"), bus.Message{To: "x", Type: "warm"})
+	// The bucket is led from a node that stops: it has no leader then.
+	leadElsewhere(t, c, statusStream, home)
+	for i := range nodes {
+		if i != home {
+			if err := c.StopServer(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitLeaderless(t, c, statusStream)
+	var errs errorTally
+	sender := newBus(t, nodes[home], "planner", bus.WithErrorHandler(errs.add), bus.WithPublishAsyncTimeout(2*time.Second))
+	// A broadcast's sender writes its pending record.
+	ack := publish(t, sender, bus.Message{To: bus.Broadcast, Type: "news"})
+	// The bucket comes back: the broadcast's pending record, which the
+	// bus failed to write, is sent again until it is stored.
+	for i := range nodes {
+		if i != home {
+			if err := c.RestartServer(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.WaitForStreamLeader(testContext(t), "", statusStream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the broadcast's record", func() (bool, string) {
+		sts, err := sender.Status(testContext(t), ack.ID)
+		return err == nil, fmt.Sprint(sts, err)
+	})
+	errs.mu.Lock()
+	defer errs.mu.Unlock()
+	if n := errs.counts["bus.ErrNotProvisioned"]; n > 0 {
+		t.Errorf("a status bucket without a leader reported as not provisioned: %s", &errs)
+	}
+}
+
+// leadElsewhere makes stream led by another node than node keep,
+// asking its leader to step down until it is.
+func leadElsewhere(t *testing.T, c *embedded.Cluster, stream string, keep int) {
+	t.Helper()
+	nc := embeddedtest.Connect(t, c.Servers()[keep])
+	waitFor(t, stream+" led elsewhere than "+c.Servers()[keep].String(), func() (bool, string) {
+		l := c.StreamLeader("", stream)
+		if l == nil {
+			return false, "no leader"
+		}
+		if c.Index(l) != keep {
+			return true, ""
+		}
+		_, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, testTimeout/4)
+		return false, fmt.Sprintf("led by %s; step down: %v", l, err)
+	})
+}
+
+// waitLeaderless waits until stream has no leader: a node left alone
+// may be handed the leadership by the nodes that stop, and steps down
+// only once it finds its quorum lost, 10 to 20 s later.
+func waitLeaderless(t *testing.T, c *embedded.Cluster, stream string) {
+	t.Helper()
+	embeddedtest.WaitFor(t, 45*time.Second, stream+" without a leader", func() (bool, string) {
+		l := c.StreamLeader("", stream)
+		return l == nil, fmt.Sprint("led by ", l)
+	})
+}

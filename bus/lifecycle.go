@@ -188,7 +188,14 @@ type tracker struct {
 	reads      streamReads
 	pub        *asyncpub.Publisher // writes the records
 	onError    func(error)
-	missing    atomic.Bool // the bucket was found missing and reported once
+	// live ends when the handle closes: so do the records' resends.
+	live context.Context
+	// resending counts the records being sent again (resend) after the
+	// bucket did not answer; unanswered says that was reported, until a
+	// resend is stored.
+	resending  sync.WaitGroup
+	resends    atomic.Int64
+	unanswered atomic.Bool
 
 	// acking holds the pending records of asynchronous publishes
 	// (needsPendingRecord) until the server's ack gives their stream
@@ -220,7 +227,7 @@ type tracker struct {
 }
 
 func newTracker(nc *nats.Conn, o *options, live context.Context, rc *reconnects) (*tracker, error) {
-	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, reconnects: rc, onError: o.onError, acking: make(map[string]Status),
+	t := &tracker{bucket: o.scheme.StatusBucket(), nc: nc, reconnects: rc, onError: o.onError, live: live, acking: make(map[string]Status),
 		scheme: o.scheme, stream: o.scheme.Stream()}
 	t.prefix = o.scheme.StatusSubjectPrefix()
 	t.directGet = o.scheme.StatusDirectGetPrefix()
@@ -234,7 +241,7 @@ func newTracker(nc *nats.Conn, o *options, live context.Context, rc *reconnects)
 	t.pub = asyncpub.New(nc, asyncpub.Options{
 		MaxPending: o.maxAsyncPending,
 		Timeout:    o.asyncTimeout,
-		OnError:    func(m *nats.Msg, err error) { t.failed(m.Subject, err) },
+		OnError:    t.failed,
 		// A record is the same when stored twice (a put; a create or an
 		// update that expects a sequence fails the second time, which
 		// failed passes over): one lost with a dropped connection would
@@ -245,27 +252,84 @@ func newTracker(nc *nats.Conn, o *options, live context.Context, rc *reconnects)
 	return t, nil
 }
 
-// close stops writing records, failing those in flight.
+// close stops writing records, failing those in flight, and waits for the
+// resends, which the handle's live context, ended first, ends.
 func (t *tracker) close() {
 	if t != nil {
 		t.pub.Close()
+		t.resending.Wait()
 	}
 }
 
+// maxResends bounds the records sent again at once (resend); past it a
+// record the bucket did not take is reported lost.
+const maxResends = 1024
+
+// resendFor is how long a record the bucket did not take is sent again
+// for: longer than a replicated bucket's election after its leader's
+// crash (4 to 9 s on the 3-node cluster of deploy/).
+const resendFor = 30 * time.Second
+
 // failed reports a failed write, except a pending record that lost to a
-// later state (the create found the key taken), and a missing bucket after
-// the first report.
-func (t *tracker) failed(subject string, err error) {
+// later state (the create found the key taken). A record the bucket did
+// not answer (no leader, as while a replicated bucket elects one) is sent
+// again (resend): before 2026-11-28 it was lost, reported as a bucket
+// not provisioned, and every such failure after it on the handle passed
+// over in silence.
+func (t *tracker) failed(m *nats.Msg, err error) {
 	if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) || isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return
 	}
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-		if t.missing.Swap(true) {
+	if unanswered(err) && t.live.Err() == nil {
+		if t.resends.Add(1) <= maxResends {
+			t.resending.Go(func() { t.resend(m) })
 			return
 		}
-		err = fmt.Errorf("%w: status bucket %s: %w (run 'agentbus provision', or Admin.Provision, or use WithoutLifecycle)", ErrNotProvisioned, t.bucket, err)
+		t.resends.Add(-1)
 	}
-	t.onError(fmt.Errorf("record status %s: %w", subject, err))
+	t.onError(fmt.Errorf("record status %s: %w", m.Subject, err))
+}
+
+// unanswered reports whether a write failed for want of an answer: no
+// responders, no response or no ack in time, or the API's 503.
+func unanswered(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, context.DeadlineExceeded) || unavailableAPI(err)
+}
+
+// resend sends record m again, every half second for up to resendFor,
+// until it is stored or the handle closes. A record is the same when
+// stored twice (a put; a create or an update that expects a revision then
+// fails, which failed passes over). The first record that still finds no
+// answer is reported, and no other until one is stored.
+func (t *tracker) resend(m *nats.Msg) {
+	defer t.resends.Add(-1)
+	ctx, cancel := context.WithTimeout(t.live, resendFor)
+	defer cancel()
+	var err error
+	for {
+		actx, stop := context.WithTimeout(ctx, 2*time.Second)
+		_, err = t.js.PublishMsg(actx, m)
+		stop()
+		if err == nil {
+			t.unanswered.Store(false)
+			return
+		}
+		if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) || isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return // a later state was stored meanwhile
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if t.live.Err() != nil || t.unanswered.Swap(true) {
+		return // closed; or reported, and not answered since
+	}
+	t.onError(fmt.Errorf("record status %s: %w: status bucket %s did not take it for %v (no leader; or not provisioned: run 'agentbus provision'): %w",
+		m.Subject, ErrUnavailable, t.bucket, resendFor, err))
 }
 
 // needsPendingRecord reports whether the sender writes the pending record
@@ -593,7 +657,7 @@ func (t *tracker) write(s Status, expect string) *asyncpub.Future {
 	}
 	f, err := t.pub.Publish(m)
 	if err != nil {
-		t.failed(m.Subject, err)
+		t.failed(m, err)
 		return nil
 	}
 	return f
