@@ -127,8 +127,14 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 	if ack.Duplicate && b.status != nil {
 		// Sent before with this ID (a retry, a process that restarted):
 		// its answers so far may be stored, which no listener hears, and
-		// it may have ended. It is followed as Attach follows it.
+		// it may have ended. It is followed as Attach follows it, if it
+		// went to the same recipient: the ID may have been used for a
+		// message to another, whose answer is not this request's (before
+		// 2026-11-28 Request returned it).
 		b.req.forget(m.ID)
+		if err := b.sameRequest(ctx, &m); err != nil {
+			return nil, err
+		}
 		d, err := b.Attach(ctx, m.ID, opts...)
 		if !errors.Is(err, ErrNoStatus) {
 			return d, err
@@ -139,6 +145,31 @@ func (b *Bus) Request(ctx context.Context, m Message, opts ...RequestOption) (*D
 		}
 	}
 	return b.await(ctx, w, &m, replyBy, ro, check)
+}
+
+// sameRequest returns an error wrapping ErrInvalidMessage, on the ID, when
+// the message the server already holds under m's ID (its publish was a
+// duplicate) went from this agent to another recipient than m's.
+func (b *Bus) sameRequest(ctx context.Context, m *Message) error {
+	sts, err := b.Status(ctx, m.ID)
+	if err != nil {
+		return nil // nothing to compare: Attach says what it finds
+	}
+	var other string
+	for _, st := range sts {
+		if st.From != b.agent {
+			continue
+		}
+		if st.To == m.To {
+			return nil
+		}
+		other = st.To
+	}
+	if other == "" {
+		return nil
+	}
+	return &codec.FieldError{Field: "ID", Value: m.ID,
+		Err: fmt.Errorf("%w: already used, within the duplicate window, for a message to %s; the server dropped this one to %s", ErrInvalidMessage, other, m.To)}
 }
 
 // newRequest makes m, sent with ctx, a request as ro says: its sender,

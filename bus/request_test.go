@@ -721,4 +721,12 @@ func TestRequestAgainWithItsID(t *testing.T) {
 	if err != nil || d.Type != "DONE" || string(d.Data) != m.ID || updates != 1 {
 		t.Errorf("Request again = %+v, %v, after %d updates; want the stored reply after 1", d, err, updates)
 	}
+	// The ID again to another recipient: the server drops it, and the
+	// answer stored is the worker's, not this request's. Before, Request
+	// returned it as the other's (found by hunt h12).
+	m.To = "reviewer"
+	var fe *codec.FieldError
+	if d, err := lead.Request(ctx, m); !errors.As(err, &fe) || fe.Field != "ID" || !errors.Is(err, bus.ErrInvalidMessage) || !strings.Contains(err.Error(), "to worker") {
+		t.Errorf("the ID again to another recipient: %+v, %v; want ErrInvalidMessage on ID naming worker", d, err)
+	}
 }
