@@ -191,10 +191,12 @@ type tracker struct {
 	// live ends when the handle closes: so do the records' resends.
 	live context.Context
 	// resending counts the records being sent again (resend) after the
-	// bucket did not answer; unanswered says that was reported, until a
-	// resend is stored.
+	// bucket did not answer, under resendMu, which close sets stopped
+	// under; unanswered says that was reported, until a resend is stored.
+	resendMu   sync.Mutex
 	resending  sync.WaitGroup
-	resends    atomic.Int64
+	resends    int
+	stopped    bool
 	unanswered atomic.Bool
 
 	// acking holds the pending records of asynchronous publishes
@@ -257,6 +259,9 @@ func newTracker(nc *nats.Conn, o *options, live context.Context, rc *reconnects)
 func (t *tracker) close() {
 	if t != nil {
 		t.pub.Close()
+		t.resendMu.Lock()
+		t.stopped = true // no resend starts after this
+		t.resendMu.Unlock()
 		t.resending.Wait()
 	}
 }
@@ -280,14 +285,23 @@ func (t *tracker) failed(m *nats.Msg, err error) {
 	if isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequence) || isAPIError(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return
 	}
-	if unanswered(err) && t.live.Err() == nil {
-		if t.resends.Add(1) <= maxResends {
-			t.resending.Go(func() { t.resend(m) })
-			return
-		}
-		t.resends.Add(-1)
+	if unanswered(err) && t.startResend(m) {
+		return
 	}
 	t.onError(fmt.Errorf("record status %s: %w", m.Subject, err))
+}
+
+// startResend starts the resend of record m, unless the tracker closed or
+// maxResends are under way.
+func (t *tracker) startResend(m *nats.Msg) bool {
+	t.resendMu.Lock()
+	defer t.resendMu.Unlock()
+	if t.stopped || t.live.Err() != nil || t.resends >= maxResends {
+		return false
+	}
+	t.resends++
+	t.resending.Go(func() { t.resend(m) })
+	return true
 }
 
 // unanswered reports whether a write failed for want of an answer: no
@@ -303,7 +317,11 @@ func unanswered(err error) bool {
 // fails, which failed passes over). The first record that still finds no
 // answer is reported, and no other until one is stored.
 func (t *tracker) resend(m *nats.Msg) {
-	defer t.resends.Add(-1)
+	defer func() {
+		t.resendMu.Lock()
+		t.resends--
+		t.resendMu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(t.live, resendFor)
 	defer cancel()
 	var err error
