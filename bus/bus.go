@@ -211,7 +211,6 @@ func (b *Bus) Close() error {
 		<-b.closeDone
 		return nil
 	}
-	defer close(b.closeDone)
 	b.closed = true
 	close(b.closing)
 	subs := b.subs
@@ -239,6 +238,9 @@ func (b *Bus) Close() error {
 	defer cancel()
 	b.goOffline(ctx)
 	b.closeFlushed(ctx)
+	// Done before the other shards' buses close: Shards.Close closes this
+	// one too, and must not wait for the call that runs it.
+	close(b.closeDone)
 	if b.shards != nil {
 		return b.shards.Close() // the agent's buses of the other shards
 	}

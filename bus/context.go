@@ -114,6 +114,7 @@ type handling struct {
 	// not at all once d is replied to.
 	mu       sync.Mutex
 	replied  atomic.Bool  // Reply answered d; set under mu
+	replyID  string       // the reply's ID, under mu
 	progress atomic.Int64 // progress updates sent on d, before this delivery too
 	// seedProgress reads, once, how many updates earlier deliveries sent.
 	seedProgress sync.Once
@@ -162,20 +163,23 @@ func (h *handling) awaitProgressRecord(ctx context.Context) {
 	}
 }
 
-// sendReply sends the reply to h's request (send) after its last work
-// record is stored, and marks the request replied if it went out. No work
-// record is written while it does (mu), nor after.
-func (h *handling) sendReply(ctx context.Context, send func() (PubAck, error)) (PubAck, error) {
+// sendReply sends the reply to h's request (send), whose ID is id, after
+// its last work record is stored, and marks the request replied if it went
+// out. No work record is written while it does (mu), nor after. The same
+// reply again is sent (the server drops it, PubAck.Duplicate); another is
+// ErrFinal.
+func (h *handling) sendReply(ctx context.Context, id string, send func() (PubAck, error)) (PubAck, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.replied.Load() {
-		// A second reply would reach the requester's handler unasked,
-		// and its record would name it (before 2026-11-28).
-		return PubAck{}, fmt.Errorf("%w: request %s is replied to already: one reply each", ErrFinal, h.d.ID)
+	if h.replied.Load() && id != h.replyID {
+		// A second answer would reach the requester's handler unasked,
+		// and the request's record would name it (before 2026-11-28).
+		return PubAck{}, fmt.Errorf("%w: request %s is replied to already, with %s: one reply each", ErrFinal, h.d.ID, h.replyID)
 	}
 	h.awaitProgressRecord(ctx)
 	ack, err := send()
 	if err == nil {
+		h.replyID = id
 		h.replied.Store(true)
 	}
 	return ack, err

@@ -345,6 +345,7 @@ func withStored(records, stored []Status) []Status {
 // message read failed).
 func recordOver(rec, st Status) Status {
 	if rec.State == StateFailed && rec.Deliveries == 0 {
+		st.revision = rec.revision // what is derived is written back over it
 		return st
 	}
 	if rec.Sequence == 0 {

@@ -421,15 +421,7 @@ func (b *Bus) send(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error
 			return ack, err
 		}
 		b.opts.logger.Debug("publish retry", "subject", msg.Subject, "attempt", attempt, "error", err)
-		wait := publishBackoff(attempt)
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess {
-			// A proposal of this copy waits for a quorum: the answer comes
-			// at once, and asking again 100 ms later spent the attempts
-			// long before an election ends (seconds).
-			wait = max(wait, time.Duration(attempt)*time.Second)
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(publishBackoff(attempt))
 		select {
 		case <-t.C:
 		case <-ctx.Done():

@@ -471,10 +471,10 @@ func QueueIfOffline() RequestOption {
 // it), so that the request has one reply: a second Reply to it, from a
 // redelivery after a crash for example, is a duplicate the server drops
 // (PubAck.Duplicate). Its status then needs no record: a lookup of the
-// request finds the reply by that ID. Within one handling, a second Reply
-// fails with ErrFinal, whatever its ID: the request has its answer. A
-// handler that replied and then returns an error has its request
-// acknowledged, replied; the error goes to the error handler.
+// request finds the reply by that ID. Within one handling, a Reply with
+// another ID than the first's fails with ErrFinal: the request has its
+// answer. A handler that replied and then returns an error has its
+// request acknowledged, replied; the error goes to the error handler.
 func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, error) {
 	if request == nil || request.ID == "" || request.From == "" {
 		return PubAck{}, fmt.Errorf("%w: reply to a request without ID or sender", ErrInvalidMessage)
@@ -508,7 +508,7 @@ func (b *Bus) Reply(ctx context.Context, request *Message, m Message) (PubAck, e
 	var ack PubAck
 	var err error
 	if h != nil {
-		ack, err = h.sendReply(ctx, func() (PubAck, error) { return b.Publish(ctx, m) })
+		ack, err = h.sendReply(ctx, m.ID, func() (PubAck, error) { return b.Publish(ctx, m) })
 	} else {
 		ack, err = b.Publish(ctx, m)
 	}

@@ -583,8 +583,9 @@ func TestRequestRoundTripWritesNoRecord(t *testing.T) {
 }
 
 // TestReplyOnceAcrossRedelivery: a handler that replied and then failed is
-// not run again on the redelivery (its reply is found by the derived ID),
-// and a second Reply to the same request is a duplicate the server drops.
+// not run again (since 2026-11-28 its request is acknowledged, replied;
+// before, the redelivery found its reply by the derived ID), and a second
+// Reply to the same request is a duplicate the server drops.
 func TestReplyOnceAcrossRedelivery(t *testing.T) {
 	s := newServer(t)
 	ctx := testContext(t)
@@ -618,7 +619,7 @@ func TestReplyOnceAcrossRedelivery(t *testing.T) {
 	}
 	waitFor(t, "the request settled by the worker", func() (bool, string) {
 		info, err := consumerInfo(t, worker, "worker_p3")
-		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.AckFloor.Stream > 0 && info.Delivered.Consumer >= 2, fmt.Sprint(info, err)
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0, fmt.Sprint(info, err)
 	})
 	mu.Lock()
 	defer mu.Unlock()
