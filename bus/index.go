@@ -342,9 +342,10 @@ func withStored(records, stored []Status) []Status {
 // publish that failed (never delivered), is not: the stream holds the
 // message, stored by an earlier attempt, or by the first publish of its
 // ID, so st says more (before 2026-11-28 a refused re-send made the stored
-// message read failed).
+// message read failed). A failed schedule's record is kept: it holds the
+// schedule, which its sender's Cancel removes, where st is a firing's.
 func recordOver(rec, st Status) Status {
-	if rec.State == StateFailed && rec.Deliveries == 0 {
+	if rec.State == StateFailed && rec.Deliveries == 0 && rec.Schedule == "" {
 		st.revision = rec.revision // what is derived is written back over it
 		return st
 	}
