@@ -345,7 +345,13 @@ func (c *client) readPresence(ctx context.Context, agent string) (Presence, time
 // getKey reads the last record of key in kv directly (one request): nil,
 // and no error, if the key has none.
 func (c *client) getKey(ctx context.Context, kv kvSubjects, key string) (*nats.Msg, error) {
-	resp, err := directGet(ctx, c.nc, c.reconnects, kv.directGet+key)
+	return directGetKey(ctx, c.nc, c.reconnects, kv.directGet, key)
+}
+
+// directGetKey is getKey for a caller without a handle (provisioning),
+// with the bucket's direct-get prefix.
+func directGetKey(ctx context.Context, nc *nats.Conn, r *reconnects, prefix, key string) (*nats.Msg, error) {
+	resp, err := directGet(ctx, nc, r, prefix+key)
 	if err != nil {
 		return nil, err
 	}

@@ -737,19 +737,14 @@ func recordShards(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, ro
 func readShards(ctx context.Context, nc *nats.Conn, r *reconnects, s subjects.Scheme) (int, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	resp, err := directGet(ctx, nc, r, s.RegistryDirectGetPrefix()+subjects.InstallationKey)
+	resp, err := directGetKey(ctx, nc, r, s.RegistryDirectGetPrefix(), subjects.InstallationKey)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return 0, nil // no registry: New says what is missing
 	case err != nil:
 		return 0, fmt.Errorf("read the installation's shards in %s: %w", s.RegistryBucket(), err)
-	}
-	switch code := resp.Header.Get("Status"); code {
-	case "":
-	case "404":
-		return 0, nil
-	default:
-		return 0, fmt.Errorf("read the installation's shards in %s: server answered %s %s", s.RegistryBucket(), code, resp.Header.Get("Description"))
+	case resp == nil:
+		return 0, nil // none recorded
 	}
 	var rec installationRecord
 	if err := json.Unmarshal(resp.Data, &rec); err != nil || rec.Shards < 0 || rec.Shards > subjects.MaxShards {

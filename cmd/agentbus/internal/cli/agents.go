@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -192,16 +190,6 @@ func (a *app) printPresenceChange(c bus.PresenceChange) {
 		line += " since " + c.Presence.Since.UTC().Format(time.RFC3339)
 	}
 	fmt.Fprintln(a.stdout, line)
-}
-
-// nameField writes an agent's or a group's name as one field of a text line:
-// as it is, or quoted as a Go string when it holds a space or a quote
-// (IDs may), so that the line still splits on spaces into its fields.
-func nameField(s string) string {
-	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '"' }) {
-		return strconv.Quote(s)
-	}
-	return s
 }
 
 func orDash(s string) string {

@@ -324,6 +324,16 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// nameField writes an agent's or a group's name as one field of a text line:
+// as it is, or quoted as a Go string when it holds a space or a quote
+// (IDs may), so that the line still splits on spaces into its fields.
+func nameField(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '"' }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
 // oneLine folds a possibly multi-line message, such as cobra's "did you
 // mean" suggestions, onto one line.
 func oneLine(s string) string {
