@@ -87,3 +87,48 @@ func TestReplyProfile(t *testing.T) {
 		t.Errorf("reply = %+v, want the native result from worker to lead answering q-1 in conv-q", m)
 	}
 }
+
+// TestPublishProfileIDFlags: with --profile, --id, --correlation-id and
+// --causation-id fill in what the native message leaves out, so that a
+// native message without an ID can be retried safely, and must agree with
+// what it gives; --type and --content-type are refused. Before 2026-11-28
+// each was passed over: a retry with one --id stored the message twice.
+func TestPublishProfileIDFlags(t *testing.T) {
+	t.Parallel()
+	url := newServer(t)
+	// A coordination result has no ID and no taskId; this basemessage has
+	// messageId msg-123 and correlationId task-001.
+	file, _ := coordinationResult(t)
+	base := "../../../../codec/profiles/testdata/basemessage/task_assignment.json"
+	args := func(extra ...string) []string {
+		return append([]string{"--server", url, "publish", "--profile", "coordination", "--file", file, "--to", "reviewer"}, extra...)
+	}
+
+	first := mustRun(t, args("--id", "retry-1", "--correlation-id", "conv-1")...)
+	again := mustRun(t, args("--id", "retry-1", "--correlation-id", "conv-1")...)
+	if !strings.HasPrefix(first, "id=retry-1 ") || strings.Contains(first, "duplicate") || !strings.HasSuffix(again, " duplicate\n") {
+		t.Errorf("publish twice with --id retry-1: %q, then %q; want it stored once, then a duplicate", first, again)
+	}
+	st := mustRun(t, "--server", url, "status", "retry-1", "--json")
+	if !strings.Contains(st, `"correlationId":"conv-1"`) {
+		t.Errorf("status of retry-1 = %s, want conversation conv-1", st)
+	}
+
+	// The basemessage's own IDs may be repeated, not contradicted.
+	mustRun(t, "--server", url, "publish", "--profile", "basemessage", "--file", base, "--to", "reviewer", "--id", "msg-123", "--correlation-id", "task-001")
+	for _, tt := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--profile", "basemessage", "--file", base, "--to", "reviewer", "--id", "other"}, "--id"},
+		{[]string{"--profile", "basemessage", "--file", base, "--to", "reviewer", "--correlation-id", "other"}, "--correlation-id"},
+		{[]string{"--profile", "coordination", "--file", file, "--to", "reviewer", "--type", "ping"}, "--type"},
+		{[]string{"--profile", "coordination", "--file", file, "--to", "reviewer", "--content-type", "text/plain"}, "--content-type"},
+	} {
+		r := runIn(t, "", append([]string{"--server", url, "publish"}, tt.args...)...)
+		checkOneErrorLine(t, r)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tt.flag) {
+			t.Errorf("publish %v: exit %d, stderr %q; want a usage error naming %s", tt.args, r.code, r.stderr, tt.flag)
+		}
+	}
+}

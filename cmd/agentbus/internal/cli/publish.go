@@ -40,9 +40,12 @@ protocols (docs/protocols.md): it is checked by the protocol's rules and sent
 byte for byte, and its own fields give the type, ID, conversation, sender,
 recipient and priority. --from and --to, when given, override the sender and
 recipient on the envelope (the native bytes stay unchanged), and supply them
-for formats that carry none; --priority overrides the protocol's priority.
-The message is sent as its final sender. The other attribute flags do not
-apply. A native message whose reply field (pipeline's replyTo) names a
+for formats that carry none; --priority overrides the protocol's priority and
+--ttl sets the time to live. --id, --correlation-id and --causation-id supply
+what the native message leaves out (a coordination or swarm message has no
+ID: give --id to retry it safely) and must agree with what it gives. --type
+and --content-type are the profile's and are refused. The message is sent as
+its final sender. A native message whose reply field (pipeline's replyTo) names a
 message its sender received, and that goes back to that message's sender,
 is sent as 'agentbus reply' sends it: in that message's conversation, which
 is then recorded replied.
@@ -373,8 +376,10 @@ func payloadSource(cmd *cobra.Command) string {
 // the findings of a lenient one attached), with --from and --to supplying
 // the addressing the format lacks. When given, --from and --to then
 // override the sender and recipient on the envelope, --priority the
-// priority and --ttl the time to live; the data, the native bytes, stays
-// unchanged.
+// priority and --ttl the time to live; --id, --correlation-id and
+// --causation-id fill in what the native message leaves out and must
+// agree with what it gives; --type and --content-type are usage errors.
+// The data, the native bytes, stays unchanged.
 func (in *messageInput) native(cmd *cobra.Command, p profiles.Profile, payload []byte) (bus.Message, error) {
 	f := cmd.Flags()
 	addr := profiles.Addressing{From: in.m.From, To: in.m.To}
@@ -393,6 +398,34 @@ func (in *messageInput) native(cmd *cobra.Command, p profiles.Profile, payload [
 	}
 	if f.Changed("ttl") {
 		m.TTL = in.m.TTL // the native formats carry none
+	}
+	// The profile names the type and the media type. Before 2026-11-28
+	// these flags were passed over without a word, and so were the three
+	// below: a publish retried with one --id stored the message twice.
+	for _, name := range []string{"type", "content-type"} {
+		if f.Changed(name) {
+			return bus.Message{}, usagef("--%s does not apply with --profile: the %s profile sets it from the native message", name, in.profile)
+		}
+	}
+	// An ID the format carries no field for, or leaves empty, comes from
+	// its flag; one that contradicts the native message is refused, as the
+	// protocol's own replies refer to the native one.
+	for _, id := range []struct {
+		flag   string
+		given  string
+		native *string
+	}{
+		{"id", in.m.ID, &m.ID},
+		{"correlation-id", in.m.CorrelationID, &m.CorrelationID},
+		{"causation-id", in.m.CausationID, &m.CausationID},
+	} {
+		switch {
+		case !f.Changed(id.flag) || id.given == *id.native:
+		case *id.native == "":
+			*id.native = id.given
+		default:
+			return bus.Message{}, usagef("--%s %q: the native message gives %q", id.flag, id.given, *id.native)
+		}
 	}
 	return *m, nil
 }
