@@ -423,23 +423,30 @@ func (c *connFlags) addFlags(cmd *cobra.Command) {
 }
 
 // withEnv returns c with every empty flag set from its environment
-// variable, looked up with getenv.
+// variable, looked up with getenv. An identity the flags give (--creds,
+// --nkey or --user) is the identity: the environment's others are not
+// read, and $NATS_PASSWORD only goes with a user. Before 2026-11-28 an
+// exported $NATS_CREDS made every --user a usage error.
 func (c connFlags) withEnv(getenv func(string) string) connFlags {
+	flagIdentity := c.creds != "" || c.nkey != "" || c.user != ""
 	for _, f := range []struct {
-		v   *string
-		env string
+		v        *string
+		env      string
+		identity bool
 	}{
-		{&c.creds, "NATS_CREDS"},
-		{&c.nkey, "NATS_NKEY"},
-		{&c.user, "NATS_USER"},
-		{&c.password, "NATS_PASSWORD"},
-		{&c.tlsCA, "NATS_CA"},
-		{&c.tlsCert, "NATS_CERT"},
-		{&c.tlsKey, "NATS_KEY"},
+		{&c.creds, "NATS_CREDS", true},
+		{&c.nkey, "NATS_NKEY", true},
+		{&c.user, "NATS_USER", true},
+		{&c.tlsCA, "NATS_CA", false},
+		{&c.tlsCert, "NATS_CERT", false},
+		{&c.tlsKey, "NATS_KEY", false},
 	} {
-		if *f.v == "" {
+		if *f.v == "" && !(f.identity && flagIdentity) {
 			*f.v = getenv(f.env)
 		}
+	}
+	if c.password == "" && c.user != "" {
+		c.password = getenv("NATS_PASSWORD")
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -238,13 +239,39 @@ func TestConnFlagsEnv(t *testing.T) {
 		"NATS_CREDS": "env.creds", "NATS_NKEY": "env.nk", "NATS_USER": "env-user", "NATS_PASSWORD": "env-pass",
 		"NATS_CA": "env-ca.pem", "NATS_CERT": "env-cert.pem", "NATS_KEY": "env-key.pem",
 	}
-	got := connFlags{user: "flag-user", tlsCA: "flag-ca.pem"}.withEnv(func(k string) string { return env[k] })
-	want := connFlags{
-		creds: "env.creds", nkey: "env.nk", user: "flag-user", password: "env-pass",
-		tlsCA: "flag-ca.pem", tlsCert: "env-cert.pem", tlsKey: "env-key.pem",
-	}
-	if got != want {
-		t.Errorf("withEnv = %+v, want %+v", got, want)
+	getenv := func(k string) string { return env[k] }
+	for _, tt := range []struct {
+		name      string
+		flags     connFlags
+		want      connFlags
+		wantUsage bool // natsOptions refuses the result
+	}{
+		{
+			name:  "flag user, the environment's password and TLS",
+			flags: connFlags{user: "flag-user", tlsCA: "flag-ca.pem"},
+			want:  connFlags{user: "flag-user", password: "env-pass", tlsCA: "flag-ca.pem", tlsCert: "env-cert.pem", tlsKey: "env-key.pem"},
+		},
+		{
+			// Before 2026-11-28: $NATS_CREDS and $NATS_USER as well, a usage error.
+			name:  "flag creds, no identity from the environment",
+			flags: connFlags{creds: "flag.creds"},
+			want:  connFlags{creds: "flag.creds", tlsCA: "env-ca.pem", tlsCert: "env-cert.pem", tlsKey: "env-key.pem"},
+		},
+		{
+			name:      "no flags: the environment's, two identities",
+			want:      connFlags{creds: "env.creds", nkey: "env.nk", user: "env-user", password: "env-pass", tlsCA: "env-ca.pem", tlsCert: "env-cert.pem", tlsKey: "env-key.pem"},
+			wantUsage: true,
+		},
+	} {
+		got := tt.flags.withEnv(getenv)
+		if got != tt.want {
+			t.Errorf("%s: withEnv = %+v, want %+v", tt.name, got, tt.want)
+		}
+		_, err := got.identityOptions()
+		var ue usageError
+		if errors.As(err, &ue) != tt.wantUsage {
+			t.Errorf("%s: identityOptions: %v, want a usage error %v", tt.name, err, tt.wantUsage)
+		}
 	}
 }
 
