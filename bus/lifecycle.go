@@ -815,7 +815,8 @@ func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.Deli
 // completion is recorded, it was removed unread at its expiry, if that has
 // passed; before it, the recipient settled it after the record was read, and
 // its own record says how); one the consumer has delivered but not yet acked
-// is delivered; a message still pending past its expiry has expired. A
+// is delivered; a message still pending past its expiry has expired, an
+// answer not written back, as only the reader's clock says so. A
 // failed record moves on the same way once a later delivery succeeded. A
 // consumer that cannot be read (it does not exist yet, or the reader may not
 // see it) leaves the record as it is.
@@ -828,7 +829,11 @@ func (t *tracker) scan(ctx context.Context, filter string, policy jetstream.Deli
 // from, so a stale state is never stored, and the answer is not stale
 // either.
 func (t *tracker) derive(ctx context.Context, out []Status) {
-	now := time.Now()
+	t.deriveAt(ctx, out, time.Now())
+}
+
+// deriveAt is derive on a clock that reads now.
+func (t *tracker) deriveAt(ctx context.Context, out []Status, now time.Time) {
 	floors := make(map[string]*jetstream.ConsumerInfo) // by consumer name; nil if unreadable
 	for i, read := range out {
 		s, write := t.deriveOne(ctx, floors, now, read)
@@ -888,7 +893,14 @@ func (t *tracker) deriveOne(ctx context.Context, floors map[string]*jetstream.Co
 		}
 	}
 	if (s.State == StatePending && s.To != Broadcast || s.State == StateFailed) && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
+		// Derived, not written: only this reader's clock says so. A
+		// reader whose clock ran ahead wrote expired over a message still
+		// live for its sender and recipient, and the recipient then
+		// dropped it unhandled as settled (before 2026-11-28). The
+		// recipient records expired itself when it gets the message after
+		// its expiry; every reader whose clock is right derives the same.
 		s.State, s.Updated, s.Reason = StateExpired, now.UTC(), "TTL passed before it was handled"
+		return s, false
 	}
 	if s.State == StateDelivered && !s.ReplyBy.IsZero() && !s.ExpiresAt.IsZero() && now.After(s.ExpiresAt) {
 		// A request stays in the stream past its expiry
