@@ -66,7 +66,7 @@ func (b *Admin) deadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLett
 	var out []DeadLetter
 	stream := b.opts.scheme.DeadLetterStream()
 	err = b.reads.readStream(ctx, stream, cfg, func(m jetstream.Msg, md *jetstream.MsgMetadata) (bool, error) {
-		out = append(out, readDeadLetter(md.Sequence.Stream, m.Headers(), m.Data()))
+		out = append(out, readDeadLetter(md.Sequence.Stream, md.Timestamp, m.Headers(), m.Data()))
 		return f.Limit > 0 && len(out) >= f.Limit, nil
 	})
 	if err != nil {
@@ -106,7 +106,7 @@ func (b *Admin) deadLetterAt(ctx context.Context, seq uint64) (*DeadLetter, erro
 	if err != nil {
 		return nil, fmt.Errorf("dead letter %d: %w", seq, err)
 	}
-	dl := readDeadLetter(seq, raw.Header, raw.Data)
+	dl := readDeadLetter(seq, raw.Time, raw.Header, raw.Data)
 	return &dl, nil
 }
 
@@ -318,7 +318,7 @@ func (c *client) firstSince(ctx context.Context, stream, filter string, t time.T
 
 // readDeadLetter splits a stored dead letter into what it says and the
 // original message.
-func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
+func readDeadLetter(seq uint64, stored time.Time, h nats.Header, data []byte) DeadLetter {
 	dl := DeadLetter{
 		Sequence: seq,
 		Reason:   DeadLetterReason(h.Get(HeaderDeadLetterReason)),
@@ -331,7 +331,10 @@ func readDeadLetter(seq uint64, h nats.Header, data []byte) DeadLetter {
 	dl.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeadLetterDeliveries), 10, 64)
 	dl.StreamSequence, _ = strconv.ParseUint(h.Get(HeaderDeadLetterSequence), 10, 64)
 	dl.Agent, _ = subjects.DecodeToken(h.Get(HeaderDeadLetterAgent))
-	dl.Time, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderDeadLetterTime))
+	// The server's clock, as DeadLetterFilter.Since selects by; the
+	// header has the dead-lettering agent's, which may run ahead or
+	// behind (before 2026-11-28 Time was the header's).
+	dl.Time = stored.UTC()
 	dl.DataDropped, _ = strconv.Atoi(h.Get(HeaderDeadLetterDataDropped))
 	for k, v := range h {
 		switch k {

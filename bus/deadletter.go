@@ -37,7 +37,8 @@ const (
 	HeaderDeadLetterSubject = "Agentbus-Dlq-Subject"
 	// HeaderDeadLetterAgent is the agent that could not handle it.
 	HeaderDeadLetterAgent = "Agentbus-Dlq-Agent"
-	// HeaderDeadLetterTime is when it was dead-lettered (RFC 3339).
+	// HeaderDeadLetterTime is when it was dead-lettered (RFC 3339), by the
+	// dead-lettering agent's clock; DeadLetter.Time is the server's.
 	HeaderDeadLetterTime = "Agentbus-Dlq-Time"
 	// HeaderDeadLetterDataDropped is the size in bytes of the original's
 	// data when it was too large to keep beside the dead letter's headers
@@ -472,7 +473,10 @@ type DeadLetter struct {
 	Stream         string
 	StreamSequence uint64
 	Subject        string
-	// Time is when it was dead-lettered.
+	// Time is when it was dead-lettered: when the dead-letter stream
+	// stored it, by the server's clock, which DeadLetterFilter.Since
+	// compares with. HeaderDeadLetterTime, which the dead-lettering agent
+	// writes by its own clock, is not read.
 	Time time.Time
 	// Message is the decoded original, or nil if it was not a valid
 	// CloudEvent (Reason is then ReasonMalformed).

@@ -339,7 +339,22 @@ func (c *client) readPresence(ctx context.Context, agent string) (Presence, time
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
 		return Presence{Status: Unknown}, 0, nil
 	}
-	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, time.Duration(r.Data.Interval), nil
+	stored, _ := time.Parse(time.RFC3339Nano, resp.Header.Get(jetstream.TimeStampHeaer))
+	return r.presence(stored), time.Duration(r.Data.Interval), nil
+}
+
+// presence is the Presence r records, stored by the server at stored. An
+// agent offline since it closed is so since the server stored its record,
+// by the server's clock, as a silent one is since the server's marker:
+// the agent's own clock may run ahead or behind the watchers' that count
+// an escalation's After from it (before 2026-11-28, an agent two minutes
+// behind was escalated at once). Online, Since is the agent's.
+func (r presenceRecord) presence(stored time.Time) Presence {
+	p := Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}
+	if p.Status == Offline && !stored.IsZero() {
+		p.Since = stored.UTC()
+	}
+	return p
 }
 
 // getKey reads the last record of key in kv directly (one request): nil,
@@ -529,7 +544,7 @@ type AgentOfflineError struct {
 func (e *AgentOfflineError) Error() string {
 	gone := "offline"
 	if !e.Presence.Since.IsZero() {
-		gone = "offline for " + time.Since(e.Presence.Since).Round(time.Second).String()
+		gone = "offline for " + max(time.Since(e.Presence.Since), 0).Round(time.Second).String() // a clock behind the server's: 0s, not negative
 	}
 	return fmt.Sprintf("%v: %s has been %s (%s)", ErrAgentOffline, e.Agent, gone, e.Presence.Reason)
 }
@@ -1219,7 +1234,11 @@ func presenceOfMsg(m jetstream.Msg) (Presence, bool) {
 	if err := json.Unmarshal(m.Data(), &r); err != nil {
 		return Presence{}, false
 	}
-	return Presence{Status: r.Data.Status, Since: r.Data.Since, LastSeen: r.Time, Reason: r.Data.Reason}, true
+	var stored time.Time
+	if md, err := m.Metadata(); err == nil {
+		stored = md.Timestamp
+	}
+	return r.presence(stored), true
 }
 
 // Backlog returns, for each priority 1..5 (index 0..4), how many messages
