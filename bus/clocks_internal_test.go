@@ -52,14 +52,7 @@ func TestLookupOnAClockAheadLeavesAQueuedRequestLive(t *testing.T) {
 		t.Errorf("after the lookup two minutes ahead, the record reads %v, %v; want pending", now, err)
 	}
 
-	sub, err := worker.Subscribe(ctx, func(ctx context.Context, d *Delivery) error {
-		_, err := d.Reply(ctx, Message{Type: "RESULT"})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sub.Stop(); <-sub.Done() }()
+	subscribeReplying(t, ctx, worker)
 	if err := <-replied; err != nil {
 		t.Errorf("Request: %v; want the worker's reply", err)
 	}

@@ -30,15 +30,7 @@ func TestListenerLingers(t *testing.T) {
 	s := provisionedServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	worker := benchBus(t, s, "worker")
-	sub, err := worker.Subscribe(ctx, func(ctx context.Context, d *Delivery) error {
-		_, err := d.Reply(ctx, Message{Type: "RESULT"})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sub.Stop(); <-sub.Done() }()
+	subscribeReplying(t, ctx, benchBus(t, s, "worker"))
 	orch := benchBus(t, s, "orchestrator")
 	request := func() {
 		t.Helper()
@@ -260,4 +252,18 @@ func TestHeldReplyOfARequestThatGaveUp(t *testing.T) {
 	default:
 		t.Error("the held reply was dropped when its Request gave up")
 	}
+}
+
+// subscribeReplying subscribes b with a handler that replies RESULT to
+// every message, until the test ends.
+func subscribeReplying(t *testing.T, ctx context.Context, b *Bus) {
+	t.Helper()
+	sub, err := b.Subscribe(ctx, func(ctx context.Context, d *Delivery) error {
+		_, err := d.Reply(ctx, Message{Type: "RESULT"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Stop(); <-sub.Done() })
 }
