@@ -272,3 +272,33 @@ func TestProvisionRacingAnotherProcess(t *testing.T) {
 		t.Errorf("raced buckets %v, want the status, registry and presence buckets", raced.raced)
 	}
 }
+
+// TestReaderGivenUpIsDeleted: a read whose caller gives up while the
+// server makes its consumer (the answer lost) deletes that consumer.
+// Before 2026-11-28 it stayed until the server removed it, a minute
+// after, and a loop of History calls with short deadlines kept one for
+// each that timed out so (found by a hunt for what a long-running agent
+// leaves behind).
+func TestReaderGivenUpIsDeleted(t *testing.T) {
+	b := benchBus(t, provisionedServer(t), "reader")
+	stream := b.opts.scheme.Stream()
+	consumersOf := func() int {
+		t.Helper()
+		s, err := b.js.Stream(t.Context(), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.Consumers
+	}
+	before := consumersOf()
+	lossy := &lossyJS{JetStream: b.js}
+	lossy.loseCreates.Store(1 << 20)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := newReader(ctx, lossy, stream, jetstream.ConsumerConfig{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("newReader with its answers lost: %v, want its deadline", err)
+	}
+	if n := consumersOf(); n != before {
+		t.Errorf("%d consumers after the read was given up, %d before", n, before)
+	}
+}

@@ -335,10 +335,25 @@ func asReader(cfg jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	cfg = asReader(cfg)
 	cfg.Name, cfg.Description = nuid.Next(), "agentbus read"
-	return askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Consumer, error) {
+	c, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateConsumer(ctx, stream, cfg)
 	})
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up while the server may have made it: deleted
+		// by its name, which is this read's alone, rather than left for
+		// the server to remove a minute later. Before 2026-11-28 a loop
+		// of reads with short deadlines kept a consumer for each read
+		// that timed out so, for that minute.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readerDeleteTimeout)
+		_ = js.DeleteConsumer(dctx, stream, cfg.Name) // at worst the server removes it later
+		cancel()
+	}
+	return c, err
 }
+
+// readerDeleteTimeout bounds the delete of a reader whose create its
+// caller gave up on.
+const readerDeleteTimeout = 2 * time.Second
 
 // streamReads makes the reads of a handle, or of its lifecycle tracker,
 // through consumers of their own (newReader): js creates and deletes them,
