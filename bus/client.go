@@ -338,12 +338,14 @@ func newReader(ctx context.Context, js jetstream.JetStream, stream string, cfg j
 	c, err := askAgain(ctx, reconnectsOf(js), func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateConsumer(ctx, stream, cfg)
 	})
-	if err != nil && ctx.Err() != nil {
+	if cause := context.Cause(ctx); err != nil && (errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled)) {
 		// The caller gave up while the server may have made it: deleted
 		// by its name, which is this read's alone, rather than left for
 		// the server to remove a minute later. Before 2026-11-28 a loop
 		// of reads with short deadlines kept a consumer for each read
-		// that timed out so, for that minute.
+		// that timed out so, for that minute. Not after a refusal
+		// (watchRefusals' cause): the server made nothing, and the
+		// delete, refused too, would be taken for the next call's.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readerDeleteTimeout)
 		_ = js.DeleteConsumer(dctx, stream, cfg.Name) // at worst the server removes it later
 		cancel()
