@@ -33,8 +33,7 @@ func TestOfflineSinceIsTheServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	orch := newBus(t, s, "orchestrator")
-	for _, skew := range []time.Duration{-2 * time.Minute, 2 * time.Minute} {
-		agent := "worker" + strings.NewReplacer("-", "behind", "m0s", "").Replace(skew.String())
+	for agent, skew := range map[string]time.Duration{"behind": -2 * time.Minute, "ahead": 2 * time.Minute} {
 		_, wnc := registered(t, s, agent, bus.AgentCard{})
 		agentInfo(t, orch, agent, bus.Online)
 		wnc.Close() // its heartbeats stop; the record below is its Close's
